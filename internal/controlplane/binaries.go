@@ -1,0 +1,153 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+)
+
+// ToolsDirEnv overrides where the kube-apiserver and etcd binaries are kept.
+const ToolsDirEnv = "NODEPROXY_TOOLS_DIR"
+
+// Binaries are the paths of the programs a control plane runs.
+type Binaries struct {
+	KubeAPIServer string
+	Etcd          string
+}
+
+// tool is one program built from the tools module.
+type tool struct {
+	name    string
+	pkg     string
+	ldflags string
+}
+
+// tools lists what hack/tools/go.mod pins. The version stamp makes
+// kube-apiserver report v1.36.3 instead of v0.0.0 in /version, which clients
+// such as kubectl print and warn about.
+var tools = []tool{
+	{name: "kube-apiserver", pkg: "k8s.io/kubernetes/cmd/kube-apiserver",
+		ldflags: "-s -w -X k8s.io/component-base/version.gitVersion=v1.36.3 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36"},
+	{name: "etcd", pkg: "go.etcd.io/etcd/server/v3", ldflags: "-s -w"},
+}
+
+// RepoRoot finds the nodeproxy checkout that holds the working directory:
+// tests run in package directories and make runs at the top, so walking up
+// to hack/tools/go.mod finds it from both.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("working directory: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "hack", "tools", "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("hack/tools/go.mod not found above the working directory: run from a nodeproxy checkout")
+		}
+		dir = parent
+	}
+}
+
+// ToolsDir is where the binaries for the pins in root/hack/tools live: the
+// user cache directory, keyed by a hash of the tools module's go.mod and
+// go.sum, so a change of pin builds anew and every checkout on the machine
+// shares one build.
+func ToolsDir(root string) (string, error) {
+	if d := os.Getenv(ToolsDirEnv); d != "" {
+		return d, nil
+	}
+	h := sha256.New()
+	for _, f := range []string{"go.mod", "go.sum"} {
+		b, err := os.ReadFile(filepath.Join(root, "hack", "tools", f))
+		if err != nil {
+			return "", fmt.Errorf("read tools module: %w", err)
+		}
+		h.Write(b)
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("user cache directory: %w", err)
+	}
+	return filepath.Join(cache, "nodeproxy", "tools", "k8s-v1.36.3-etcd-v3.6.8-"+hex.EncodeToString(h.Sum(nil))[:12]), nil
+}
+
+// EnsureBinaries returns the kube-apiserver and etcd binaries, building
+// whichever is missing. A cold build takes about ten minutes on two cores;
+// go's build progress and errors go to log. An exclusive file lock makes
+// test binaries of several packages, started at once by `go test ./...`,
+// wait for one build instead of racing to make two.
+func EnsureBinaries(ctx context.Context, log io.Writer) (Binaries, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return Binaries{}, err
+	}
+	dir, err := ToolsDir(root)
+	if err != nil {
+		return Binaries{}, err
+	}
+	bins := Binaries{KubeAPIServer: filepath.Join(dir, "kube-apiserver"), Etcd: filepath.Join(dir, "etcd")}
+	if exists(bins.KubeAPIServer) && exists(bins.Etcd) {
+		return bins, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Binaries{}, fmt.Errorf("create tools directory: %w", err)
+	}
+	unlock, err := lockFile(filepath.Join(dir, ".lock"))
+	if err != nil {
+		return Binaries{}, err
+	}
+	defer unlock()
+	for _, t := range tools {
+		out := filepath.Join(dir, t.name)
+		if exists(out) { // built by another process while we waited for the lock
+			continue
+		}
+		fmt.Fprintf(log, "building %s into %s (about ten minutes the first time on a machine)\n", t.name, dir)
+		tmp := out + ".tmp"
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", t.ldflags, "-o", tmp, t.pkg)
+		cmd.Dir = filepath.Join(root, "hack", "tools")
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
+		tail := newTailBuffer(64)
+		cmd.Stdout = io.MultiWriter(log, tail)
+		cmd.Stderr = io.MultiWriter(log, tail)
+		if err := cmd.Run(); err != nil {
+			_ = os.Remove(tmp)
+			return Binaries{}, fmt.Errorf("build %s from hack/tools: %w\n%s", t.name, err, tail)
+		}
+		// Rename last, so a build cut short never leaves a binary that looks whole.
+		if err := os.Rename(tmp, out); err != nil {
+			return Binaries{}, fmt.Errorf("install %s: %w", t.name, err)
+		}
+	}
+	return bins, nil
+}
+
+func exists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular()
+}
+
+func lockFile(path string) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open lock %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}

@@ -1,0 +1,68 @@
+package controlplane
+
+import (
+	"fmt"
+	"os"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// AdminConfig returns a client configuration for a member of system:masters.
+func (cp *ControlPlane) AdminConfig() *rest.Config {
+	return rest.CopyConfig(cp.admin)
+}
+
+// UserConfig returns a client configuration that authenticates to
+// kube-apiserver as user in groups, with a certificate signed by ClientCA.
+func (cp *ControlPlane) UserConfig(user string, groups ...string) (*rest.Config, error) {
+	kp, err := cp.ClientCA.ClientCert(user, groups, "", "")
+	if err != nil {
+		return nil, err
+	}
+	return cp.configFor(kp), nil
+}
+
+// NodeConfig returns a client configuration for the kubelet of node: user
+// system:node:<node> in group system:nodes, as the Node authorizer expects.
+func (cp *ControlPlane) NodeConfig(node string) (*rest.Config, error) {
+	return cp.UserConfig("system:node:"+node, "system:nodes")
+}
+
+func (cp *ControlPlane) configFor(kp *KeyPair) *rest.Config {
+	return &rest.Config{
+		Host: cp.URL,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   certPEM(cp.ServingCA.Cert.Raw),
+			CertData: kp.CertPEM,
+			KeyData:  kp.KeyPEM,
+		},
+		// Tests create objects in bursts; client-go's default of 5 QPS would
+		// make them wait on the client instead of on the server under test.
+		QPS:   1000,
+		Burst: 2000,
+	}
+}
+
+// WriteKubeconfig writes cfg, which must carry its credentials inline as
+// the configurations of this package do, to a kubeconfig file at path:
+// the form that programs such as `nodeproxy serve` and kubectl take.
+func WriteKubeconfig(cfg *rest.Config, path string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["nodeproxy"] = &clientcmdapi.Cluster{
+		Server:                   cfg.Host,
+		CertificateAuthorityData: cfg.CAData,
+	}
+	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{
+		ClientCertificateData: cfg.CertData,
+		ClientKeyData:         cfg.KeyData,
+		Token:                 cfg.BearerToken,
+	}
+	kc.Contexts["nodeproxy"] = &clientcmdapi.Context{Cluster: "nodeproxy", AuthInfo: "user"}
+	kc.CurrentContext = "nodeproxy"
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return fmt.Errorf("write kubeconfig %s: %w", path, err)
+	}
+	return os.Chmod(path, 0o600)
+}

@@ -1,0 +1,352 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+)
+
+// readyTimeout bounds the wait for etcd and kube-apiserver. With warm
+// binaries the pair is ready in about 3 s on two idle cores; a loaded CI
+// machine running several test packages at once has been seen to need ten
+// times that, so the bound is generous and the error names the laggard.
+const readyTimeout = 90 * time.Second
+
+// Options choose how the control plane is set up.
+type Options struct {
+	// Authorization is kube-apiserver's structured authorization
+	// configuration (--authorization-config). Nil means Node then RBAC, the
+	// kubeadm default. Put a Webhook authorizer first to ask nodeproxy.
+	Authorization *apiserverv1.AuthorizationConfiguration
+
+	// ExtraAPIServerArgs are appended to kube-apiserver's command line.
+	ExtraAPIServerArgs []string
+
+	// Log receives progress: binary builds and the control plane's
+	// addresses. Nil discards it.
+	Log io.Writer
+}
+
+// ControlPlane is a running etcd and kube-apiserver on 127.0.0.1, each on a
+// free port, with certificates made for this instance alone.
+//
+// Aggregation is always set up: kube-apiserver holds a front-proxy client
+// certificate, and an APIService backed by a Service of type ExternalName
+// with externalName "localhost" reaches a server on this machine at the
+// port the APIService names.
+type ControlPlane struct {
+	// Dir holds certificates, configuration, etcd's data and both logs.
+	Dir string
+	// URL is kube-apiserver's address, https://127.0.0.1:<port>.
+	URL string
+
+	// ServingCA signs kube-apiserver's serving certificate.
+	ServingCA *CA
+	// ClientCA signs the client certificates kube-apiserver accepts.
+	ClientCA *CA
+	// FrontProxyCA signs FrontProxyClient, the certificate kube-apiserver
+	// presents when it proxies to an aggregated server; such a server
+	// trusts the X-Remote-* headers of requests that carry it.
+	FrontProxyCA     *CA
+	FrontProxyClient *KeyPair
+
+	admin     *rest.Config
+	etcd      *process
+	apiserver *process
+}
+
+// Start builds the binaries if they are missing, starts etcd and
+// kube-apiserver, and returns when kube-apiserver's /readyz says ok. On
+// error nothing is left running.
+func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	bins, err := EnsureBinaries(ctx, opts.Log)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "nodeproxy-controlplane-")
+	if err != nil {
+		return nil, fmt.Errorf("control plane directory: %w", err)
+	}
+	cp := &ControlPlane{Dir: dir}
+	defer func() {
+		if err != nil {
+			cp.Stop()
+		}
+	}()
+	ports, err := FreePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	cp.URL = "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	if err := cp.writePKI(); err != nil {
+		return nil, err
+	}
+	authzPath, err := writeAuthorizationConfig(dir, opts.Authorization)
+	if err != nil {
+		return nil, err
+	}
+
+	etcdURL, err := cp.startEtcd(ctx, bins.Etcd, ports[1], ports[2])
+	if err != nil {
+		return nil, err
+	}
+	if err := cp.startAPIServer(ctx, bins.KubeAPIServer, ports[0], etcdURL, authzPath, opts.ExtraAPIServerArgs); err != nil {
+		return nil, err
+	}
+	if err := cp.seed(ctx); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(opts.Log, "control plane ready at %s (files in %s)\n", cp.URL, cp.Dir)
+	return cp, nil
+}
+
+func (cp *ControlPlane) writePKI() error {
+	var err error
+	if cp.ServingCA, err = newCA(cp.Dir, "serving"); err != nil {
+		return err
+	}
+	if cp.ClientCA, err = newCA(cp.Dir, "client"); err != nil {
+		return err
+	}
+	if cp.FrontProxyCA, err = newCA(cp.Dir, "front-proxy"); err != nil {
+		return err
+	}
+	if cp.FrontProxyClient, err = cp.FrontProxyCA.ClientCert(FrontProxyClientName, nil, cp.Dir, "front-proxy-client"); err != nil {
+		return err
+	}
+	if _, err = cp.ServingCA.ServingCert(cp.Dir, "apiserver", "kubernetes", "kubernetes.default", "kubernetes.default.svc"); err != nil {
+		return err
+	}
+	if _, _, err = writeServiceAccountKey(cp.Dir); err != nil {
+		return err
+	}
+	admin, err := cp.ClientCA.ClientCert("nodeproxy-test-admin", []string{"system:masters"}, "", "")
+	if err != nil {
+		return err
+	}
+	cp.admin = cp.configFor(admin)
+	return nil
+}
+
+// FrontProxyClientName is the common name of kube-apiserver's front-proxy
+// client certificate; aggregated servers list it in
+// --requestheader-allowed-names.
+const FrontProxyClientName = "front-proxy-client"
+
+// Request-header names kube-apiserver uses when it proxies to an aggregated
+// server; the same values an aggregated server is given.
+var (
+	RequestHeaderUsernameHeaders     = []string{"X-Remote-User"}
+	RequestHeaderGroupHeaders        = []string{"X-Remote-Group"}
+	RequestHeaderExtraHeadersPrefix  = []string{"X-Remote-Extra-"}
+	defaultAuthorizationConfigration = apiserverv1.AuthorizationConfiguration{
+		Authorizers: []apiserverv1.AuthorizerConfiguration{
+			{Type: "Node", Name: "node"},
+			{Type: "RBAC", Name: "rbac"},
+		},
+	}
+)
+
+func writeAuthorizationConfig(dir string, cfg *apiserverv1.AuthorizationConfiguration) (string, error) {
+	if cfg == nil {
+		cfg = &defaultAuthorizationConfigration
+	}
+	c := cfg.DeepCopy()
+	c.APIVersion = apiserverv1.SchemeGroupVersion.String()
+	c.Kind = "AuthorizationConfiguration"
+	b, err := yaml.Marshal(c)
+	if err != nil {
+		return "", fmt.Errorf("encode authorization configuration: %w", err)
+	}
+	path := filepath.Join(dir, "authorization-config.yaml")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return "", fmt.Errorf("write authorization configuration: %w", err)
+	}
+	return path, nil
+}
+
+func (cp *ControlPlane) startEtcd(ctx context.Context, bin string, clientPort, peerPort int) (string, error) {
+	client := "http://127.0.0.1:" + strconv.Itoa(clientPort)
+	peer := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	var err error
+	cp.etcd, err = startProcess("etcd", bin, []string{
+		"--name=default",
+		"--data-dir=" + filepath.Join(cp.Dir, "etcd"),
+		"--listen-client-urls=" + client,
+		"--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer,
+		"--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=default=" + peer,
+		// Test data is thrown away at the end; fsync would only make every
+		// write wait for the shared disk.
+		"--unsafe-no-fsync=true",
+		"--log-level=warn",
+	}, filepath.Join(cp.Dir, "etcd.log"))
+	if err != nil {
+		return "", err
+	}
+	err = waitReady(ctx, cp.etcd, http.DefaultClient, client+"/health")
+	return client, err
+}
+
+func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, port int, etcdURL, authzPath string, extra []string) error {
+	f := func(name string) string { return filepath.Join(cp.Dir, name) }
+	args := []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + f("apiserver-generated"),
+		"--tls-cert-file=" + f("apiserver.crt"),
+		"--tls-private-key-file=" + f("apiserver.key"),
+		"--client-ca-file=" + cp.ClientCA.CertPath,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + f("sa.pub"),
+		"--service-account-signing-key-file=" + f("sa.key"),
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--authorization-config=" + authzPath,
+		"--requestheader-client-ca-file=" + cp.FrontProxyCA.CertPath,
+		"--requestheader-allowed-names=" + FrontProxyClientName,
+		"--requestheader-username-headers=" + strings.Join(RequestHeaderUsernameHeaders, ","),
+		"--requestheader-group-headers=" + strings.Join(RequestHeaderGroupHeaders, ","),
+		"--requestheader-extra-headers-prefix=" + strings.Join(RequestHeaderExtraHeadersPrefix, ","),
+		"--proxy-client-cert-file=" + cp.FrontProxyClient.CertPath,
+		"--proxy-client-key-file=" + cp.FrontProxyClient.KeyPath,
+		"--allow-privileged=true",
+		"--profiling=false",
+	}
+	args = append(args, extra...)
+	var err error
+	cp.apiserver, err = startProcess("kube-apiserver", bin, args, f("kube-apiserver.log"))
+	if err != nil {
+		return err
+	}
+	client, err := rest.HTTPClientFor(cp.admin)
+	if err != nil {
+		return fmt.Errorf("admin client: %w", err)
+	}
+	return waitReady(ctx, cp.apiserver, client, cp.URL+"/readyz")
+}
+
+// waitReady polls url until it answers 200, p exits, or readyTimeout passes.
+func waitReady(ctx context.Context, p *process, client *http.Client, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	last := "no answer yet"
+	for {
+		if done, err := p.exited(); done {
+			return fmt.Errorf("%s exited before it was ready (%v): %s", p.name, err, p.describe())
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("%s: %s", resp.Status, body)
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready at %s (last answer: %s): %w; %s", p.name, url, last, ctx.Err(), p.describe())
+		case <-tick.C:
+		}
+	}
+}
+
+// seed creates what a controller-manager would have made and tests need:
+// the default ServiceAccount of the default namespace, without which the
+// ServiceAccount admission plugin rejects pods.
+func (cp *ControlPlane) seed(ctx context.Context) error {
+	return cp.EnsureNamespace(ctx, metav1.NamespaceDefault)
+}
+
+// EnsureNamespace creates namespace ns if needed, and its default
+// ServiceAccount: there is no controller-manager to make it.
+func (cp *ControlPlane) EnsureNamespace(ctx context.Context, ns string) error {
+	client, err := kubernetes.NewForConfig(cp.admin)
+	if err != nil {
+		return fmt.Errorf("admin client: %w", err)
+	}
+	_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %q: %w", ns, err)
+	}
+	_, err = client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create default service account in %q: %w", ns, err)
+	}
+	return nil
+}
+
+// Stop ends kube-apiserver, then etcd, and removes Dir. It is safe to call
+// more than once and on a partly started control plane.
+func (cp *ControlPlane) Stop() {
+	if cp.apiserver != nil {
+		cp.apiserver.stop()
+	}
+	if cp.etcd != nil {
+		cp.etcd.stop()
+	}
+	if cp.Dir != "" {
+		_ = os.RemoveAll(cp.Dir)
+	}
+}
+
+// Logs returns the last lines of both processes' logs, for a test that
+// wants to show them on failure.
+func (cp *ControlPlane) Logs() string {
+	var parts []string
+	for _, p := range []*process{cp.etcd, cp.apiserver} {
+		if p != nil {
+			parts = append(parts, p.describe())
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a
+// moment ago. Holding all listeners until every port is chosen keeps the
+// kernel from handing out the same port twice; another process may still
+// take one before its user binds it, a race the callers accept for tests.
+func FreePorts(n int) ([]int, error) {
+	var ports []int
+	var listeners []net.Listener
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		listeners = append(listeners, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}

@@ -1,0 +1,138 @@
+package controlplane
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// stopGrace is how long a child gets between SIGTERM and SIGKILL. etcd and
+// kube-apiserver stop in well under a second when idle; waiting longer only
+// slows down every test package's exit.
+const stopGrace = 5 * time.Second
+
+// process is one child program whose output goes to a log file and a
+// bounded tail kept in memory for error messages.
+type process struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	tail    *tailBuffer
+	done    chan struct{} // closed when the process has exited
+	err     error         // exit status; valid after done is closed
+}
+
+// startProcess starts bin with args. The kernel kills the child when the OS
+// thread that started it dies (Pdeathsig), so no etcd or kube-apiserver
+// outlives a test binary that panics, times out or is killed; stop is the
+// orderly path. Pdeathsig follows the thread, not the process (see
+// golang/go#27505), so the starting goroutine stays locked to its thread
+// until the child has exited: the runtime can then never retire that thread
+// under a live child.
+func startProcess(name, bin string, args []string, logPath string) (*process, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open %s log: %w", name, err)
+	}
+	p := &process{name: name, logPath: logPath, tail: newTailBuffer(40), done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Stdout = io.MultiWriter(logFile, p.tail)
+	p.cmd.Stderr = p.cmd.Stdout
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		defer logFile.Close()
+		if err := p.cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
+	}
+	return p, nil
+}
+
+// exited reports whether the process has ended, and how.
+func (p *process) exited() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// stop asks the process to end and waits for it, escalating to SIGKILL
+// after stopGrace.
+func (p *process) stop() {
+	if ok, _ := p.exited(); ok {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(stopGrace):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// describe names the process, its log file and its last lines: what a
+// developer needs to see when it did not get ready.
+func (p *process) describe() string {
+	return fmt.Sprintf("%s (log %s), last lines:\n%s", p.name, p.logPath, p.tail)
+}
+
+// tailBuffer keeps the last n lines written to it.
+type tailBuffer struct {
+	mu      sync.Mutex
+	n       int
+	lines   []string
+	partial bytes.Buffer
+}
+
+func newTailBuffer(n int) *tailBuffer { return &tailBuffer{n: n} }
+
+func (t *tailBuffer) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.partial.Write(b)
+	for {
+		line, err := t.partial.ReadString('\n')
+		if errors.Is(err, io.EOF) {
+			// Put back the unfinished line for the next write.
+			rest := line
+			t.partial.Reset()
+			t.partial.WriteString(rest)
+			return len(b), nil
+		}
+		t.lines = append(t.lines, strings.TrimRight(line, "\n"))
+		if len(t.lines) > t.n {
+			t.lines = t.lines[len(t.lines)-t.n:]
+		}
+	}
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := strings.Join(t.lines, "\n")
+	if t.partial.Len() > 0 {
+		out += "\n" + t.partial.String()
+	}
+	return out
+}
