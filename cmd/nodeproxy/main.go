@@ -1,0 +1,27 @@
+// Command nodeproxy is the per-cluster cache and authorizer that stands
+// between kubelets and kube-apiserver. See the README and docs/.
+package main
+
+import (
+	"os"
+
+	"github.com/spf13/cobra"
+	"k8s.io/component-base/cli"
+)
+
+func main() {
+	os.Exit(cli.Run(newRootCommand()))
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "nodeproxy",
+		Short: "Node-scoped cache, authorizer and bulk watch for kubelets",
+		Long: "nodeproxy keeps one per-cluster cache of the objects kubelets read, knows which node may " +
+			"read which Secret, ConfigMap, PersistentVolumeClaim, PersistentVolume and ServiceAccount " +
+			"through the pods bound to it, and serves them to nodes from memory.",
+		SilenceUsage: true,
+	}
+	root.AddCommand(newServeCommand())
+	return root
+}

@@ -1,0 +1,69 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+)
+
+// ApplyFiles server-side-applies every object in the YAML files, as the
+// admin, the way `kubectl apply --server-side -f` would. Tests use it to
+// install the very manifests an operator installs.
+func (cp *ControlPlane) ApplyFiles(ctx context.Context, paths ...string) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cp.admin)
+	if err != nil {
+		return fmt.Errorf("discovery client: %w", err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	dyn, err := dynamic.NewForConfig(cp.admin)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	for _, path := range paths {
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("open manifest: %w", err)
+		}
+		err = applyStream(ctx, f, mapper, dyn)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("apply %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+func applyStream(ctx context.Context, r io.Reader, mapper *restmapper.DeferredDiscoveryRESTMapper, dyn dynamic.Interface) error {
+	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("decode: %w", err)
+		}
+		if len(obj.Object) == 0 {
+			continue // an empty document between two ---
+		}
+		gvk := obj.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return fmt.Errorf("map %s: %w", gvk, err)
+		}
+		client := dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
+		if _, err := client.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "nodeproxy-test", Force: true}); err != nil {
+			return fmt.Errorf("%s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+		}
+	}
+}

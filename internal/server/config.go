@@ -1,0 +1,86 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/util/compatibility"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Config is what New needs to build a Server, and nothing more.
+type Config struct {
+	Generic *genericapiserver.Config
+	// Kube is the configuration the informers use.
+	Kube *rest.Config
+}
+
+// Config checks that kube-apiserver answers, then builds the server's
+// configuration from the completed and validated options.
+func (o *Options) Config(ctx context.Context) (*Config, error) {
+	kube, err := o.kubeConfig()
+	if err != nil {
+		return nil, err
+	}
+	if err := reachable(ctx, kube, o); err != nil {
+		return nil, err
+	}
+	if err := o.selfSignedCert(); err != nil {
+		return nil, fmt.Errorf("self-signed serving certificate: %w", err)
+	}
+
+	generic := genericapiserver.NewConfig(codecs)
+	generic.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
+	generic.ShutdownDelayDuration = o.ShutdownDelay
+	if err := o.SecureServing.ApplyTo(&generic.SecureServing, &generic.LoopbackClientConfig); err != nil {
+		return nil, fmt.Errorf("secure serving: %w", err)
+	}
+	if err := o.Authentication.ApplyTo(&generic.Authentication, generic.SecureServing, nil); err != nil {
+		return nil, fmt.Errorf("delegated authentication: %w", err)
+	}
+	if err := o.Authorization.ApplyTo(&generic.Authorization); err != nil {
+		return nil, fmt.Errorf("delegated authorization: %w", err)
+	}
+	generic.Authorization.Authorizer, err = withHealthOnlyForAnonymous(o.Authorization.AlwaysAllowPaths, generic.Authorization.Authorizer)
+	if err != nil {
+		return nil, fmt.Errorf("authorization chain: %w", err)
+	}
+	return &Config{Generic: generic, Kube: kube}, nil
+}
+
+func (o *Options) kubeConfig() (*rest.Config, error) {
+	if o.Kubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig given and not running in a cluster: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load --kubeconfig %s: %w", o.Kubeconfig, err)
+	}
+	return cfg, nil
+}
+
+// reachable asks kube-apiserver for its version within --kube-api-connect-
+// timeout. Without it a wrong kubeconfig surfaces much later, and less
+// clearly: as a hang in the delegated authentication's first lookup, or as
+// a server that never gets ready.
+func reachable(ctx context.Context, kube *rest.Config, o *Options) error {
+	cfg := rest.CopyConfig(kube)
+	cfg.Timeout = o.ConnectTimeout
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("client for kube-apiserver at %s: %w", kube.Host, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.ConnectTimeout)
+	defer cancel()
+	if err := client.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Error(); err != nil {
+		return fmt.Errorf("kube-apiserver at %s does not answer: %w", kube.Host, err)
+	}
+	return nil
+}

@@ -1,0 +1,131 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	netutils "k8s.io/utils/net"
+
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+)
+
+// DefaultSecurePort is where nodeproxy serves when --secure-port is not
+// given: above 1024 so the server needs no privilege, and unlike 443 free
+// on a developer's machine.
+const DefaultSecurePort = 8443
+
+// Options are what the flags of `nodeproxy serve` fill.
+type Options struct {
+	SecureServing  *genericoptions.SecureServingOptionsWithLoopback
+	Authentication *genericoptions.DelegatingAuthenticationOptions
+	Authorization  *genericoptions.DelegatingAuthorizationOptions
+	Logs           *logsapi.LoggingConfiguration
+
+	// Kubeconfig is the file nodeproxy's informers use to reach
+	// kube-apiserver, and the default of the delegated authentication and
+	// authorization kubeconfigs. Empty means the in-cluster configuration.
+	Kubeconfig string
+	// ConnectTimeout bounds the check, before serving, that kube-apiserver
+	// answers.
+	ConnectTimeout time.Duration
+	// ShutdownDelay keeps serving after SIGTERM while /readyz already
+	// fails, so that load balancers stop sending before the listener closes.
+	ShutdownDelay time.Duration
+}
+
+// NewOptions returns the defaults of `nodeproxy serve`.
+func NewOptions() *Options {
+	o := &Options{
+		SecureServing:  genericoptions.NewSecureServingOptions().WithLoopback(),
+		Authentication: genericoptions.NewDelegatingAuthenticationOptions(),
+		Authorization:  genericoptions.NewDelegatingAuthorizationOptions(),
+		Logs:           logsapi.NewLoggingConfiguration(),
+		ConnectTimeout: 10 * time.Second,
+	}
+	o.SecureServing.BindPort = DefaultSecurePort
+	// No default directory: without --cert-dir or --tls-cert-file the
+	// self-signed serving certificate lives in memory, so the server runs on
+	// a read-only root filesystem.
+	o.SecureServing.ServerCert.CertDirectory = ""
+	return o
+}
+
+// Flags returns the flags of `nodeproxy serve` in named sections, printed
+// section by section in --help.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	o.SecureServing.AddFlags(fss.FlagSet("secure serving"))
+	o.Authentication.AddFlags(fss.FlagSet("authentication"))
+	o.Authorization.AddFlags(fss.FlagSet("authorization"))
+
+	fs := fss.FlagSet("kubernetes")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig,
+		"kubeconfig file for the informers that feed nodeproxy's cache, and the default of "+
+			"--authentication-kubeconfig and --authorization-kubeconfig. Empty: the in-cluster configuration.")
+	fs.DurationVar(&o.ConnectTimeout, "kube-api-connect-timeout", o.ConnectTimeout,
+		"How long to wait at start for kube-apiserver to answer before giving up with an error.")
+
+	fs = fss.FlagSet("lifecycle")
+	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay-duration", o.ShutdownDelay,
+		"After SIGTERM, keep serving this long with /readyz failing before closing the listener, "+
+			"so that endpoints are updated before connections are refused.")
+
+	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
+	return fss
+}
+
+// Complete fills the defaults that depend on other options.
+func (o *Options) Complete() error {
+	if o.Authentication.RemoteKubeConfigFile == "" {
+		o.Authentication.RemoteKubeConfigFile = o.Kubeconfig
+	}
+	if o.Authorization.RemoteKubeConfigFile == "" {
+		o.Authorization.RemoteKubeConfigFile = o.Kubeconfig
+	}
+	return nil
+}
+
+// Validate returns every problem with the options at once.
+func (o *Options) Validate() error {
+	var errs []error
+	errs = append(errs, o.SecureServing.Validate()...)
+	errs = append(errs, o.Authentication.Validate()...)
+	errs = append(errs, o.Authorization.Validate()...)
+	if o.SecureServing.BindPort == 0 {
+		// The library allows 0 to turn serving off; nodeproxy is nothing
+		// without it.
+		errs = append(errs, errors.New("--secure-port must not be 0: nodeproxy serves only over TLS"))
+	}
+	ck := o.SecureServing.ServerCert.CertKey
+	if (ck.CertFile == "") != (ck.KeyFile == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file must be given together"))
+	}
+	rh := o.Authentication.RequestHeader
+	if rh.ClientCAFile == "" && len(rh.AllowedNames) > 0 && o.Authentication.SkipInClusterLookup {
+		errs = append(errs, errors.New("--requestheader-allowed-names needs --requestheader-client-ca-file when --authentication-skip-lookup is set: no front proxy could ever be trusted"))
+	}
+	if o.ConnectTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--kube-api-connect-timeout must be positive, got %s", o.ConnectTimeout))
+	}
+	if o.ShutdownDelay < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-delay-duration must not be negative, got %s", o.ShutdownDelay))
+	}
+	if err := logsapi.Validate(o.Logs, utilfeature.DefaultFeatureGate, nil); len(err) > 0 {
+		errs = append(errs, err.ToAggregate())
+	}
+	return errors.Join(errs...)
+}
+
+// selfSignedCert makes an in-memory serving certificate when none was
+// given, valid for localhost, 127.0.0.1 and the in-cluster Service names.
+func (o *Options) selfSignedCert() error {
+	return o.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost",
+		[]string{"nodeproxy", "nodeproxy.nodeproxy", "nodeproxy.nodeproxy.svc"},
+		[]net.IP{netutils.ParseIPSloppy("127.0.0.1")})
+}
