@@ -7,8 +7,8 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	cliflag "k8s.io/component-base/cli/flag"
-	"k8s.io/component-base/term"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/component-base/term"
 
 	"github.com/nodeproxy/nodeproxy/internal/server"
 )

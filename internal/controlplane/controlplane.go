@@ -66,8 +66,8 @@ type ControlPlane struct {
 	FrontProxyClient *KeyPair
 
 	admin     *rest.Config
-	etcd      *process
-	apiserver *process
+	etcd      *Process
+	apiserver *Process
 }
 
 // Start builds the binaries if they are missing, starts etcd and
@@ -187,7 +187,7 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, bin string, clientPort, p
 	client := "http://127.0.0.1:" + strconv.Itoa(clientPort)
 	peer := "http://127.0.0.1:" + strconv.Itoa(peerPort)
 	var err error
-	cp.etcd, err = startProcess("etcd", bin, []string{
+	cp.etcd, err = StartProcess("etcd", bin, []string{
 		"--name=default",
 		"--data-dir=" + filepath.Join(cp.Dir, "etcd"),
 		"--listen-client-urls=" + client,
@@ -203,7 +203,7 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, bin string, clientPort, p
 	if err != nil {
 		return "", err
 	}
-	err = waitReady(ctx, cp.etcd, http.DefaultClient, client+"/health")
+	err = WaitReady(ctx, cp.etcd, http.DefaultClient, client+"/health")
 	return client, err
 }
 
@@ -235,7 +235,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, port int
 	}
 	args = append(args, extra...)
 	var err error
-	cp.apiserver, err = startProcess("kube-apiserver", bin, args, f("kube-apiserver.log"))
+	cp.apiserver, err = StartProcess("kube-apiserver", bin, args, f("kube-apiserver.log"))
 	if err != nil {
 		return err
 	}
@@ -243,38 +243,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, port int
 	if err != nil {
 		return fmt.Errorf("admin client: %w", err)
 	}
-	return waitReady(ctx, cp.apiserver, client, cp.URL+"/readyz")
-}
-
-// waitReady polls url until it answers 200, p exits, or readyTimeout passes.
-func waitReady(ctx context.Context, p *process, client *http.Client, url string) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	last := "no answer yet"
-	for {
-		if done, err := p.exited(); done {
-			return fmt.Errorf("%s exited before it was ready (%v): %s", p.name, err, p.describe())
-		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := client.Do(req)
-		if err == nil {
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = fmt.Sprintf("%s: %s", resp.Status, body)
-		} else {
-			last = err.Error()
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready at %s (last answer: %s): %w; %s", p.name, url, last, ctx.Err(), p.describe())
-		case <-tick.C:
-		}
-	}
+	return WaitReady(ctx, cp.apiserver, client, cp.URL+"/readyz")
 }
 
 // seed creates what a controller-manager would have made and tests need:
@@ -306,10 +275,10 @@ func (cp *ControlPlane) EnsureNamespace(ctx context.Context, ns string) error {
 // more than once and on a partly started control plane.
 func (cp *ControlPlane) Stop() {
 	if cp.apiserver != nil {
-		cp.apiserver.stop()
+		cp.apiserver.Stop()
 	}
 	if cp.etcd != nil {
-		cp.etcd.stop()
+		cp.etcd.Stop()
 	}
 	if cp.Dir != "" {
 		_ = os.RemoveAll(cp.Dir)
@@ -320,9 +289,9 @@ func (cp *ControlPlane) Stop() {
 // wants to show them on failure.
 func (cp *ControlPlane) Logs() string {
 	var parts []string
-	for _, p := range []*process{cp.etcd, cp.apiserver} {
+	for _, p := range []*Process{cp.etcd, cp.apiserver} {
 		if p != nil {
-			parts = append(parts, p.describe())
+			parts = append(parts, p.Describe())
 		}
 	}
 	return strings.Join(parts, "\n")

@@ -2,9 +2,11 @@ package controlplane
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
@@ -19,9 +21,9 @@ import (
 // slows down every test package's exit.
 const stopGrace = 5 * time.Second
 
-// process is one child program whose output goes to a log file and a
+// Process is one child program whose output goes to a log file and a
 // bounded tail kept in memory for error messages.
-type process struct {
+type Process struct {
 	name    string
 	cmd     *exec.Cmd
 	logPath string
@@ -30,19 +32,19 @@ type process struct {
 	err     error         // exit status; valid after done is closed
 }
 
-// startProcess starts bin with args. The kernel kills the child when the OS
+// StartProcess starts bin with args. The kernel kills the child when the OS
 // thread that started it dies (Pdeathsig), so no etcd or kube-apiserver
-// outlives a test binary that panics, times out or is killed; stop is the
+// outlives a test binary that panics, times out or is killed; Stop is the
 // orderly path. Pdeathsig follows the thread, not the process (see
 // golang/go#27505), so the starting goroutine stays locked to its thread
 // until the child has exited: the runtime can then never retire that thread
 // under a live child.
-func startProcess(name, bin string, args []string, logPath string) (*process, error) {
+func StartProcess(name, bin string, args []string, logPath string) (*Process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open %s log: %w", name, err)
 	}
-	p := &process{name: name, logPath: logPath, tail: newTailBuffer(40), done: make(chan struct{})}
+	p := &Process{name: name, logPath: logPath, tail: newTailBuffer(40), done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout = io.MultiWriter(logFile, p.tail)
 	p.cmd.Stderr = p.cmd.Stdout
@@ -66,8 +68,8 @@ func startProcess(name, bin string, args []string, logPath string) (*process, er
 	return p, nil
 }
 
-// exited reports whether the process has ended, and how.
-func (p *process) exited() (bool, error) {
+// Exited reports whether the process has ended, and how.
+func (p *Process) Exited() (bool, error) {
 	select {
 	case <-p.done:
 		return true, p.err
@@ -76,10 +78,10 @@ func (p *process) exited() (bool, error) {
 	}
 }
 
-// stop asks the process to end and waits for it, escalating to SIGKILL
+// Stop asks the process to end and waits for it, escalating to SIGKILL
 // after stopGrace.
-func (p *process) stop() {
-	if ok, _ := p.exited(); ok {
+func (p *Process) Stop() {
+	if ok, _ := p.Exited(); ok {
 		return
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -91,9 +93,9 @@ func (p *process) stop() {
 	}
 }
 
-// describe names the process, its log file and its last lines: what a
+// Describe names the process, its log file and its last lines: what a
 // developer needs to see when it did not get ready.
-func (p *process) describe() string {
+func (p *Process) Describe() string {
 	return fmt.Sprintf("%s (log %s), last lines:\n%s", p.name, p.logPath, p.tail)
 }
 
@@ -135,4 +137,36 @@ func (t *tailBuffer) String() string {
 		out += "\n" + t.partial.String()
 	}
 	return out
+}
+
+// WaitReady polls url until it answers 200, p exits, or readyTimeout
+// passes; its error says which, with the tail of p's log.
+func WaitReady(ctx context.Context, p *Process, client *http.Client, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	last := "no answer yet"
+	for {
+		if done, err := p.Exited(); done {
+			return fmt.Errorf("%s exited before it was ready (%v): %s", p.name, err, p.Describe())
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("%s: %s", resp.Status, body)
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready at %s (last answer: %s): %w; %s", p.name, url, last, ctx.Err(), p.Describe())
+		case <-tick.C:
+		}
+	}
 }

@@ -18,7 +18,7 @@ import (
 //	}
 //
 // If the test binary dies instead (a panic, -timeout), the kernel kills
-// both processes; see startProcess.
+// both processes; see StartProcess.
 func RunTests(m *testing.M, opts Options, cp **ControlPlane) int {
 	if opts.Log == nil {
 		opts.Log = os.Stderr

@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	cliflag "k8s.io/component-base/cli/flag"
@@ -14,6 +15,12 @@ import (
 
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 )
+
+func init() {
+	// The logging flags consult these gates; k8s.io/apiserver does not
+	// register them, kube-apiserver's own feature list does.
+	utilruntime.Must(logsapi.AddFeatureGates(utilfeature.DefaultMutableFeatureGate))
+}
 
 // DefaultSecurePort is where nodeproxy serves when --secure-port is not
 // given: above 1024 so the server needs no privilege, and unlike 443 free

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+const demoNamespace = "demo"
+
+// seed creates two nodes and a pod on each that reads a Secret or
+// ConfigMaps: the smallest workload that gives nodes different rights.
+func seed(ctx context.Context, kube kubernetes.Interface) error {
+	for _, n := range []string{"node-a", "node-b"} {
+		if _, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create node %s: %w", n, err)
+		}
+	}
+	ns := demoNamespace
+	if _, err := kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "db-password"},
+		StringData: map[string]string{"password": "demo-only"},
+	}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create secret: %w", err)
+	}
+	for _, cm := range []string{"web-config", "batch-config"} {
+		if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: cm},
+			Data:       map[string]string{"mode": cm},
+		}, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create configmap %s: %w", cm, err)
+		}
+	}
+	pods := []*corev1.Pod{
+		pod("web-0", "node-a",
+			corev1.Volume{Name: "password", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "db-password"}}},
+			corev1.Volume{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "web-config"}}}}),
+		pod("batch-0", "node-b",
+			corev1.Volume{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "batch-config"}}}}),
+	}
+	for _, p := range pods {
+		if _, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create pod %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+func pod(name, node string, volumes ...corev1.Volume) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			NodeName:   node,
+			Volumes:    volumes,
+			Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10"}},
+		},
+	}
+}
+
+func readFile(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return b, nil
+}
