@@ -3,6 +3,7 @@ module github.com/nodeproxy/nodeproxy
 go 1.26.0
 
 require (
+	github.com/cockroachdb/datadriven v1.0.2
 	github.com/spf13/cobra v1.10.2
 	k8s.io/api v0.36.3
 	k8s.io/apimachinery v0.36.3

@@ -1,16 +1,65 @@
-// Package graph will hold nodeproxy's authorization graph: which node may
-// reach which object, through the pods bound to it.
+// Package graph holds nodeproxy's authorization graph: which node may reach
+// which object, through the pods bound to it.
 //
-//	node <- pod <- secret, configmap, serviceaccount, resourceclaim
-//	         ^---- pvc <- pv <- secret
-//	node <- volumeattachment, resourceslice
+// The edges are the ones kube-apiserver's in-tree Node authorizer follows:
 //
-// The design it is held to (issue "graph + authorizer"): reachability kept
-// current on every write (a count of paths per node and object), so that
-// "may node N reach object O?" is answered without a walk; ordered change
-// notifications per (node, object); and writers that never wait behind
-// thousands of readers.
+//	secret --------------------\
+//	configmap ------------------\
+//	serviceaccount --------------> pod ----> node
+//	resourceclaim --------------/    ^
+//	pvc ------------------------/    |  (spec.nodeName)
+//	 ^
+//	 | (spec.claimRef)
+//	 pv <---- secret (kubelet-visible secret references of the PV)
 //
-// Nothing is implemented yet; the package exists so that the layout is the
-// designed one from the first commit.
+//	volumeattachment ----------------------> node
+//	resourceslice -------------------------> node
+//
+// An object is reachable from node N when a path leads from it to N: a
+// secret used by a pod on N, a PV bound to a PVC that a pod on N mounts, a
+// secret of that PV.
+//
+// # Reachability instead of walks
+//
+// The reference answers each question with a depth-first walk under a
+// read lock. Here every object carries, per node, the number of paths
+// from it to that node, kept current on every write: adding a pod on N adds
+// one path to N for the pod and for each object it references; binding a PV
+// to a PVC gives the PV (and the PV's secrets) the PVC's paths. A question
+// is then one map lookup, the same cost for allow and for deny:
+//
+//	Reachable(N, ref) == paths[ref][N] > 0
+//
+// Paths are counted rather than marked so that removals are local: a
+// secret shared by two pods on N stays reachable when one of them goes.
+// The graph is a DAG of depth three (secret -> pv -> pvc -> pod), so a write
+// touches the objects of one pod or one PV and never walks the graph.
+//
+// # Locking
+//
+// Readers and writers meet only on the shards: an object lives in one of
+// numShards maps, each behind its own RWMutex, held by readers for one map
+// lookup and by writers for one count update. No reader holds a lock long
+// enough for a writer to notice; no writer holds one across more than one
+// object. This is what keeps writes fast under thousands of concurrent
+// readers, where the reference's single RWMutex held across graph walks
+// lets writes wait over a second.
+//
+// Writers are serialized by Graph.mu, held for a whole write (one pod, one
+// PV), which is also what orders change notifications. Functions whose
+// names end in Locked require Graph.mu; those ending in ShardLocked require
+// the object's shard lock as well.
+//
+// A reader racing a write sees each object either before or after it, not
+// the write as a whole: a decision is about one object, so this is the
+// same answer the reference gives a decision that takes its read lock just
+// before or just after the write.
+//
+// # Changes
+//
+// Observers learn, per (node, object), when reachability appears and when
+// it vanishes, in write order, from the writer's goroutine after the write
+// (see Observe). A write that leaves an object's reachability from a node
+// as it was (a pod updated in place, a pod recreated under the same name on
+// the same node) reports nothing for it.
 package graph

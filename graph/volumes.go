@@ -1,0 +1,125 @@
+package graph
+
+import (
+	corev1 "k8s.io/api/core/v1"
+)
+
+// AddPV records a PersistentVolume: bound to a claim (spec.claimRef), it
+// is reachable wherever the claim is, and so are the secrets it shows the
+// kubelet. An unbound PV grants nothing. It replaces an earlier PV of the
+// same name.
+func (g *Graph) AddPV(pv *corev1.PersistentVolume) {
+	defer observeWrite("AddPV")()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.removePVLocked(pv.Name)
+	if pv.Spec.ClaimRef != nil {
+		g.addPVLocked(pv)
+	}
+	g.flushLocked()
+}
+
+// DeletePV removes the PersistentVolume of that name.
+func (g *Graph) DeletePV(name string) {
+	defer observeWrite("DeletePV")()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.removePVLocked(name)
+	g.flushLocked()
+}
+
+func (g *Graph) addPVLocked(pv *corev1.PersistentVolume) {
+	rec := &pvRecord{
+		self:  g.acquireLocked(ObjectRef{Kind: PersistentVolume, Name: pv.Name}),
+		claim: g.acquireLocked(ObjectRef{Kind: PersistentVolumeClaim, Namespace: pv.Spec.ClaimRef.Namespace, Name: pv.Spec.ClaimRef.Name}),
+	}
+	pvSecrets(pv, func(ref ObjectRef) {
+		for _, e := range rec.secrets {
+			if e.ref == ref {
+				return
+			}
+		}
+		rec.secrets = append(rec.secrets, g.acquireLocked(ref))
+	})
+	g.pvs[pv.Name] = rec
+	// Link first, then hand over the claim's paths: they flow on to the
+	// secrets through the link.
+	g.inherit[rec.self] = rec.secrets
+	g.inherit[rec.claim] = append(g.inherit[rec.claim], rec.self)
+	rec.claim.eachNodeLocked(func(node string, paths int32) {
+		g.addPathsLocked(rec.self, node, paths)
+	})
+}
+
+func (g *Graph) removePVLocked(name string) {
+	rec, ok := g.pvs[name]
+	if !ok {
+		return
+	}
+	delete(g.pvs, name)
+	rec.claim.eachNodeLocked(func(node string, paths int32) {
+		g.addPathsLocked(rec.self, node, -paths)
+	})
+	ups := g.inherit[rec.claim]
+	for i, e := range ups {
+		if e == rec.self {
+			ups = append(ups[:i], ups[i+1:]...)
+			break
+		}
+	}
+	if len(ups) == 0 {
+		delete(g.inherit, rec.claim)
+	} else {
+		g.inherit[rec.claim] = ups
+	}
+	delete(g.inherit, rec.self)
+	for _, e := range rec.secrets {
+		g.releaseLocked(e)
+	}
+	g.releaseLocked(rec.claim)
+	g.releaseLocked(rec.self)
+}
+
+// AddVolumeAttachment records that attachment name is for node; an
+// attachment without a node grants nothing.
+func (g *Graph) AddVolumeAttachment(name, node string) {
+	g.setOwner("AddVolumeAttachment", ObjectRef{Kind: VolumeAttachment, Name: name}, node)
+}
+
+// DeleteVolumeAttachment removes the attachment of that name.
+func (g *Graph) DeleteVolumeAttachment(name string) {
+	g.setOwner("DeleteVolumeAttachment", ObjectRef{Kind: VolumeAttachment, Name: name}, "")
+}
+
+// AddResourceSlice records that slice name belongs to node; a slice
+// without a node (one for the whole cluster) grants nothing.
+func (g *Graph) AddResourceSlice(name, node string) {
+	g.setOwner("AddResourceSlice", ObjectRef{Kind: ResourceSlice, Name: name}, node)
+}
+
+// DeleteResourceSlice removes the slice of that name.
+func (g *Graph) DeleteResourceSlice(name string) {
+	g.setOwner("DeleteResourceSlice", ObjectRef{Kind: ResourceSlice, Name: name}, "")
+}
+
+// setOwner makes ref reachable from node alone, or from no node when
+// node is empty: the one edge of attachments and slices.
+func (g *Graph) setOwner(op string, ref ObjectRef, node string) {
+	defer observeWrite(op)()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e, ok := g.owners[ref]; ok {
+		if e.node == node && e.count > 0 {
+			return // unchanged, as most informer updates are
+		}
+		g.addPathsLocked(e, e.node, -e.count)
+		g.releaseLocked(e)
+		delete(g.owners, ref)
+	}
+	if node != "" {
+		e := g.acquireLocked(ref)
+		g.addPathsLocked(e, node, 1)
+		g.owners[ref] = e
+	}
+	g.flushLocked()
+}
