@@ -92,7 +92,9 @@ func TestPodReferencesFollowEveryField(t *testing.T) {
 }
 
 func TestPVSecretsAreTheKubeletVisibleOnes(t *testing.T) {
-	ref := func(ns, name string) *corev1.SecretReference { return &corev1.SecretReference{Namespace: ns, Name: name} }
+	ref := func(ns, name string) *corev1.SecretReference {
+		return &corev1.SecretReference{Namespace: ns, Name: name}
+	}
 	pv := func(src corev1.PersistentVolumeSource) *corev1.PersistentVolume {
 		return &corev1.PersistentVolume{
 			ObjectMeta: metav1.ObjectMeta{Name: "pv"},
