@@ -1,7 +1,32 @@
-// Package authorizer will decide requests from node identities
-// (system:node:<name> in group system:nodes) against package graph, with
-// the same answers as kube-apiserver's in-tree Node authorizer, and serve
-// them as a SubjectAccessReview webhook. Everyone else gets NoOpinion.
+// Package authorizer decides requests from node identities against the
+// reachability of package graph, with the answers of kube-apiserver's
+// in-tree Node authorizer (Kubernetes 1.36, default feature gates,
+// AuthorizeNodeWithSelectors on), and serves them as a SubjectAccessReview
+// webhook.
 //
-// Nothing is implemented yet; see the issue "graph + authorizer".
+// A node identity is user system:node:<name> in group system:nodes.
+// Everyone else gets NoOpinion, so the authorizers after this one (RBAC)
+// decide. A node's request is decided by kind:
+//
+//	secrets, configmaps        get/list/watch of a named object the node reaches
+//	persistentvolumeclaims     get of a reached claim; update/patch of its status
+//	persistentvolumes          get of a reached volume
+//	serviceaccounts            get of a reached account; create of its token
+//	resourceclaims             get of a reached claim
+//	volumeattachments          get of an attachment for this node
+//	resourceslices             create; get/update/patch/delete of this node's;
+//	                           list/watch/deletecollection with spec.nodeName=<self>
+//	leases                     this node's lease in kube-node-lease
+//	csinodes                   this node's CSINode
+//	nodes                      create/update/patch; read of its own Node; status
+//	pods                       get of a pod on this node; list/watch with
+//	                           spec.nodeName=<self>; create/delete (mirror pods);
+//	                           status; eviction
+//	podcertificaterequests     no opinion (the feature is off by default in 1.36)
+//	anything else              the static rules of the system:node ClusterRole
+//
+// A refusal is NoOpinion, never Deny, exactly as the reference: a cluster
+// may still grant more through RBAC. Every decision is made without
+// allocating and without a graph walk: the graph answers "does this node
+// reach this object" with one lookup.
 package authorizer

@@ -1,0 +1,333 @@
+package authorizer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeproxy/nodeproxy/graph"
+)
+
+// Reachability answers whether a node reaches an object. *graph.Graph is
+// one.
+type Reachability interface {
+	Reachable(node string, ref graph.ObjectRef) bool
+}
+
+// NodeAuthorizer decides the requests of node identities.
+type NodeAuthorizer struct {
+	graph Reachability
+}
+
+var (
+	_ authorizer.Authorizer   = (*NodeAuthorizer)(nil)
+	_ authorizer.RuleResolver = (*NodeAuthorizer)(nil)
+)
+
+// New returns an authorizer that decides against g.
+func New(g Reachability) *NodeAuthorizer {
+	return &NodeAuthorizer{graph: g}
+}
+
+// errRulesUnsupported is what RulesFor says of node identities: their
+// rights depend on the graph, not on rules a client could list.
+var errRulesUnsupported = errors.New("node authorizer does not support user rule resolution")
+
+// RulesFor answers SelfSubjectRulesReview: incomplete for nodes, nothing
+// (and complete) for everyone else, as the reference does.
+func (a *NodeAuthorizer) RulesFor(_ context.Context, u user.Info, _ string) ([]authorizer.ResourceRuleInfo, []authorizer.NonResourceRuleInfo, bool, error) {
+	if _, isNode := nodeIdentity(u); isNode {
+		return nil, nil, true, errRulesUnsupported
+	}
+	return nil, nil, false, nil
+}
+
+// Authorize decides a request. Only node identities get an opinion.
+func (a *NodeAuthorizer) Authorize(_ context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
+	node, isNode := nodeIdentity(attrs.GetUser())
+	if !isNode {
+		return authorizer.DecisionNoOpinion, "", nil
+	}
+	if node == "" {
+		klog.V(2).InfoS("Node request refused: no node name", "user", attrs.GetUser().GetName())
+		return authorizer.DecisionNoOpinion, fmt.Sprintf("unknown node for user %q", attrs.GetUser().GetName()), nil
+	}
+	d, reason := a.decide(node, attrs)
+	if d != authorizer.DecisionAllow && klog.V(2).Enabled() {
+		klog.V(2).InfoS("Node request refused", "node", node, "verb", attrs.GetVerb(), "resource", attrs.GetResource(),
+			"subresource", attrs.GetSubresource(), "namespace", attrs.GetNamespace(), "name", attrs.GetName(), "reason", reason)
+	}
+	return d, reason, nil
+}
+
+const (
+	allow     = authorizer.DecisionAllow
+	noOpinion = authorizer.DecisionNoOpinion
+)
+
+func (a *NodeAuthorizer) decide(node string, attrs authorizer.Attributes) (authorizer.Decision, string) {
+	if !attrs.IsResourceRequest() {
+		return a.static(attrs)
+	}
+	switch attrs.GetAPIGroup() {
+	case "":
+		switch attrs.GetResource() {
+		case "secrets":
+			return a.readNamespaced(node, graph.Secret, attrs)
+		case "configmaps":
+			return a.readNamespaced(node, graph.ConfigMap, attrs)
+		case "persistentvolumeclaims":
+			if attrs.GetSubresource() == "status" {
+				return a.statusUpdate(node, graph.PersistentVolumeClaim, attrs)
+			}
+			return a.get(node, graph.PersistentVolumeClaim, attrs)
+		case "persistentvolumes":
+			return a.get(node, graph.PersistentVolume, attrs)
+		case "serviceaccounts":
+			return a.serviceAccount(node, attrs)
+		case "nodes":
+			return nodeObject(node, attrs)
+		case "pods":
+			return a.pod(node, attrs)
+		}
+	case "resource.k8s.io":
+		switch attrs.GetResource() {
+		case "resourceclaims":
+			return a.get(node, graph.ResourceClaim, attrs)
+		case "resourceslices":
+			return a.resourceSlice(node, attrs)
+		}
+	case "storage.k8s.io":
+		switch attrs.GetResource() {
+		case "volumeattachments":
+			return a.get(node, graph.VolumeAttachment, attrs)
+		case "csinodes":
+			return csiNode(node, attrs)
+		}
+	case "coordination.k8s.io":
+		if attrs.GetResource() == "leases" {
+			return lease(node, attrs)
+		}
+	case "certificates.k8s.io":
+		if attrs.GetResource() == "podcertificaterequests" {
+			// PodCertificateRequest is off by default in 1.36; the
+			// reference then has no opinion, not even from its rules.
+			return noOpinion, ""
+		}
+	}
+	return a.static(attrs)
+}
+
+func (a *NodeAuthorizer) static(attrs authorizer.Attributes) (authorizer.Decision, string) {
+	if staticRulesAllow(attrs) {
+		return allow, ""
+	}
+	return noOpinion, ""
+}
+
+// reached is the graph question at the heart of most decisions.
+func (a *NodeAuthorizer) reached(node string, kind graph.Kind, attrs authorizer.Attributes) (authorizer.Decision, string) {
+	if attrs.GetName() == "" {
+		return noOpinion, "No Object name found"
+	}
+	if a.graph.Reachable(node, graph.ObjectRef{Kind: kind, Namespace: attrs.GetNamespace(), Name: attrs.GetName()}) {
+		return allow, ""
+	}
+	return noOpinion, missingRelationship[kind]
+}
+
+// missingRelationship says, per kind, which relationship a denied node
+// lacks. Constant strings: a denial allocates nothing.
+var missingRelationship = [...]string{
+	graph.Pod:                   "no relationship found between node and this object: the pod is not bound to this node",
+	graph.Secret:                "no relationship found between node and this object: no pod bound to this node references this secret, directly or through a persistent volume",
+	graph.ConfigMap:             "no relationship found between node and this object: no pod bound to this node references this configmap",
+	graph.ServiceAccount:        "no relationship found between node and this object: no pod bound to this node runs as this service account",
+	graph.PersistentVolumeClaim: "no relationship found between node and this object: no pod bound to this node uses this claim",
+	graph.PersistentVolume:      "no relationship found between node and this object: the volume is not bound to a claim used by a pod on this node",
+	graph.ResourceClaim:         "no relationship found between node and this object: no pod bound to this node uses this resource claim",
+	graph.VolumeAttachment:      "no relationship found between node and this object: the attachment is not for this node",
+	graph.ResourceSlice:         "no relationship found between node and this object: the resource slice does not belong to this node",
+}
+
+func (a *NodeAuthorizer) readNamespaced(node string, kind graph.Kind, attrs authorizer.Attributes) (authorizer.Decision, string) {
+	switch attrs.GetVerb() {
+	case "get", "list", "watch":
+	default:
+		return noOpinion, "can only read resources of this type"
+	}
+	if attrs.GetSubresource() != "" {
+		return noOpinion, "cannot read subresource"
+	}
+	if attrs.GetNamespace() == "" {
+		return noOpinion, "can only read namespaced object of this type"
+	}
+	return a.reached(node, kind, attrs)
+}
+
+func (a *NodeAuthorizer) get(node string, kind graph.Kind, attrs authorizer.Attributes) (authorizer.Decision, string) {
+	if attrs.GetVerb() != "get" {
+		return noOpinion, "can only get individual resources of this type"
+	}
+	if attrs.GetSubresource() != "" {
+		return noOpinion, "cannot get subresource"
+	}
+	return a.reached(node, kind, attrs)
+}
+
+func (a *NodeAuthorizer) statusUpdate(node string, kind graph.Kind, attrs authorizer.Attributes) (authorizer.Decision, string) {
+	switch attrs.GetVerb() {
+	case "update", "patch":
+	default:
+		return noOpinion, "can only get/update/patch this type"
+	}
+	if attrs.GetSubresource() != "status" {
+		return noOpinion, "can only update status subresource"
+	}
+	return a.reached(node, kind, attrs)
+}
+
+// serviceAccount: get of an account a pod on the node runs as (kubelet
+// credential providers need it), or create of its token subresource.
+func (a *NodeAuthorizer) serviceAccount(node string, attrs authorizer.Attributes) (authorizer.Decision, string) {
+	if attrs.GetVerb() == "get" && attrs.GetSubresource() == "" {
+		return a.readNamespaced(node, graph.ServiceAccount, attrs)
+	}
+	if attrs.GetVerb() != "create" || attrs.GetName() == "" {
+		return noOpinion, "can only create tokens for individual service accounts"
+	}
+	if attrs.GetSubresource() != "token" {
+		return noOpinion, "can only create token subresource of serviceaccount"
+	}
+	return a.reached(node, graph.ServiceAccount, attrs)
+}
+
+// lease: the node's own lease in kube-node-lease. The name is not known at
+// create; the NodeRestriction admission plugin checks it then.
+func lease(node string, attrs authorizer.Attributes) (authorizer.Decision, string) {
+	switch attrs.GetVerb() {
+	case "get", "create", "update", "patch", "delete":
+	default:
+		return noOpinion, "can only get, create, update, patch, or delete a node lease"
+	}
+	if attrs.GetNamespace() != "kube-node-lease" {
+		return noOpinion, `can only access leases in the "kube-node-lease" system namespace`
+	}
+	if attrs.GetVerb() != "create" && attrs.GetName() != node {
+		return noOpinion, "can only access node lease with the same name as the requesting node"
+	}
+	return allow, ""
+}
+
+// csiNode: the node's own CSINode object, as for leases.
+func csiNode(node string, attrs authorizer.Attributes) (authorizer.Decision, string) {
+	switch attrs.GetVerb() {
+	case "get", "create", "update", "patch", "delete":
+	default:
+		return noOpinion, "can only get, create, update, patch, or delete a CSINode"
+	}
+	if attrs.GetSubresource() != "" {
+		return noOpinion, "cannot authorize CSINode subresources"
+	}
+	if attrs.GetVerb() != "create" && attrs.GetName() != node {
+		return noOpinion, "can only access CSINode with the same name as the requesting node"
+	}
+	return allow, ""
+}
+
+func (a *NodeAuthorizer) resourceSlice(node string, attrs authorizer.Attributes) (authorizer.Decision, string) {
+	if attrs.GetSubresource() != "" {
+		return noOpinion, "cannot authorize ResourceSlice subresources"
+	}
+	switch attrs.GetVerb() {
+	case "create":
+		// The new object's spec.nodeName is checked by NodeRestriction.
+		return allow, ""
+	case "get", "update", "patch", "delete":
+		return a.reached(node, graph.ResourceSlice, attrs)
+	case "watch", "list", "deletecollection":
+		if selectsNode(attrs, node) {
+			return allow, ""
+		}
+		return noOpinion, "can only list/watch/deletecollection resourceslices with nodeName field selector"
+	}
+	return noOpinion, "only the following verbs are allowed for a ResourceSlice: get, watch, list, create, update, patch, delete, deletecollection"
+}
+
+// nodeObject: a node may create and update Node objects (NodeRestriction
+// limits it to its own), and read only its own, by name, even before it
+// exists.
+func nodeObject(node string, attrs authorizer.Attributes) (authorizer.Decision, string) {
+	switch attrs.GetSubresource() {
+	case "":
+		switch attrs.GetVerb() {
+		case "create", "update", "patch":
+			return allow, ""
+		case "get", "list", "watch":
+			switch attrs.GetName() {
+			case node:
+				return allow, ""
+			case "":
+				return noOpinion, "node cannot read all nodes, only its own Node object"
+			default:
+				return noOpinion, "node cannot read another node's Node object, only its own"
+			}
+		}
+	case "status":
+		switch attrs.GetVerb() {
+		case "update", "patch":
+			return allow, ""
+		}
+	}
+	return noOpinion, ""
+}
+
+func (a *NodeAuthorizer) pod(node string, attrs authorizer.Attributes) (authorizer.Decision, string) {
+	switch attrs.GetSubresource() {
+	case "":
+		switch attrs.GetVerb() {
+		case "get":
+			return a.get(node, graph.Pod, attrs)
+		case "list", "watch":
+			if selectsNode(attrs, node) {
+				return allow, ""
+			}
+			if attrs.GetName() != "" {
+				return a.reached(node, graph.Pod, attrs)
+			}
+			return noOpinion, "can only list/watch pods with spec.nodeName field selector"
+		case "create", "delete":
+			// Mirror pods; NodeRestriction keeps them to this node.
+			return allow, ""
+		}
+	case "status":
+		switch attrs.GetVerb() {
+		case "update", "patch":
+			return allow, ""
+		}
+	case "eviction":
+		if attrs.GetVerb() == "create" {
+			return allow, ""
+		}
+	}
+	return noOpinion, ""
+}
+
+// selectsNode reports whether the request's field selector requires
+// spec.nodeName=<node> (kube-apiserver parses "==" to the same
+// requirement). Requirements that failed to parse are not there to
+// match, so a malformed selector grants nothing.
+func selectsNode(attrs authorizer.Attributes, node string) bool {
+	reqs, _ := attrs.GetFieldSelector()
+	for _, r := range reqs {
+		if r.Field == "spec.nodeName" && r.Operator == selection.Equals && r.Value == node {
+			return true
+		}
+	}
+	return false
+}

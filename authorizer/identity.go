@@ -1,0 +1,29 @@
+package authorizer
+
+import (
+	"strings"
+
+	"k8s.io/apiserver/pkg/authentication/user"
+)
+
+const nodeUserPrefix = "system:node:"
+
+// nodeIdentity returns the node a user is, and whether the user is a node
+// at all: a name starting with system:node: and membership of
+// system:nodes. A node whose name is empty (user "system:node:") is a node
+// whose requests cannot be decided.
+func nodeIdentity(u user.Info) (name string, isNode bool) {
+	if u == nil {
+		return "", false
+	}
+	name, found := strings.CutPrefix(u.GetName(), nodeUserPrefix)
+	if !found {
+		return "", false
+	}
+	for _, g := range u.GetGroups() {
+		if g == user.NodesGroup {
+			return name, true
+		}
+	}
+	return "", false
+}
