@@ -39,8 +39,6 @@ type changeLog struct {
 	out     []Change
 }
 
-func (c *changeLog) init() { c.initial = map[changeKey]bool{} }
-
 func (c *changeLog) touch(node string, ref ObjectRef, before bool) {
 	if !c.enabled {
 		return

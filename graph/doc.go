@@ -37,23 +37,30 @@
 //
 // # Locking
 //
-// Readers and writers meet only on the shards: an object lives in one of
-// numShards maps, each behind its own RWMutex, held by readers for one map
-// lookup and by writers for one count update. No reader holds a lock long
-// enough for a writer to notice; no writer holds one across more than one
-// object. This is what keeps writes fast under thousands of concurrent
-// readers, where the reference's single RWMutex held across graph walks
-// lets writes wait over a second.
+// Readers take no lock at all. Objects live in an open-addressing table
+// that one writer changes and readers probe with atomic loads (rtable);
+// each object's reachability is an atomic word: no node, one node id, or
+// "many" with a per-node bitset beside it. A lock that readers hold, even
+// for one map lookup, is a lock a reader can be preempted while holding,
+// and with thousands of runnable readers that reader may not run again
+// for seconds: the reference's writers wait behind exactly that. Here no
+// writer ever waits for a reader.
 //
 // Writers are serialized by Graph.mu, held for a whole write (one pod, one
 // PV), which is also what orders change notifications. Functions whose
-// names end in Locked require Graph.mu; those ending in ShardLocked require
-// the object's shard lock as well.
+// names end in Locked require Graph.mu; fields marked "writer only" are
+// touched under it alone.
 //
 // A reader racing a write sees each object either before or after it, not
 // the write as a whole: a decision is about one object, so this is the
-// same answer the reference gives a decision that takes its read lock just
+// answer the reference gives a decision that takes its read lock just
 // before or just after the write.
+//
+// # Memory
+//
+// An object costs a 48-byte entry and about 14 bytes of table; a pod
+// record, its references as pointers. The reference shape (100k pods,
+// 710k objects) retains about 71 MB (BenchmarkPopulation).
 //
 // # Changes
 //

@@ -1,72 +1,67 @@
 package graph
 
 import (
-	"hash/maphash"
 	"sync"
-
-	"k8s.io/apimachinery/pkg/types"
+	"sync/atomic"
 )
-
-// numShards spreads objects over this many independently locked maps.
-// Readers of different shards never touch the same cache line; 64 keeps
-// the chance that two of a 2-core machine's concurrent readers share a
-// shard under 2% while costing 4 KiB.
-const numShards = 64
 
 // Graph is the authorization graph. The zero value is not usable; call New.
 type Graph struct {
-	// mu serializes writers and guards everything below shards. Readers
-	// never take it.
+	// mu serializes writers and guards every field marked "writer only".
+	// Readers never take it, nor any other lock.
 	mu sync.Mutex
 
-	shards [numShards]shard
+	objects *rtable[ObjectRef, entry]   // every object with a path, or held by a record
+	multi   *rtable[*entry, multiReach] // reachability of objects reached from more than one node
+	nodes   *rtable[string, nodeEntry]  // node name -> dense id
+	names   []string                    // node id -> name; writer only
 
-	pods   map[podKey]*podRecord
-	pvs    map[string]*pvRecord
-	owners map[ObjectRef]*entry // VolumeAttachments and ResourceSlices, by name
+	pods     map[*entry]*podRecord  // by the pod's own entry; writer only
+	pvs      map[*entry]*pvRecord   // by the PV's own entry; writer only
+	scratch  []*entry               // a pod's references while collected; writer only
+	claimPVs map[*entry][]*pvRecord // PVs bound to a claim; writer only
+	owners   map[ObjectRef]*entry   // attachments and slices; writer only
+	sizes    [numKinds]atomic.Int64 // live objects by kind
 
-	// inherit lists, for a PVC or PV entry, the entries that are reachable
-	// wherever it is: the PVs bound to a PVC, the secrets of a PV.
-	inherit map[*entry][]*entry
-
-	// sizes counts live objects by kind, for metrics.
-	sizes [numKinds]int
-
-	observers []Observer
-	changes   changeLog
+	observers []Observer // writer only
+	changes   changeLog  // writer only
 }
 
-// shard is one of the maps readers look objects up in.
-type shard struct {
-	mu      sync.RWMutex
-	objects map[ObjectRef]*entry
-	_       [64 - 32]byte // one cache line per shard: readers of neighbours must not contend
-}
-
-// entry is one object's reachability: the number of paths from it to each
-// node. Most objects are reachable from one node, so the first node lives
-// inline and a map is made only for a second.
-//
-// node, count and more are written under both Graph.mu and the shard's
-// write lock, and read under the shard's read lock. ref and holders are
-// used by writers only.
+// entry is one object and its reachability. reach is what readers look
+// at: 0 when no node reaches the object, id+1 when exactly node id does
+// (with count paths), manyNodes when several do (see Graph.multi). The
+// layout keeps an entry at 48 bytes; there is one per object in the
+// cluster that a pod or PV refers to.
 type entry struct {
-	node  string
-	count int32
-	more  map[string]int32
-
-	// holders counts the records that refer to this entry (pods, PVs, an
-	// attachment or slice). At zero the entry leaves its shard; there can
-	// be no path left by then.
-	holders int32
-	ref     ObjectRef
+	ns, name string
+	reach    atomic.Uint32
+	count    int32 // paths to the single reaching node; writer only
+	holders  int32 // records referring to the entry; writer only
+	kind     Kind
 }
 
-type podKey struct{ namespace, name string }
+const manyNodes = ^uint32(0)
 
+func (e *entry) ref() ObjectRef { return ObjectRef{Kind: e.kind, Namespace: e.ns, Name: e.name} }
+
+// multiReach is the reachability of an object several nodes reach: a bit
+// per node id for readers, path counts for the writer.
+type multiReach struct {
+	e      *entry
+	bits   atomic.Pointer[[]atomic.Uint64]
+	counts map[uint32]int32 // writer only
+}
+
+type nodeEntry struct {
+	name string
+	id   uint32
+}
+
+// podRecord is what a pod added: paths from itself and from each object
+// it references to its node. Kept so that removal takes away exactly what
+// was added, whatever the object looks like by then.
 type podRecord struct {
-	uid  types.UID
-	node string
+	node uint32
 	self *entry
 	uses []*entry // distinct objects the pod references
 }
@@ -77,65 +72,86 @@ type pvRecord struct {
 	secrets []*entry
 }
 
-var shardSeed = maphash.MakeSeed()
-
 // New returns an empty graph.
 func New() *Graph {
-	g := &Graph{
-		pods:    map[podKey]*podRecord{},
-		pvs:     map[string]*pvRecord{},
-		owners:  map[ObjectRef]*entry{},
-		inherit: map[*entry][]*entry{},
+	return &Graph{
+		objects:  newRTable(func(e *entry) ObjectRef { return e.ref() }),
+		multi:    newRTable(func(m *multiReach) *entry { return m.e }),
+		nodes:    newRTable(func(n *nodeEntry) string { return n.name }),
+		pods:     map[*entry]*podRecord{},
+		pvs:      map[*entry]*pvRecord{},
+		claimPVs: map[*entry][]*pvRecord{},
+		owners:   map[ObjectRef]*entry{},
+		changes:  changeLog{initial: map[changeKey]bool{}},
 	}
-	for i := range g.shards {
-		g.shards[i].objects = map[ObjectRef]*entry{}
-	}
-	g.changes.init()
-	return g
-}
-
-func (g *Graph) shardOf(ref ObjectRef) *shard {
-	h := maphash.String(shardSeed, ref.Name)
-	return &g.shards[(h^uint64(ref.Kind))%numShards]
 }
 
 // Reachable reports whether a path leads from the object to node: whether
-// node may read it. It takes no lock but the object's shard's read lock, for
-// one map lookup, and allocates nothing.
+// node may read it. It takes no lock and allocates nothing: two lock-free
+// table lookups and an atomic load.
 func (g *Graph) Reachable(node string, ref ObjectRef) bool {
-	s := g.shardOf(ref)
-	s.mu.RLock()
-	e := s.objects[ref]
-	ok := e != nil && e.pathsShardLocked(node) > 0
-	s.mu.RUnlock()
-	return ok
+	n := g.nodes.get(node)
+	if n == nil {
+		return false
+	}
+	e := g.objects.get(ref)
+	if e == nil {
+		return false
+	}
+	// A writer turning a many-node object back into a one-node object
+	// stores the new reach before it drops the multiReach; a reader that
+	// saw manyNodes and then finds no multiReach reads reach again.
+	for range 3 {
+		switch r := e.reach.Load(); r {
+		case 0:
+			return false
+		case manyNodes:
+			if m := g.multi.get(e); m != nil {
+				return m.has(n.id)
+			}
+		default:
+			return r == n.id+1
+		}
+	}
+	return false // the writer flipped it thrice meanwhile; answer as before the first write
 }
 
 // Len returns the number of objects of kind in the graph.
-func (g *Graph) Len(kind Kind) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.sizes[kind]
+func (g *Graph) Len(kind Kind) int { return int(g.sizes[kind].Load()) }
+
+func (m *multiReach) has(id uint32) bool {
+	bits := m.bits.Load()
+	w := int(id / 64)
+	return bits != nil && w < len(*bits) && (*bits)[w].Load()&(1<<(id%64)) != 0
 }
 
-// pathsShardLocked returns the number of paths from e to node.
-func (e *entry) pathsShardLocked(node string) int32 {
-	if e.count > 0 && e.node == node {
-		return e.count
+// set and clear change one node's bit. Writer only: growing copies the
+// words and publishes the copy, which is safe with one writer.
+func (m *multiReach) set(id uint32) {
+	w := int(id / 64)
+	bits := m.bits.Load()
+	if bits == nil || w >= len(*bits) {
+		grown := make([]atomic.Uint64, max(w+1, 2*lenOf(bits)))
+		if bits != nil {
+			for i := range *bits {
+				grown[i].Store((*bits)[i].Load())
+			}
+		}
+		bits = &grown
+		m.bits.Store(bits)
 	}
-	if e.more != nil {
-		return e.more[node]
-	}
-	return 0
+	(*bits)[w].Or(1 << (id % 64))
 }
 
-// eachNodeLocked calls f for every node e reaches, with its path count.
-// Writers only: readers never iterate.
-func (e *entry) eachNodeLocked(f func(node string, paths int32)) {
-	if e.count > 0 {
-		f(e.node, e.count)
+func (m *multiReach) clear(id uint32) {
+	if bits := m.bits.Load(); bits != nil && int(id/64) < len(*bits) {
+		(*bits)[id/64].And(^(uint64(1) << (id % 64)))
 	}
-	for n, c := range e.more {
-		f(n, c)
+}
+
+func lenOf(b *[]atomic.Uint64) int {
+	if b == nil {
+		return 0
 	}
+	return len(*b)
 }

@@ -1,6 +1,8 @@
 package graph
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -44,40 +46,45 @@ func (g *Graph) DeletePod(namespace, name string) {
 	defer observeWrite("DeletePod")()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.removePodLocked(podKey{namespace, name})
+	g.removePodLocked(ObjectRef{Kind: Pod, Namespace: namespace, Name: name})
 	g.flushLocked()
 }
 
 func (g *Graph) addPodLocked(pod *corev1.Pod) {
-	key := podKey{pod.Namespace, pod.Name}
-	g.removePodLocked(key)
+	self := ObjectRef{Kind: Pod, Namespace: pod.Namespace, Name: pod.Name}
+	g.removePodLocked(self)
 
-	node := pod.Spec.NodeName
-	rec := &podRecord{uid: pod.UID, node: node}
-	rec.self = g.acquireLocked(ObjectRef{Kind: Pod, Namespace: pod.Namespace, Name: pod.Name})
+	node := g.nodeIDLocked(pod.Spec.NodeName)
+	rec := &podRecord{node: node, self: g.acquireLocked(self)}
 	g.addPathsLocked(rec.self, node, 1)
-	g.pods[key] = rec
+	g.pods[rec.self] = rec
 	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
 		return
 	}
+	uses := g.scratch[:0]
 	podReferences(pod, func(ref ObjectRef) {
-		for _, e := range rec.uses {
-			if e.ref == ref {
+		for _, e := range uses {
+			if e.kind == ref.Kind && e.name == ref.Name && e.ns == ref.Namespace {
 				return // one path per pod, however often it names the object
 			}
 		}
 		e := g.acquireLocked(ref)
-		rec.uses = append(rec.uses, e)
+		uses = append(uses, e)
 		g.addPathsLocked(e, node, 1)
 	})
+	// An exact-size copy: 100k pods' worth of append slack is megabytes.
+	rec.uses = slices.Clone(uses)
+	clear(uses)
+	g.scratch = uses[:0]
 }
 
-func (g *Graph) removePodLocked(key podKey) {
-	rec, ok := g.pods[key]
+func (g *Graph) removePodLocked(ref ObjectRef) {
+	self := g.objects.get(ref)
+	rec, ok := g.pods[self]
 	if !ok {
 		return
 	}
-	delete(g.pods, key)
+	delete(g.pods, self)
 	for _, e := range rec.uses {
 		g.addPathsLocked(e, rec.node, -1)
 		g.releaseLocked(e)

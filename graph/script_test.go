@@ -152,16 +152,22 @@ func scriptPV(args map[string]string) *corev1.PersistentVolume {
 // reachDump lists what node reaches, by walking every shard: a test-only
 // view, the graph itself never enumerates.
 func reachDump(g *Graph, node string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	var out []string
-	for i := range g.shards {
-		s := &g.shards[i]
-		s.mu.RLock()
-		for ref, e := range s.objects {
-			if n := e.pathsShardLocked(node); n > 0 {
-				out = append(out, fmt.Sprintf("%s (paths %d)", ref, n))
-			}
+	n := g.nodes.get(node)
+	slots := *g.objects.slots.Load()
+	for i := range slots {
+		e := slots[i].Load()
+		if e == nil || e == g.objects.tomb || n == nil {
+			continue
 		}
-		s.mu.RUnlock()
+		if p := g.pathsLocked(e, n.id); p > 0 {
+			if !g.Reachable(node, e.ref()) {
+				panic(fmt.Sprintf("%s has %d paths to %s but is not Reachable", e.ref(), p, node))
+			}
+			out = append(out, fmt.Sprintf("%s (paths %d)", e.ref(), p))
+		}
 	}
 	if len(out) == 0 {
 		return "nothing\n"

@@ -1,6 +1,8 @@
 package graph
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -35,44 +37,38 @@ func (g *Graph) addPVLocked(pv *corev1.PersistentVolume) {
 	}
 	pvSecrets(pv, func(ref ObjectRef) {
 		for _, e := range rec.secrets {
-			if e.ref == ref {
+			if e.ref() == ref {
 				return
 			}
 		}
 		rec.secrets = append(rec.secrets, g.acquireLocked(ref))
 	})
-	g.pvs[pv.Name] = rec
 	// Link first, then hand over the claim's paths: they flow on to the
 	// secrets through the link.
-	g.inherit[rec.self] = rec.secrets
-	g.inherit[rec.claim] = append(g.inherit[rec.claim], rec.self)
-	rec.claim.eachNodeLocked(func(node string, paths int32) {
-		g.addPathsLocked(rec.self, node, paths)
+	g.pvs[rec.self] = rec
+	g.claimPVs[rec.claim] = append(g.claimPVs[rec.claim], rec)
+	g.eachNodeLocked(rec.claim, func(id uint32, paths int32) {
+		g.addPathsLocked(rec.self, id, paths)
 	})
 }
 
 func (g *Graph) removePVLocked(name string) {
-	rec, ok := g.pvs[name]
+	self := g.objects.get(ObjectRef{Kind: PersistentVolume, Name: name})
+	rec, ok := g.pvs[self]
 	if !ok {
 		return
 	}
-	delete(g.pvs, name)
-	rec.claim.eachNodeLocked(func(node string, paths int32) {
-		g.addPathsLocked(rec.self, node, -paths)
+	// Take the claim's paths back while the PV still leads to its secrets,
+	// then unlink.
+	g.eachNodeLocked(rec.claim, func(id uint32, paths int32) {
+		g.addPathsLocked(rec.self, id, -paths)
 	})
-	ups := g.inherit[rec.claim]
-	for i, e := range ups {
-		if e == rec.self {
-			ups = append(ups[:i], ups[i+1:]...)
-			break
-		}
-	}
-	if len(ups) == 0 {
-		delete(g.inherit, rec.claim)
+	delete(g.pvs, self)
+	if pvs := slices.DeleteFunc(g.claimPVs[rec.claim], func(p *pvRecord) bool { return p == rec }); len(pvs) > 0 {
+		g.claimPVs[rec.claim] = pvs
 	} else {
-		g.inherit[rec.claim] = ups
+		delete(g.claimPVs, rec.claim)
 	}
-	delete(g.inherit, rec.self)
 	for _, e := range rec.secrets {
 		g.releaseLocked(e)
 	}
@@ -109,16 +105,16 @@ func (g *Graph) setOwner(op string, ref ObjectRef, node string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if e, ok := g.owners[ref]; ok {
-		if e.node == node && e.count > 0 {
+		if r := e.reach.Load(); r != 0 && node != "" && g.names[r-1] == node {
 			return // unchanged, as most informer updates are
 		}
-		g.addPathsLocked(e, e.node, -e.count)
+		g.eachNodeLocked(e, func(id uint32, paths int32) { g.addPathsLocked(e, id, -paths) })
 		g.releaseLocked(e)
 		delete(g.owners, ref)
 	}
 	if node != "" {
 		e := g.acquireLocked(ref)
-		g.addPathsLocked(e, node, 1)
+		g.addPathsLocked(e, g.nodeIDLocked(node), 1)
 		g.owners[ref] = e
 	}
 	g.flushLocked()

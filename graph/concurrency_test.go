@@ -1,0 +1,65 @@
+package graph
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestReadersDuringChurn checks, under -race, what readers may rely on
+// while writers churn: an object a stable pod uses stays reachable, and an
+// object no pod on a node has ever used is never reachable from it.
+func TestReadersDuringChurn(t *testing.T) {
+	g := New()
+	pod := func(name, node string, secrets ...string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: corev1.PodSpec{NodeName: node}}
+		for _, s := range secrets {
+			p.Spec.Volumes = append(p.Spec.Volumes, secretVolume(s))
+		}
+		return p
+	}
+	g.AddPod(pod("stable", "n0", "kept"))
+	kept := ObjectRef{Kind: Secret, Namespace: "ns", Name: "kept"}
+	foreign := ObjectRef{Kind: Secret, Namespace: "ns", Name: "only-n1"}
+
+	var stop atomic.Bool
+	var bad atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				if !g.Reachable("n0", kept) {
+					bad.Add(1)
+				}
+				if g.Reachable("n0", foreign) {
+					bad.Add(1)
+				}
+			}
+		}()
+	}
+	// Churn: pods on many nodes share "kept", making it flip between the
+	// one-node and many-node forms; n1 alone ever uses "only-n1".
+	for i := range 2000 {
+		node := fmt.Sprintf("n%d", i%7)
+		name := fmt.Sprintf("p%d", i%50)
+		secrets := []string{"kept"}
+		if node == "n1" {
+			secrets = append(secrets, "only-n1")
+		}
+		g.AddPod(pod(name, node, secrets...))
+		if i%3 == 0 {
+			g.DeletePod("ns", fmt.Sprintf("p%d", (i*7)%50))
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	if n := bad.Load(); n > 0 {
+		t.Fatalf("%d wrong answers during churn", n)
+	}
+}
