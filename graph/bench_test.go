@@ -25,19 +25,6 @@ func referenceCluster(b *testing.B) *workload.Cluster {
 	return c
 }
 
-// Populate writes a generated cluster into g the way informers would.
-func Populate(g *Graph, c *workload.Cluster) {
-	for _, p := range c.Pods {
-		g.AddPod(p)
-	}
-	for _, pv := range c.PVs {
-		g.AddPV(pv)
-	}
-	for _, va := range c.Attachments {
-		g.AddVolumeAttachment(va.Name, va.Spec.NodeName)
-	}
-}
-
 // BenchmarkPopulation builds the graph of 100k pods; retained-MB is the
 // heap the graph keeps, beyond the pods themselves.
 func BenchmarkPopulation(b *testing.B) {
@@ -48,7 +35,7 @@ func BenchmarkPopulation(b *testing.B) {
 	var g *Graph
 	for b.Loop() {
 		g = New()
-		Populate(g, c)
+		c.WriteTo(g)
 	}
 	b.StopTimer()
 	runtime.GC()
@@ -65,7 +52,7 @@ func BenchmarkPopulation(b *testing.B) {
 func BenchmarkWriteUnderReaders(b *testing.B) {
 	c := referenceCluster(b)
 	g := New()
-	Populate(g, c)
+	c.WriteTo(g)
 	queries := []ObjectRef{
 		{Kind: Secret, Namespace: "ns0", Name: "secret0-pod0-node0"},
 		{Kind: Secret, Namespace: "ns0", Name: "secret0-shared"},
@@ -109,7 +96,7 @@ func BenchmarkWriteUnderReaders(b *testing.B) {
 func BenchmarkReachable(b *testing.B) {
 	c := referenceCluster(b)
 	g := New()
-	Populate(g, c)
+	c.WriteTo(g)
 	for _, tc := range []struct {
 		name string
 		ref  ObjectRef

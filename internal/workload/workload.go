@@ -180,3 +180,25 @@ func subset(n, of int, r *rand.Rand) []int {
 	}
 	return r.Perm(max(n, of))[:n]
 }
+
+// Writer is what a generated cluster can be written into: nodeproxy's
+// graph, or the reference's, in benchmarks.
+type Writer interface {
+	AddPod(*corev1.Pod)
+	AddPV(*corev1.PersistentVolume)
+	AddVolumeAttachment(name, node string)
+}
+
+// WriteTo adds every pod, then every PV, then every attachment to w, the
+// order informers deliver them at start.
+func (c *Cluster) WriteTo(w Writer) {
+	for _, p := range c.Pods {
+		w.AddPod(p)
+	}
+	for _, pv := range c.PVs {
+		w.AddPV(pv)
+	}
+	for _, va := range c.Attachments {
+		w.AddVolumeAttachment(va.Name, va.Spec.NodeName)
+	}
+}
