@@ -50,7 +50,6 @@ func fixture(t testing.TB) *NodeAuthorizer {
 	return New(g)
 }
 
-
 var nodeA = &user.DefaultInfo{Name: "system:node:node-a", Groups: []string{user.NodesGroup, user.AllAuthenticated}}
 
 // req builds a resource request of node-a; fieldSelector is parsed as
