@@ -3,8 +3,11 @@ package cache
 import (
 	"fmt"
 	"reflect"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
@@ -24,19 +27,28 @@ var Resources = []schema.GroupVersionResource{
 	corev1.SchemeGroupVersion.WithResource("nodes"),
 }
 
-// Informers are the shared informers for Resources.
+// GraphResources are watched only to keep the authorization graph
+// current: who a volume attachment or a resource slice belongs to. The
+// cache serves none of them.
+var GraphResources = []schema.GroupVersionResource{
+	storagev1.SchemeGroupVersion.WithResource("volumeattachments"),
+	resourcev1.SchemeGroupVersion.WithResource("resourceslices"),
+}
+
+// Informers are the shared informers for Resources and GraphResources.
 type Informers struct {
 	factory   informers.SharedInformerFactory
 	informers map[schema.GroupVersionResource]toolscache.SharedIndexInformer
 }
 
-// NewInformers registers an informer for every resource in Resources on a
-// factory of client. No periodic resync: nodeproxy reacts to changes only,
-// and a resync would replay every object to every handler for nothing.
+// NewInformers registers an informer for every resource in Resources and
+// GraphResources on a factory of client. No periodic resync: nodeproxy
+// reacts to changes only, and a resync would replay every object to every
+// handler for nothing.
 func NewInformers(client kubernetes.Interface) (*Informers, error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(StripManagedFields))
-	inf := &Informers{factory: factory, informers: make(map[schema.GroupVersionResource]toolscache.SharedIndexInformer, len(Resources))}
-	for _, gvr := range Resources {
+	inf := &Informers{factory: factory, informers: map[schema.GroupVersionResource]toolscache.SharedIndexInformer{}}
+	for _, gvr := range append(slices.Clone(Resources), GraphResources...) {
 		generic, err := factory.ForResource(gvr)
 		if err != nil {
 			return nil, fmt.Errorf("informer for %s: %w", gvr.Resource, err)
