@@ -18,13 +18,21 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"operation"})
 
+	objects = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "graph",
+		Name:           "objects",
+		Help:           "Objects in the authorization graph, by kind.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind"})
+
 	registerOnce sync.Once
 )
 
 // RegisterMetrics registers the graph's metrics with the legacy registry
 // that /metrics serves.
 func RegisterMetrics() {
-	registerOnce.Do(func() { legacyregistry.MustRegister(writeDuration) })
+	registerOnce.Do(func() { legacyregistry.MustRegister(writeDuration, objects) })
 }
 
 func observeWrite(op string) func() {

@@ -27,6 +27,7 @@ func (g *Graph) acquireLocked(ref ObjectRef) *entry {
 		e = &entry{ns: ref.Namespace, name: ref.Name, kind: ref.Kind}
 		g.objects.insert(e)
 		g.sizes[ref.Kind].Add(1)
+		objects.WithLabelValues(kindNames[ref.Kind]).Inc()
 	}
 	e.holders++
 	return e
@@ -46,6 +47,7 @@ func (g *Graph) releaseLocked(e *entry) {
 	e.reach.Store(0)
 	g.objects.remove(e)
 	g.sizes[e.kind].Add(-1)
+	objects.WithLabelValues(kindNames[e.kind]).Dec()
 	delete(g.claimPVs, e)
 	delete(g.pods, e)
 	delete(g.pvs, e)

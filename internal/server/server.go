@@ -9,11 +9,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeproxy/nodeproxy/authorizer"
 	"github.com/nodeproxy/nodeproxy/cache"
+	"github.com/nodeproxy/nodeproxy/graph"
 )
 
-// Server is a running nodeproxy: the generic API server and the informers
-// behind it.
+// Server is a running nodeproxy: the generic API server, the informers
+// behind it, the authorization graph they feed and the webhook that
+// answers from it.
 type Server struct {
 	generic   *genericapiserver.GenericAPIServer
 	informers *cache.Informers
@@ -33,9 +36,22 @@ func (c *Config) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("generic API server: %w", err)
 	}
-	// Ready only once every informer has listed: before that the cache
-	// would answer "not found" for objects that exist.
-	if err := generic.AddReadyzChecks(healthz.NewInformerSyncHealthz(informers)); err != nil {
+	g := graph.New()
+	graphSynced, err := feedGraph(informers, g)
+	if err != nil {
+		return nil, err
+	}
+	graph.RegisterMetrics()
+	authorizer.RegisterMetrics()
+	generic.Handler.NonGoRestfulMux.Handle(authorizer.WebhookPath, &authorizer.Webhook{Authorizer: authorizer.New(g)})
+
+	// Ready only once every informer has listed and the graph has taken in
+	// the lists: before that the cache would answer "not found" for
+	// objects that exist, and the authorizer refuse what it should allow.
+	if err := generic.AddReadyzChecks(
+		healthz.NewInformerSyncHealthz(informers),
+		healthz.NamedCheck("graph-sync", graphSynced),
+	); err != nil {
 		return nil, fmt.Errorf("readiness check: %w", err)
 	}
 	s := &Server{generic: generic, informers: informers}

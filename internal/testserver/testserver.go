@@ -1,0 +1,187 @@
+// Package testserver runs `nodeproxy serve` in-process against a control
+// plane from internal/controlplane, as the ServiceAccount the manifests
+// grant, for tests that need the whole server.
+package testserver
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodeproxy/nodeproxy/internal/controlplane"
+	"github.com/nodeproxy/nodeproxy/internal/server"
+)
+
+// ServiceAccount is the identity the manifests bind nodeproxy's RBAC to. A
+// client certificate with this user name is, to RBAC, that ServiceAccount.
+const ServiceAccount = "system:serviceaccount:nodeproxy:nodeproxy"
+
+// Manifest returns the path of a file under manifests/.
+func Manifest(t testing.TB, name string) string {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(root, "manifests", name)
+}
+
+// InstallRBAC applies the manifests that let nodeproxy's ServiceAccount
+// authenticate callers and read the cluster, plus any extra manifests.
+func InstallRBAC(t testing.TB, cp *controlplane.ControlPlane, extra ...string) {
+	t.Helper()
+	files := []string{"namespace.yaml", "serviceaccount.yaml", "rbac-delegation.yaml", "rbac-informers.yaml"}
+	var paths []string
+	for _, f := range append(files, extra...) {
+		paths = append(paths, Manifest(t, f))
+	}
+	if err := cp.ApplyFiles(context.Background(), paths...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Server is a nodeproxy running in-process.
+type Server struct {
+	URL  string
+	Port int
+	// CA verifies the server's certificate, issued by the control
+	// plane's serving CA.
+	CA   *x509.CertPool
+	stop func() error
+}
+
+// Options adjust Start.
+type Options struct {
+	// Port to serve on; 0 picks a free one.
+	Port int
+	// Args are extra `nodeproxy serve` flags.
+	Args []string
+}
+
+// Start runs nodeproxy until the test ends. It does not wait for
+// readiness; see WaitReady.
+func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options) *Server {
+	t.Helper()
+	dir := t.TempDir()
+	serving, err := cp.ServingCA.ServingCert(dir, "serving")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := cp.UserConfig(ServiceAccount, "system:serviceaccounts", "system:serviceaccounts:nodeproxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := controlplane.WriteKubeconfig(sa, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	port := opts.Port
+	if port == 0 {
+		ports, err := controlplane.FreePorts(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = ports[0]
+	}
+	o := server.NewOptions()
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	for _, set := range o.Flags().FlagSets {
+		fs.AddFlagSet(set)
+	}
+	args := append([]string{
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + serving.CertPath,
+		"--tls-private-key-file=" + serving.KeyPath,
+		"--kubeconfig=" + kubeconfig,
+	}, opts.Args...)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg, err := o.Config(ctx)
+	if err != nil {
+		cancel()
+		t.Fatalf("config: %v", err)
+	}
+	srv, err := cfg.New()
+	if err != nil {
+		cancel()
+		t.Fatalf("new: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	pool := x509.NewCertPool()
+	pool.AddCert(cp.ServingCA.Cert)
+	s := &Server{
+		URL:  "https://127.0.0.1:" + strconv.Itoa(port),
+		Port: port,
+		CA:   pool,
+		stop: func() error {
+			cancel()
+			select {
+			case err := <-done:
+				return err
+			case <-time.After(30 * time.Second):
+				return errors.New("server did not stop within 30s of its context ending")
+			}
+		},
+	}
+	t.Cleanup(func() {
+		if err := s.stop(); err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("stop server: %v", err)
+		}
+	})
+	return s
+}
+
+// Client returns an HTTPS client that trusts the server and presents cfg's
+// client certificate (none when cfg is nil).
+func (s *Server) Client(t testing.TB, cfg *rest.Config) *http.Client {
+	t.Helper()
+	tc := &tls.Config{RootCAs: s.CA}
+	if cfg != nil {
+		pair, err := tls.X509KeyPair(cfg.CertData, cfg.KeyData)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 10 * time.Second}
+}
+
+// WaitReady waits until /readyz answers 200.
+func (s *Server) WaitReady(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	c := s.Client(t, nil)
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		resp, err := c.Get(s.URL + "/readyz?verbose")
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		resp.Body.Close()
+		last = resp.Status
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("nodeproxy not ready within %s (last: %s)", timeout, last)
+	}
+}
