@@ -34,6 +34,12 @@ type Options struct {
 	// kubeadm default. Put a Webhook authorizer first to ask nodeproxy.
 	Authorization *apiserverv1.AuthorizationConfiguration
 
+	// AuthorizationFor, when set, replaces Authorization: it is called
+	// once the control plane's certificates exist and before
+	// kube-apiserver starts, so it can mint the client certificate and
+	// write the kubeconfig a webhook authorizer needs.
+	AuthorizationFor func(*ControlPlane) (*apiserverv1.AuthorizationConfiguration, error)
+
 	// ExtraAPIServerArgs are appended to kube-apiserver's command line.
 	ExtraAPIServerArgs []string
 
@@ -99,7 +105,13 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err := cp.writePKI(); err != nil {
 		return nil, err
 	}
-	authzPath, err := writeAuthorizationConfig(dir, opts.Authorization)
+	authz := opts.Authorization
+	if opts.AuthorizationFor != nil {
+		if authz, err = opts.AuthorizationFor(cp); err != nil {
+			return nil, fmt.Errorf("authorization configuration: %w", err)
+		}
+	}
+	authzPath, err := writeAuthorizationConfig(dir, authz)
 	if err != nil {
 		return nil, err
 	}
