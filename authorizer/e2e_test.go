@@ -182,18 +182,36 @@ func TestNodesReadOnlyWhatTheirPodsUseThroughKubeAPIServer(t *testing.T) {
 		call    func() error
 		allowed bool
 	}{
-		{"secret of own pod", func() error { _, err := nodeA.CoreV1().Secrets(ns).Get(ctx, "secret-a", metav1.GetOptions{}); return err }, true},
-		{"configmap of own pod", func() error { _, err := nodeA.CoreV1().ConfigMaps(ns).Get(ctx, "cm-a", metav1.GetOptions{}); return err }, true},
+		{"secret of own pod", func() error {
+			_, err := nodeA.CoreV1().Secrets(ns).Get(ctx, "secret-a", metav1.GetOptions{})
+			return err
+		}, true},
+		{"configmap of own pod", func() error {
+			_, err := nodeA.CoreV1().ConfigMaps(ns).Get(ctx, "cm-a", metav1.GetOptions{})
+			return err
+		}, true},
 		{"claim of own pod", func() error {
 			_, err := nodeA.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "pvc-a", metav1.GetOptions{})
 			return err
 		}, true},
-		{"volume bound to own claim", func() error { _, err := nodeA.CoreV1().PersistentVolumes().Get(ctx, "pv-a", metav1.GetOptions{}); return err }, true},
-		{"secret of that volume", func() error { _, err := nodeA.CoreV1().Secrets(ns).Get(ctx, "pv-secret-a", metav1.GetOptions{}); return err }, true},
+		{"volume bound to own claim", func() error {
+			_, err := nodeA.CoreV1().PersistentVolumes().Get(ctx, "pv-a", metav1.GetOptions{})
+			return err
+		}, true},
+		{"secret of that volume", func() error {
+			_, err := nodeA.CoreV1().Secrets(ns).Get(ctx, "pv-secret-a", metav1.GetOptions{})
+			return err
+		}, true},
 		{"own pod", func() error { _, err := nodeA.CoreV1().Pods(ns).Get(ctx, "a", metav1.GetOptions{}); return err }, true},
 		{"list own pods by spec.nodeName", func() error { return list("spec.nodeName=node-a") }, true},
-		{"secret of node-b's pod", func() error { _, err := nodeA.CoreV1().Secrets(ns).Get(ctx, "secret-b", metav1.GetOptions{}); return err }, false},
-		{"configmap of node-b's pod", func() error { _, err := nodeA.CoreV1().ConfigMaps(ns).Get(ctx, "cm-b", metav1.GetOptions{}); return err }, false},
+		{"secret of node-b's pod", func() error {
+			_, err := nodeA.CoreV1().Secrets(ns).Get(ctx, "secret-b", metav1.GetOptions{})
+			return err
+		}, false},
+		{"configmap of node-b's pod", func() error {
+			_, err := nodeA.CoreV1().ConfigMaps(ns).Get(ctx, "cm-b", metav1.GetOptions{})
+			return err
+		}, false},
 		{"claim of node-b's pod", func() error {
 			_, err := nodeA.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "pvc-b", metav1.GetOptions{})
 			return err
@@ -225,9 +243,18 @@ func TestNodesReadOnlyWhatTheirPodsUseThroughKubeAPIServer(t *testing.T) {
 		return fmt.Errorf("still readable (err %v)", err)
 	})
 	for _, get := range []func() error{
-		func() error { _, err := nodeA.CoreV1().ConfigMaps(ns).Get(ctx, "cm-a", metav1.GetOptions{}); return err },
-		func() error { _, err := nodeA.CoreV1().PersistentVolumes().Get(ctx, "pv-a", metav1.GetOptions{}); return err },
-		func() error { _, err := nodeA.CoreV1().Secrets(ns).Get(ctx, "pv-secret-a", metav1.GetOptions{}); return err },
+		func() error {
+			_, err := nodeA.CoreV1().ConfigMaps(ns).Get(ctx, "cm-a", metav1.GetOptions{})
+			return err
+		},
+		func() error {
+			_, err := nodeA.CoreV1().PersistentVolumes().Get(ctx, "pv-a", metav1.GetOptions{})
+			return err
+		},
+		func() error {
+			_, err := nodeA.CoreV1().Secrets(ns).Get(ctx, "pv-secret-a", metav1.GetOptions{})
+			return err
+		},
 	} {
 		if err := get(); !apierrors.IsForbidden(err) {
 			t.Errorf("after the pod's deletion: want 403, got %v", err)
