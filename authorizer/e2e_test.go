@@ -78,10 +78,10 @@ func webhookAuthorization(cp *controlplane.ControlPlane) (*apiserverv1.Authoriza
 
 const ns = "e2e"
 
-// workload: pod a on node-a and pod b on node-b, each with its own secret,
+// createWorkload: pod a on node-a and pod b on node-b, each with its own secret,
 // configmap and claim; claim a is bound to PV a, whose CSI node-publish
 // secret is pv-secret-a.
-func workload(t *testing.T, admin kubernetes.Interface) {
+func createWorkload(t *testing.T, admin kubernetes.Interface) {
 	t.Helper()
 	ctx := context.Background()
 	if err := cp.EnsureNamespace(ctx, ns); err != nil {
@@ -163,7 +163,7 @@ func TestNodesReadOnlyWhatTheirPodsUseThroughKubeAPIServer(t *testing.T) {
 	srv := testserver.Start(t, cp, testserver.Options{Port: npPort})
 	srv.WaitReady(t, 90*time.Second)
 	admin := clientset(t, cp.AdminConfig(), nil)
-	workload(t, admin)
+	createWorkload(t, admin)
 	nodeCfg, err := cp.NodeConfig("node-a")
 	nodeA := clientset(t, nodeCfg, err)
 

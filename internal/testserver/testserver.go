@@ -66,6 +66,9 @@ type Options struct {
 	Port int
 	// Args are extra `nodeproxy serve` flags.
 	Args []string
+	// Identity is how nodeproxy reaches kube-apiserver; nil means the
+	// nodeproxy ServiceAccount (see InstallRBAC).
+	Identity *rest.Config
 }
 
 // Start runs nodeproxy until the test ends. It does not wait for
@@ -77,12 +80,14 @@ func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sa, err := cp.UserConfig(ServiceAccount, "system:serviceaccounts", "system:serviceaccounts:nodeproxy")
-	if err != nil {
-		t.Fatal(err)
+	identity := opts.Identity
+	if identity == nil {
+		if identity, err = cp.UserConfig(ServiceAccount, "system:serviceaccounts", "system:serviceaccounts:nodeproxy"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := controlplane.WriteKubeconfig(sa, kubeconfig); err != nil {
+	if err := controlplane.WriteKubeconfig(identity, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	port := opts.Port
