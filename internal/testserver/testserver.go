@@ -168,6 +168,7 @@ func (s *Server) Client(t testing.TB, cfg *rest.Config) *http.Client {
 		}
 		tc.Certificates = []tls.Certificate{pair}
 	}
+	// HTTP/2, as client-go (and so kube-apiserver's webhook client) speaks it.
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 10 * time.Second}
 }
 
