@@ -35,12 +35,14 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 	generic := genericapiserver.NewConfig(codecs)
 	generic.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
 	generic.ShutdownDelayDuration = o.ShutdownDelay
+	generic.BuildHandlerChainFunc = buildHandlerChain
 	if err := o.SecureServing.ApplyTo(&generic.SecureServing, &generic.LoopbackClientConfig); err != nil {
 		return nil, fmt.Errorf("secure serving: %w", err)
 	}
 	if err := o.Authentication.ApplyTo(&generic.Authentication, generic.SecureServing, nil); err != nil {
 		return nil, fmt.Errorf("delegated authentication: %w", err)
 	}
+	generic.Authentication.Authenticator = newCertCachingAuthenticator(generic.Authentication.Authenticator, generic.Authentication.RequestHeaderConfig)
 	if err := o.Authorization.ApplyTo(&generic.Authorization); err != nil {
 		return nil, fmt.Errorf("delegated authorization: %w", err)
 	}
