@@ -16,6 +16,10 @@ type Config struct {
 	Generic *genericapiserver.Config
 	// Kube is the configuration the informers use.
 	Kube *rest.Config
+	// ClientCASources counts the CA sources client certificates are
+	// verified against (the client CA, the front-proxy CA), for the
+	// readiness check that waits for them to load.
+	ClientCASources int
 }
 
 // Config checks that kube-apiserver answers, then builds the server's
@@ -50,7 +54,15 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("authorization chain: %w", err)
 	}
-	return &Config{Generic: generic, Kube: kube}, nil
+	sources := 0
+	lookup := !o.Authentication.SkipInClusterLookup
+	if o.Authentication.ClientCert.ClientCA != "" || lookup {
+		sources++
+	}
+	if o.Authentication.RequestHeader.ClientCAFile != "" || lookup {
+		sources++
+	}
+	return &Config{Generic: generic, Kube: kube, ClientCASources: sources}, nil
 }
 
 func (o *Options) kubeConfig() (*rest.Config, error) {

@@ -51,6 +51,7 @@ func (c *Config) New() (*Server, error) {
 	if err := generic.AddReadyzChecks(
 		healthz.NewInformerSyncHealthz(informers),
 		healthz.NamedCheck("graph-sync", graphSynced),
+		healthz.NamedCheck("client-ca", clientCAsLoaded(c.Generic.SecureServing.ClientCA, c.ClientCASources)),
 	); err != nil {
 		return nil, fmt.Errorf("readiness check: %w", err)
 	}
