@@ -2,6 +2,7 @@ package authorizer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,11 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/nodeproxy/nodeproxy/internal/controlplane"
 	"github.com/nodeproxy/nodeproxy/internal/testserver"
@@ -36,44 +35,22 @@ var (
 
 func TestMain(m *testing.M) {
 	ports, err := controlplane.FreePorts(1)
-	if err != nil {
+	if err == nil {
+		npPort = ports[0]
+	}
+	root, rootErr := controlplane.RepoRoot()
+	if err = errors.Join(err, rootErr); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	npPort = ports[0]
-	os.Exit(controlplane.RunTests(m, controlplane.Options{AuthorizationFor: webhookAuthorization}, &cp))
-}
-
-// webhookAuthorization is manifests/kube-apiserver-authorization-config.yaml
-// with the test's kubeconfig, and kube-apiserver's decision cache off so
-// that revocation shows nodeproxy's graph, not the cache's TTL.
-func webhookAuthorization(cp *controlplane.ControlPlane) (*apiserverv1.AuthorizationConfiguration, error) {
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		return nil, err
-	}
-	raw, err := os.ReadFile(filepath.Join(root, "manifests", "kube-apiserver-authorization-config.yaml"))
-	if err != nil {
-		return nil, err
-	}
-	var c apiserverv1.AuthorizationConfiguration
-	if err := yaml.UnmarshalStrict(raw, &c); err != nil {
-		return nil, fmt.Errorf("manifests/kube-apiserver-authorization-config.yaml: %w", err)
-	}
-	client, err := cp.UserConfig(webhook)
-	if err != nil {
-		return nil, err
-	}
-	client.Host = fmt.Sprintf("https://127.0.0.1:%d/authorize", npPort)
-	kubeconfig := filepath.Join(cp.Dir, "nodeproxy-webhook.kubeconfig")
-	if err := controlplane.WriteKubeconfig(client, kubeconfig); err != nil {
-		return nil, err
-	}
-	w := c.Authorizers[0].Webhook
-	w.ConnectionInfo.KubeConfigFile = &kubeconfig
-	w.CacheAuthorizedRequests = ptr.To(false)
-	w.CacheUnauthorizedRequests = ptr.To(false)
-	return &c, nil
+	// manifests/kube-apiserver-authorization-config.yaml, with kube-apiserver's
+	// decision cache off so that revocation shows nodeproxy's graph, not
+	// the cache's TTL.
+	os.Exit(controlplane.RunTests(m, controlplane.Options{
+		AuthorizationFor: controlplane.WebhookAuthorization(
+			filepath.Join(root, "manifests", "kube-apiserver-authorization-config.yaml"),
+			fmt.Sprintf("https://127.0.0.1:%d/authorize", npPort), webhook, false),
+	}, &cp))
 }
 
 const ns = "e2e"

@@ -23,8 +23,19 @@ func step(format string, args ...any) {
 
 func run(ctx context.Context, o demoOptions) error {
 	started := time.Now()
-	step("Starting etcd and kube-apiserver on 127.0.0.1")
-	cp, err := controlplane.Start(ctx, controlplane.Options{Log: prefixed("    ")})
+	ports, err := controlplane.FreePorts(1)
+	if err != nil {
+		return err
+	}
+	url := "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	step("Starting etcd and kube-apiserver on 127.0.0.1, nodeproxy as the authorizer of nodes")
+	cp, err := controlplane.Start(ctx, controlplane.Options{
+		Log: prefixed("    "),
+		// manifests/kube-apiserver-authorization-config.yaml as shipped:
+		// nodeproxy's webhook for system:nodes, then RBAC.
+		AuthorizationFor: controlplane.WebhookAuthorization(filepath.Join("manifests", "kube-apiserver-authorization-config.yaml"),
+			url+"/authorize", "kube-apiserver-nodeproxy-webhook", true),
+	})
 	if err != nil {
 		return err
 	}
@@ -34,7 +45,7 @@ func run(ctx context.Context, o demoOptions) error {
 	}()
 
 	step("Installing nodeproxy's namespace, ServiceAccount and RBAC from manifests/")
-	manifests := []string{"namespace.yaml", "serviceaccount.yaml", "rbac-delegation.yaml", "rbac-informers.yaml"}
+	manifests := []string{"namespace.yaml", "serviceaccount.yaml", "rbac-delegation.yaml", "rbac-informers.yaml", "rbac-webhook.yaml"}
 	for i, m := range manifests {
 		manifests[i] = filepath.Join("manifests", m)
 	}
@@ -48,11 +59,6 @@ func run(ctx context.Context, o demoOptions) error {
 	}
 
 	step("Starting nodeproxy serve as the nodeproxy ServiceAccount")
-	ports, err := controlplane.FreePorts(1)
-	if err != nil {
-		return err
-	}
-	url := "https://127.0.0.1:" + strconv.Itoa(ports[0])
 	np, err := controlplane.StartProcess("nodeproxy", o.nodeproxy, []string{
 		"serve",
 		"--kubeconfig=" + files.nodeproxyKubeconfig,
@@ -87,7 +93,12 @@ func run(ctx context.Context, o demoOptions) error {
 	fmt.Println("    node-a runs web-0 (secret db-password, configmap web-config)")
 	fmt.Println("    node-b runs batch-0 (configmap batch-config)")
 
-	step("nodeproxy's cache, as its /metrics tells (ready %s after start)", time.Since(started).Round(100*time.Millisecond))
+	step("Nodes asking kube-apiserver, which asks nodeproxy")
+	if err := showNodeAccess(ctx, cp); err != nil {
+		return err
+	}
+
+	step("nodeproxy's cache and decisions, as its /metrics tells (ready %s after start)", time.Since(started).Round(100*time.Millisecond))
 	if err := printObjectCounts(ctx, admin, url, 5); err != nil {
 		return err
 	}
@@ -189,7 +200,7 @@ func printObjectCounts(ctx context.Context, client *http.Client, url string, tri
 		lines = lines[:0]
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "nodeproxy_informer_objects{") {
+			if strings.HasPrefix(sc.Text(), "nodeproxy_informer_objects{") || strings.HasPrefix(sc.Text(), "nodeproxy_authorizer_decisions_total{") {
 				lines = append(lines, sc.Text())
 			}
 		}
