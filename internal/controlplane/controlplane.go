@@ -87,6 +87,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
+	began := time.Now()
 	dir, err := os.MkdirTemp("", "nodeproxy-controlplane-")
 	if err != nil {
 		return nil, fmt.Errorf("control plane directory: %w", err)
@@ -126,7 +127,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err := cp.seed(ctx); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(opts.Log, "control plane ready at %s (files in %s)\n", cp.URL, cp.Dir)
+	fmt.Fprintf(opts.Log, "control plane ready in %s at %s (files in %s)\n", time.Since(began).Round(10*time.Millisecond), cp.URL, cp.Dir)
 	return cp, nil
 }
 
