@@ -70,72 +70,84 @@ const (
 	noOpinion = authorizer.DecisionNoOpinion
 )
 
+// request holds what a decision reads of the attributes, read once: each
+// getter is a call through an interface, and the rules below consult most
+// of them several times.
+type request struct {
+	verb, group, resource, subresource, namespace, name string
+	attrs                                               authorizer.Attributes
+}
+
 func (a *NodeAuthorizer) decide(node string, attrs authorizer.Attributes) (authorizer.Decision, string) {
 	if !attrs.IsResourceRequest() {
-		return a.static(attrs)
+		return noOpinion, "" // the static rules name no URLs
 	}
-	switch attrs.GetAPIGroup() {
+	r := &request{
+		verb: attrs.GetVerb(), group: attrs.GetAPIGroup(), resource: attrs.GetResource(),
+		subresource: attrs.GetSubresource(), namespace: attrs.GetNamespace(), name: attrs.GetName(), attrs: attrs,
+	}
+	switch r.group {
 	case "":
-		switch attrs.GetResource() {
+		switch r.resource {
 		case "secrets":
-			return a.readNamespaced(node, graph.Secret, attrs)
+			return a.readNamespaced(node, graph.Secret, r)
 		case "configmaps":
-			return a.readNamespaced(node, graph.ConfigMap, attrs)
+			return a.readNamespaced(node, graph.ConfigMap, r)
 		case "persistentvolumeclaims":
-			if attrs.GetSubresource() == "status" {
-				return a.statusUpdate(node, graph.PersistentVolumeClaim, attrs)
+			if r.subresource == "status" {
+				return a.statusUpdate(node, graph.PersistentVolumeClaim, r)
 			}
-			return a.get(node, graph.PersistentVolumeClaim, attrs)
+			return a.get(node, graph.PersistentVolumeClaim, r)
 		case "persistentvolumes":
-			return a.get(node, graph.PersistentVolume, attrs)
+			return a.get(node, graph.PersistentVolume, r)
 		case "serviceaccounts":
-			return a.serviceAccount(node, attrs)
+			return a.serviceAccount(node, r)
 		case "nodes":
-			return nodeObject(node, attrs)
+			return nodeObject(node, r)
 		case "pods":
-			return a.pod(node, attrs)
+			return a.pod(node, r)
 		}
 	case "resource.k8s.io":
-		switch attrs.GetResource() {
+		switch r.resource {
 		case "resourceclaims":
-			return a.get(node, graph.ResourceClaim, attrs)
+			return a.get(node, graph.ResourceClaim, r)
 		case "resourceslices":
-			return a.resourceSlice(node, attrs)
+			return a.resourceSlice(node, r)
 		}
 	case "storage.k8s.io":
-		switch attrs.GetResource() {
+		switch r.resource {
 		case "volumeattachments":
-			return a.get(node, graph.VolumeAttachment, attrs)
+			return a.get(node, graph.VolumeAttachment, r)
 		case "csinodes":
-			return csiNode(node, attrs)
+			return csiNode(node, r)
 		}
 	case "coordination.k8s.io":
-		if attrs.GetResource() == "leases" {
-			return lease(node, attrs)
+		if r.resource == "leases" {
+			return lease(node, r)
 		}
 	case "certificates.k8s.io":
-		if attrs.GetResource() == "podcertificaterequests" {
+		if r.resource == "podcertificaterequests" {
 			// PodCertificateRequest is off by default in 1.36; the
 			// reference then has no opinion, not even from its rules.
 			return noOpinion, ""
 		}
 	}
-	return a.static(attrs)
+	return a.static(r)
 }
 
-func (a *NodeAuthorizer) static(attrs authorizer.Attributes) (authorizer.Decision, string) {
-	if staticRulesAllow(attrs) {
+func (a *NodeAuthorizer) static(r *request) (authorizer.Decision, string) {
+	if staticRules[ruleKey{r.group, r.resource, r.subresource}]&verbBit(r.verb) != 0 {
 		return allow, ""
 	}
 	return noOpinion, ""
 }
 
 // reached is the graph question at the heart of most decisions.
-func (a *NodeAuthorizer) reached(node string, kind graph.Kind, attrs authorizer.Attributes) (authorizer.Decision, string) {
-	if attrs.GetName() == "" {
+func (a *NodeAuthorizer) reached(node string, kind graph.Kind, r *request) (authorizer.Decision, string) {
+	if r.name == "" {
 		return noOpinion, "No Object name found"
 	}
-	if a.graph.Reachable(node, graph.ObjectRef{Kind: kind, Namespace: attrs.GetNamespace(), Name: attrs.GetName()}) {
+	if a.graph.Reachable(node, graph.ObjectRef{Kind: kind, Namespace: r.namespace, Name: r.name}) {
 		return allow, ""
 	}
 	return noOpinion, missingRelationship[kind]
@@ -155,103 +167,103 @@ var missingRelationship = [...]string{
 	graph.ResourceSlice:         "no relationship found between node and this object: the resource slice does not belong to this node",
 }
 
-func (a *NodeAuthorizer) readNamespaced(node string, kind graph.Kind, attrs authorizer.Attributes) (authorizer.Decision, string) {
-	switch attrs.GetVerb() {
+func (a *NodeAuthorizer) readNamespaced(node string, kind graph.Kind, r *request) (authorizer.Decision, string) {
+	switch r.verb {
 	case "get", "list", "watch":
 	default:
 		return noOpinion, "can only read resources of this type"
 	}
-	if attrs.GetSubresource() != "" {
+	if r.subresource != "" {
 		return noOpinion, "cannot read subresource"
 	}
-	if attrs.GetNamespace() == "" {
+	if r.namespace == "" {
 		return noOpinion, "can only read namespaced object of this type"
 	}
-	return a.reached(node, kind, attrs)
+	return a.reached(node, kind, r)
 }
 
-func (a *NodeAuthorizer) get(node string, kind graph.Kind, attrs authorizer.Attributes) (authorizer.Decision, string) {
-	if attrs.GetVerb() != "get" {
+func (a *NodeAuthorizer) get(node string, kind graph.Kind, r *request) (authorizer.Decision, string) {
+	if r.verb != "get" {
 		return noOpinion, "can only get individual resources of this type"
 	}
-	if attrs.GetSubresource() != "" {
+	if r.subresource != "" {
 		return noOpinion, "cannot get subresource"
 	}
-	return a.reached(node, kind, attrs)
+	return a.reached(node, kind, r)
 }
 
-func (a *NodeAuthorizer) statusUpdate(node string, kind graph.Kind, attrs authorizer.Attributes) (authorizer.Decision, string) {
-	switch attrs.GetVerb() {
+func (a *NodeAuthorizer) statusUpdate(node string, kind graph.Kind, r *request) (authorizer.Decision, string) {
+	switch r.verb {
 	case "update", "patch":
 	default:
 		return noOpinion, "can only get/update/patch this type"
 	}
-	if attrs.GetSubresource() != "status" {
+	if r.subresource != "status" {
 		return noOpinion, "can only update status subresource"
 	}
-	return a.reached(node, kind, attrs)
+	return a.reached(node, kind, r)
 }
 
 // serviceAccount: get of an account a pod on the node runs as (kubelet
 // credential providers need it), or create of its token subresource.
-func (a *NodeAuthorizer) serviceAccount(node string, attrs authorizer.Attributes) (authorizer.Decision, string) {
-	if attrs.GetVerb() == "get" && attrs.GetSubresource() == "" {
-		return a.readNamespaced(node, graph.ServiceAccount, attrs)
+func (a *NodeAuthorizer) serviceAccount(node string, r *request) (authorizer.Decision, string) {
+	if r.verb == "get" && r.subresource == "" {
+		return a.readNamespaced(node, graph.ServiceAccount, r)
 	}
-	if attrs.GetVerb() != "create" || attrs.GetName() == "" {
+	if r.verb != "create" || r.name == "" {
 		return noOpinion, "can only create tokens for individual service accounts"
 	}
-	if attrs.GetSubresource() != "token" {
+	if r.subresource != "token" {
 		return noOpinion, "can only create token subresource of serviceaccount"
 	}
-	return a.reached(node, graph.ServiceAccount, attrs)
+	return a.reached(node, graph.ServiceAccount, r)
 }
 
 // lease: the node's own lease in kube-node-lease. The name is not known at
 // create; the NodeRestriction admission plugin checks it then.
-func lease(node string, attrs authorizer.Attributes) (authorizer.Decision, string) {
-	switch attrs.GetVerb() {
+func lease(node string, r *request) (authorizer.Decision, string) {
+	switch r.verb {
 	case "get", "create", "update", "patch", "delete":
 	default:
 		return noOpinion, "can only get, create, update, patch, or delete a node lease"
 	}
-	if attrs.GetNamespace() != "kube-node-lease" {
+	if r.namespace != "kube-node-lease" {
 		return noOpinion, `can only access leases in the "kube-node-lease" system namespace`
 	}
-	if attrs.GetVerb() != "create" && attrs.GetName() != node {
+	if r.verb != "create" && r.name != node {
 		return noOpinion, "can only access node lease with the same name as the requesting node"
 	}
 	return allow, ""
 }
 
 // csiNode: the node's own CSINode object, as for leases.
-func csiNode(node string, attrs authorizer.Attributes) (authorizer.Decision, string) {
-	switch attrs.GetVerb() {
+func csiNode(node string, r *request) (authorizer.Decision, string) {
+	switch r.verb {
 	case "get", "create", "update", "patch", "delete":
 	default:
 		return noOpinion, "can only get, create, update, patch, or delete a CSINode"
 	}
-	if attrs.GetSubresource() != "" {
+	if r.subresource != "" {
 		return noOpinion, "cannot authorize CSINode subresources"
 	}
-	if attrs.GetVerb() != "create" && attrs.GetName() != node {
+	if r.verb != "create" && r.name != node {
 		return noOpinion, "can only access CSINode with the same name as the requesting node"
 	}
 	return allow, ""
 }
 
-func (a *NodeAuthorizer) resourceSlice(node string, attrs authorizer.Attributes) (authorizer.Decision, string) {
-	if attrs.GetSubresource() != "" {
+func (a *NodeAuthorizer) resourceSlice(node string, r *request) (authorizer.Decision, string) {
+	if r.subresource != "" {
 		return noOpinion, "cannot authorize ResourceSlice subresources"
 	}
-	switch attrs.GetVerb() {
+	switch r.verb {
 	case "create":
 		// The new object's spec.nodeName is checked by NodeRestriction.
 		return allow, ""
 	case "get", "update", "patch", "delete":
-		return a.reached(node, graph.ResourceSlice, attrs)
+		return a.reached(node, graph.ResourceSlice, r)
 	case "watch", "list", "deletecollection":
-		if selectsNode(attrs, node) {
+		if selectsNode(r, node) {
 			return allow, ""
 		}
 		return noOpinion, "can only list/watch/deletecollection resourceslices with nodeName field selector"
@@ -262,14 +274,14 @@ func (a *NodeAuthorizer) resourceSlice(node string, attrs authorizer.Attributes)
 // nodeObject: a node may create and update Node objects (NodeRestriction
 // limits it to its own), and read only its own, by name, even before it
 // exists.
-func nodeObject(node string, attrs authorizer.Attributes) (authorizer.Decision, string) {
-	switch attrs.GetSubresource() {
+func nodeObject(node string, r *request) (authorizer.Decision, string) {
+	switch r.subresource {
 	case "":
-		switch attrs.GetVerb() {
+		switch r.verb {
 		case "create", "update", "patch":
 			return allow, ""
 		case "get", "list", "watch":
-			switch attrs.GetName() {
+			switch r.name {
 			case node:
 				return allow, ""
 			case "":
@@ -279,7 +291,7 @@ func nodeObject(node string, attrs authorizer.Attributes) (authorizer.Decision, 
 			}
 		}
 	case "status":
-		switch attrs.GetVerb() {
+		switch r.verb {
 		case "update", "patch":
 			return allow, ""
 		}
@@ -287,18 +299,18 @@ func nodeObject(node string, attrs authorizer.Attributes) (authorizer.Decision, 
 	return noOpinion, ""
 }
 
-func (a *NodeAuthorizer) pod(node string, attrs authorizer.Attributes) (authorizer.Decision, string) {
-	switch attrs.GetSubresource() {
+func (a *NodeAuthorizer) pod(node string, r *request) (authorizer.Decision, string) {
+	switch r.subresource {
 	case "":
-		switch attrs.GetVerb() {
+		switch r.verb {
 		case "get":
-			return a.get(node, graph.Pod, attrs)
+			return a.get(node, graph.Pod, r)
 		case "list", "watch":
-			if selectsNode(attrs, node) {
+			if selectsNode(r, node) {
 				return allow, ""
 			}
-			if attrs.GetName() != "" {
-				return a.reached(node, graph.Pod, attrs)
+			if r.name != "" {
+				return a.reached(node, graph.Pod, r)
 			}
 			return noOpinion, "can only list/watch pods with spec.nodeName field selector"
 		case "create", "delete":
@@ -306,12 +318,12 @@ func (a *NodeAuthorizer) pod(node string, attrs authorizer.Attributes) (authoriz
 			return allow, ""
 		}
 	case "status":
-		switch attrs.GetVerb() {
+		switch r.verb {
 		case "update", "patch":
 			return allow, ""
 		}
 	case "eviction":
-		if attrs.GetVerb() == "create" {
+		if r.verb == "create" {
 			return allow, ""
 		}
 	}
@@ -322,8 +334,8 @@ func (a *NodeAuthorizer) pod(node string, attrs authorizer.Attributes) (authoriz
 // spec.nodeName=<node> (kube-apiserver parses "==" to the same
 // requirement). Requirements that failed to parse are not there to
 // match, so a malformed selector grants nothing.
-func selectsNode(attrs authorizer.Attributes, node string) bool {
-	reqs, _ := attrs.GetFieldSelector()
+func selectsNode(r *request, node string) bool {
+	reqs, _ := r.attrs.GetFieldSelector()
 	for _, r := range reqs {
 		if r.Field == "spec.nodeName" && r.Operator == selection.Equals && r.Value == node {
 			return true

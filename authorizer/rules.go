@@ -1,7 +1,5 @@
 package authorizer
 
-import "k8s.io/apiserver/pkg/authorization/authorizer"
-
 // ruleKey is a resource as RBAC rules name it, split so that lookups
 // allocate nothing.
 type ruleKey struct{ group, resource, subresource string }
@@ -79,14 +77,4 @@ var staticRules = map[ruleKey]verbSet{
 	{"resource.k8s.io", "resourceclaims", ""}:                 verbGet,
 	{"resource.k8s.io", "resourceslices", ""}:                 verbDeleteCollection,
 	{"", "serviceaccounts", ""}:                               verbGet,
-}
-
-// staticRulesAllow reports whether the static rules grant a request.
-// Non-resource requests are never granted: the rules name no URLs.
-func staticRulesAllow(a authorizer.Attributes) bool {
-	if !a.IsResourceRequest() {
-		return false
-	}
-	verbs := staticRules[ruleKey{a.GetAPIGroup(), a.GetResource(), a.GetSubresource()}]
-	return verbs&verbBit(a.GetVerb()) != 0
 }

@@ -156,7 +156,7 @@ func reachDump(g *Graph, node string) string {
 	defer g.mu.Unlock()
 	var out []string
 	n := g.nodes.get(node)
-	slots := *g.objects.slots.Load()
+	slots := g.objects.slots.Load().ptrs
 	for i := range slots {
 		e := slots[i].Load()
 		if e == nil || e == g.objects.tomb || n == nil {
