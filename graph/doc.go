@@ -58,9 +58,9 @@
 //
 // # Memory
 //
-// An object costs a 48-byte entry and about 14 bytes of table; a pod
+// An object costs a 48-byte entry and about 20 bytes of table; a pod
 // record, its references as pointers. The reference shape (100k pods,
-// 710k objects) retains about 71 MB (BenchmarkPopulation).
+// 710k objects) retains about 76 MB (BenchmarkPopulation).
 //
 // # Changes
 //
