@@ -35,6 +35,12 @@ var GraphResources = []schema.GroupVersionResource{
 	resourcev1.SchemeGroupVersion.WithResource("resourceslices"),
 }
 
+// Watched is every resource nodeproxy has an informer for: Resources, then
+// GraphResources.
+func Watched() []schema.GroupVersionResource {
+	return append(slices.Clone(Resources), GraphResources...)
+}
+
 // Informers are the shared informers for Resources and GraphResources.
 type Informers struct {
 	factory   informers.SharedInformerFactory
@@ -48,7 +54,7 @@ type Informers struct {
 func NewInformers(client kubernetes.Interface) (*Informers, error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(StripManagedFields))
 	inf := &Informers{factory: factory, informers: map[schema.GroupVersionResource]toolscache.SharedIndexInformer{}}
-	for _, gvr := range append(slices.Clone(Resources), GraphResources...) {
+	for _, gvr := range Watched() {
 		generic, err := factory.ForResource(gvr)
 		if err != nil {
 			return nil, fmt.Errorf("informer for %s: %w", gvr.Resource, err)

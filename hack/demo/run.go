@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -174,9 +175,9 @@ func adminClient(c *credentials) (*http.Client, error) {
 	if err != nil {
 		pool = x509.NewCertPool()
 	}
-	ca, err := readFile(c.ca)
+	ca, err := os.ReadFile(c.ca)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read %s: %w", c.ca, err)
 	}
 	pool.AppendCertsFromPEM(ca)
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{

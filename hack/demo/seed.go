@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,12 +58,4 @@ func pod(name, node string, volumes ...corev1.Volume) *corev1.Pod {
 			Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10"}},
 		},
 	}
-}
-
-func readFile(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	return b, nil
 }

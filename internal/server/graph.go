@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/nodeproxy/nodeproxy/cache"
@@ -24,7 +23,7 @@ func feedGraph(informers *cache.Informers, g *graph.Graph) (func(*http.Request) 
 		"resourceslices":    g.ResourceSliceHandler(),
 	}
 	var regs []toolscache.ResourceEventHandlerRegistration
-	for _, gvr := range append(append([]schema.GroupVersionResource{}, cache.Resources...), cache.GraphResources...) {
+	for _, gvr := range cache.Watched() {
 		h, ok := handlers[gvr.Resource]
 		if !ok {
 			continue
