@@ -6,7 +6,7 @@ GO      ?= go
 # covers a loaded 2-core machine; a warm run takes a few minutes.
 TESTFLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build tools test demo vet clean help
+.PHONY: all build tools generate verify-codegen test demo vet clean help
 
 all: build
 
@@ -19,12 +19,19 @@ build: ## build bin/nodeproxy
 tools: ## build kube-apiserver and etcd for tests and the demo (once per machine, ~10 min cold)
 	$(GO) run ./hack/buildtools
 
+generate: ## regenerate deepcopy and OpenAPI code of apis/ (zz_generated.*)
+	hack/update-codegen.sh
+
+verify-codegen: generate ## fail if generated code is not what `make generate` makes
+	@git diff --exit-code -- apis hack/api-rule-violations.list || \
+	  { echo "generated code is out of date: run make generate and commit"; exit 1; }
+
 vet: ## gofmt and go vet
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-test: tools vet ## run every test, with the race detector, against a real control plane
+test: tools verify-codegen vet ## run every test, with the race detector, against a real control plane
 	$(GO) test $(TESTFLAGS) ./...
 
 demo: tools build ## start a local control plane with nodeproxy in front of it (Ctrl-C stops it)

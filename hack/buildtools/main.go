@@ -1,5 +1,7 @@
-// Command buildtools builds the kube-apiserver and etcd that tests and the
-// demo run, unless this machine already has them. `make tools` runs it.
+// Command buildtools builds the programs hack/tools pins, unless this
+// machine already has them, and prints the directory that holds them.
+// Without arguments it builds kube-apiserver and etcd (`make tools`);
+// `make generate` names the code generators.
 package main
 
 import (
@@ -12,10 +14,14 @@ import (
 )
 
 func main() {
-	bins, err := controlplane.EnsureBinaries(context.Background(), os.Stderr)
+	names := os.Args[1:]
+	if len(names) == 0 {
+		names = []string{"kube-apiserver", "etcd"}
+	}
+	paths, err := controlplane.EnsureTools(context.Background(), os.Stderr, names...)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "buildtools: %v\n", err)
 		os.Exit(1)
 	}
-	fmt.Printf("kube-apiserver and etcd ready in %s\n", filepath.Dir(bins.KubeAPIServer))
+	fmt.Println(filepath.Dir(paths[names[0]]))
 }

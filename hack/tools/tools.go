@@ -1,12 +1,15 @@
 //go:build tools
 
 // Package tools pins the versions of the programs nodeproxy's tests run
-// against: a real kube-apiserver and a real etcd, built from source by
-// hack/build-tools.sh. It lives in its own module so that the product's
-// go.mod carries none of k8s.io/kubernetes's dependencies.
+// against, a real kube-apiserver and a real etcd, and of the code
+// generators `make generate` runs; internal/controlplane builds them from
+// source. It lives in its own module so that the product's go.mod carries
+// none of k8s.io/kubernetes's dependencies.
 package tools
 
 import (
 	_ "go.etcd.io/etcd/server/v3"
+	_ "k8s.io/code-generator/cmd/deepcopy-gen"
+	_ "k8s.io/kube-openapi/cmd/openapi-gen"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 )

@@ -2,14 +2,14 @@ package controlplane
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 )
 
@@ -36,6 +36,8 @@ var tools = []tool{
 	{name: "kube-apiserver", pkg: "k8s.io/kubernetes/cmd/kube-apiserver",
 		ldflags: "-s -w -X k8s.io/component-base/version.gitVersion=v1.36.3 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36"},
 	{name: "etcd", pkg: "go.etcd.io/etcd/server/v3", ldflags: "-s -w"},
+	{name: "deepcopy-gen", pkg: "k8s.io/code-generator/cmd/deepcopy-gen", ldflags: "-s -w"},
+	{name: "openapi-gen", pkg: "k8s.io/kube-openapi/cmd/openapi-gen", ldflags: "-s -w"},
 }
 
 // RepoRoot finds the nodeproxy checkout that holds the working directory:
@@ -59,60 +61,93 @@ func RepoRoot() (string, error) {
 }
 
 // ToolsDir is where the binaries for the pins in root/hack/tools live: the
-// user cache directory, keyed by a hash of the tools module's go.mod and
-// go.sum, so a change of pin builds anew and every checkout on the machine
-// shares one build.
+// user cache directory, keyed by the versions of k8s.io/kubernetes and etcd
+// the tools module requires, so a change of pin builds anew, adding a
+// generator to the module does not rebuild kube-apiserver, and every
+// checkout on the machine shares one build.
 func ToolsDir(root string) (string, error) {
 	if d := os.Getenv(ToolsDirEnv); d != "" {
 		return d, nil
 	}
-	h := sha256.New()
-	for _, f := range []string{"go.mod", "go.sum"} {
-		b, err := os.ReadFile(filepath.Join(root, "hack", "tools", f))
-		if err != nil {
-			return "", fmt.Errorf("read tools module: %w", err)
-		}
-		h.Write(b)
+	mod, err := os.ReadFile(filepath.Join(root, "hack", "tools", "go.mod"))
+	if err != nil {
+		return "", fmt.Errorf("read tools module: %w", err)
+	}
+	k8s, etcd := requiredVersion(mod, "k8s.io/kubernetes"), requiredVersion(mod, "go.etcd.io/etcd/server/v3")
+	if k8s == "" || etcd == "" {
+		return "", errors.New("hack/tools/go.mod must require k8s.io/kubernetes and go.etcd.io/etcd/server/v3")
 	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		return "", fmt.Errorf("user cache directory: %w", err)
 	}
-	return filepath.Join(cache, "nodeproxy", "tools", "k8s-v1.36.3-etcd-v3.6.8-"+hex.EncodeToString(h.Sum(nil))[:12]), nil
+	return filepath.Join(cache, "nodeproxy", "tools", "k8s-"+k8s+"-etcd-"+etcd), nil
+}
+
+// requiredVersion finds "<module> <version>" in a go.mod's require lines.
+func requiredVersion(gomod []byte, module string) string {
+	for _, line := range strings.Split(string(gomod), "\n") {
+		fields := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
+		if len(fields) >= 2 && fields[0] == module {
+			return fields[1]
+		}
+	}
+	return ""
 }
 
 // EnsureBinaries returns the kube-apiserver and etcd binaries, building
 // whichever is missing. A cold build takes about ten minutes on two cores;
-// go's build progress and errors go to log. An exclusive file lock makes
-// test binaries of several packages, started at once by `go test ./...`,
-// wait for one build instead of racing to make two.
+// go's build progress and errors go to log.
 func EnsureBinaries(ctx context.Context, log io.Writer) (Binaries, error) {
-	root, err := RepoRoot()
+	paths, err := EnsureTools(ctx, log, "kube-apiserver", "etcd")
 	if err != nil {
 		return Binaries{}, err
+	}
+	return Binaries{KubeAPIServer: paths["kube-apiserver"], Etcd: paths["etcd"]}, nil
+}
+
+// EnsureTools returns the paths of the named tools of hack/tools, building
+// whichever is missing. An exclusive file lock makes test binaries of
+// several packages, started at once by `go test ./...`, wait for one build
+// instead of racing to make two.
+func EnsureTools(ctx context.Context, log io.Writer, names ...string) (map[string]string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
 	}
 	dir, err := ToolsDir(root)
 	if err != nil {
-		return Binaries{}, err
+		return nil, err
 	}
-	bins := Binaries{KubeAPIServer: filepath.Join(dir, "kube-apiserver"), Etcd: filepath.Join(dir, "etcd")}
-	if exists(bins.KubeAPIServer) && exists(bins.Etcd) {
-		return bins, nil
+	paths := map[string]string{}
+	var wanted []tool
+	for _, name := range names {
+		i := slices.IndexFunc(tools, func(t tool) bool { return t.name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown tool %q", name)
+		}
+		paths[name] = filepath.Join(dir, name)
+		if !exists(paths[name]) {
+			wanted = append(wanted, tools[i])
+		}
+	}
+	if len(wanted) == 0 {
+		return paths, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return Binaries{}, fmt.Errorf("create tools directory: %w", err)
+		return nil, fmt.Errorf("create tools directory: %w", err)
 	}
 	unlock, err := lockFile(filepath.Join(dir, ".lock"))
 	if err != nil {
-		return Binaries{}, err
+		return nil, err
 	}
 	defer unlock()
-	for _, t := range tools {
+	for _, t := range wanted {
 		out := filepath.Join(dir, t.name)
 		if exists(out) { // built by another process while we waited for the lock
 			continue
 		}
-		fmt.Fprintf(log, "building %s into %s (about ten minutes the first time on a machine)\n", t.name, dir)
+		fmt.Fprintf(log, "building %s into %s (kube-apiserver takes about ten minutes on two cores)\n", t.name, dir)
 		tmp := out + ".tmp"
 		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", t.ldflags, "-o", tmp, t.pkg)
 		cmd.Dir = filepath.Join(root, "hack", "tools")
@@ -122,14 +157,14 @@ func EnsureBinaries(ctx context.Context, log io.Writer) (Binaries, error) {
 		cmd.Stderr = io.MultiWriter(log, tail)
 		if err := cmd.Run(); err != nil {
 			_ = os.Remove(tmp)
-			return Binaries{}, fmt.Errorf("build %s from hack/tools: %w\n%s", t.name, err, tail)
+			return nil, fmt.Errorf("build %s from hack/tools: %w\n%s", t.name, err, tail)
 		}
 		// Rename last, so a build cut short never leaves a binary that looks whole.
 		if err := os.Rename(tmp, out); err != nil {
-			return Binaries{}, fmt.Errorf("install %s: %w", t.name, err)
+			return nil, fmt.Errorf("install %s: %w", t.name, err)
 		}
 	}
-	return bins, nil
+	return paths, nil
 }
 
 func exists(path string) bool {
