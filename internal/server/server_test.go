@@ -112,6 +112,9 @@ func TestOnlyHealthIsOpenToUnauthenticatedCallers(t *testing.T) {
 		{"anonymous root", anon, "/", http.StatusForbidden},
 		{"anonymous apis", anon, "/apis", http.StatusForbidden},
 		{"user without RBAC, metrics", srv.Client(t, stranger), "/metrics", http.StatusForbidden},
+		{"anonymous authorization webhook", anon, "/authorize", http.StatusForbidden},
+		{"user without RBAC, authorization webhook", srv.Client(t, stranger), "/authorize", http.StatusForbidden},
+		{"system:masters, authorization webhook, wrong method", admin, "/authorize", http.StatusMethodNotAllowed},
 		{"system:masters, metrics", admin, "/metrics", http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
