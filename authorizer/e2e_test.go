@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,7 +54,12 @@ func TestMain(m *testing.M) {
 	}, &cp))
 }
 
-const ns = "e2e"
+// ns and pvName are fresh for every run of the test, so that -count=N can
+// run it again against the same control plane.
+var (
+	ns, pvName string
+	runs       atomic.Int32
+)
 
 // createWorkload: pod a on node-a and pod b on node-b, each with its own secret,
 // configmap and claim; claim a is bound to PV a, whose CSI node-publish
@@ -83,7 +89,7 @@ func createWorkload(t *testing.T, admin kubernetes.Interface) {
 	}
 	must(admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pv-secret-a"}}, metav1.CreateOptions{}))
 	must(admin.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "pv-a"},
+		ObjectMeta: metav1.ObjectMeta{Name: pvName},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:    corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
@@ -136,6 +142,8 @@ func eventually(t *testing.T, timeout time.Duration, what string, check func(con
 }
 
 func TestNodesReadOnlyWhatTheirPodsUseThroughKubeAPIServer(t *testing.T) {
+	run := runs.Add(1)
+	ns, pvName = fmt.Sprintf("e2e-%d", run), fmt.Sprintf("pv-a-%d", run)
 	testserver.InstallRBAC(t, cp, "rbac-webhook.yaml")
 	srv := testserver.Start(t, cp, testserver.Options{Port: npPort})
 	srv.WaitReady(t, 90*time.Second)
@@ -172,7 +180,7 @@ func TestNodesReadOnlyWhatTheirPodsUseThroughKubeAPIServer(t *testing.T) {
 			return err
 		}, true},
 		{"volume bound to own claim", func() error {
-			_, err := nodeA.CoreV1().PersistentVolumes().Get(ctx, "pv-a", metav1.GetOptions{})
+			_, err := nodeA.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
 			return err
 		}, true},
 		{"secret of that volume", func() error {
@@ -225,7 +233,7 @@ func TestNodesReadOnlyWhatTheirPodsUseThroughKubeAPIServer(t *testing.T) {
 			return err
 		},
 		func() error {
-			_, err := nodeA.CoreV1().PersistentVolumes().Get(ctx, "pv-a", metav1.GetOptions{})
+			_, err := nodeA.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
 			return err
 		},
 		func() error {

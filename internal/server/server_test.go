@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeproxy/nodeproxy/internal/controlplane"
 	"github.com/nodeproxy/nodeproxy/internal/server"
@@ -53,7 +56,12 @@ func waitStatus(t *testing.T, r *testserver.Server, c *http.Client, path string,
 func TestReadyOnlyAfterInformersSync(t *testing.T) {
 	ctx := context.Background()
 	// Delegation RBAC only: the server authenticates callers, but its
-	// informers may not list anything yet.
+	// informers may not list anything yet. (A binding left by an earlier
+	// run or test goes first.)
+	err := kubernetes.NewForConfigOrDie(cp.AdminConfig()).RbacV1().ClusterRoleBindings().Delete(ctx, "nodeproxy:informers", metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
 	if err := cp.ApplyFiles(ctx, testserver.Manifest(t, "namespace.yaml"), testserver.Manifest(t, "serviceaccount.yaml"), testserver.Manifest(t, "rbac-delegation.yaml")); err != nil {
 		t.Fatal(err)
 	}
