@@ -171,10 +171,7 @@ func adminClient(c *credentials) (*http.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin certificate: %w", err)
 	}
-	pool, err := x509.SystemCertPool()
-	if err != nil {
-		pool = x509.NewCertPool()
-	}
+	pool := x509.NewCertPool()
 	ca, err := os.ReadFile(c.ca)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", c.ca, err)

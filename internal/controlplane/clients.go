@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"fmt"
-	"os"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -61,8 +60,9 @@ func WriteKubeconfig(cfg *rest.Config, path string) error {
 	}
 	kc.Contexts["nodeproxy"] = &clientcmdapi.Context{Cluster: "nodeproxy", AuthInfo: "user"}
 	kc.CurrentContext = "nodeproxy"
+	// WriteToFile creates the file readable by its owner only: it holds a key.
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		return fmt.Errorf("write kubeconfig %s: %w", path, err)
 	}
-	return os.Chmod(path, 0o600)
+	return nil
 }

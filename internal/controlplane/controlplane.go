@@ -164,23 +164,17 @@ func (cp *ControlPlane) writePKI() error {
 // --requestheader-allowed-names.
 const FrontProxyClientName = "front-proxy-client"
 
-// Request-header names kube-apiserver uses when it proxies to an aggregated
-// server; the same values an aggregated server is given.
-var (
-	RequestHeaderUsernameHeaders     = []string{"X-Remote-User"}
-	RequestHeaderGroupHeaders        = []string{"X-Remote-Group"}
-	RequestHeaderExtraHeadersPrefix  = []string{"X-Remote-Extra-"}
-	defaultAuthorizationConfigration = apiserverv1.AuthorizationConfiguration{
-		Authorizers: []apiserverv1.AuthorizerConfiguration{
-			{Type: "Node", Name: "node"},
-			{Type: "RBAC", Name: "rbac"},
-		},
-	}
-)
+// defaultAuthorization is kubeadm's: Node, then RBAC.
+var defaultAuthorization = apiserverv1.AuthorizationConfiguration{
+	Authorizers: []apiserverv1.AuthorizerConfiguration{
+		{Type: "Node", Name: "node"},
+		{Type: "RBAC", Name: "rbac"},
+	},
+}
 
 func writeAuthorizationConfig(dir string, cfg *apiserverv1.AuthorizationConfiguration) (string, error) {
 	if cfg == nil {
-		cfg = &defaultAuthorizationConfigration
+		cfg = &defaultAuthorization
 	}
 	c := cfg.DeepCopy()
 	c.APIVersion = apiserverv1.SchemeGroupVersion.String()
@@ -238,9 +232,10 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, port int
 		"--authorization-config=" + authzPath,
 		"--requestheader-client-ca-file=" + cp.FrontProxyCA.CertPath,
 		"--requestheader-allowed-names=" + FrontProxyClientName,
-		"--requestheader-username-headers=" + strings.Join(RequestHeaderUsernameHeaders, ","),
-		"--requestheader-group-headers=" + strings.Join(RequestHeaderGroupHeaders, ","),
-		"--requestheader-extra-headers-prefix=" + strings.Join(RequestHeaderExtraHeadersPrefix, ","),
+		// The header names every aggregated server expects by default.
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + cp.FrontProxyClient.CertPath,
 		"--proxy-client-key-file=" + cp.FrontProxyClient.KeyPath,
 		"--allow-privileged=true",

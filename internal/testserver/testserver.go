@@ -52,8 +52,7 @@ func InstallRBAC(t testing.TB, cp *controlplane.ControlPlane, extra ...string) {
 
 // Server is a nodeproxy running in-process.
 type Server struct {
-	URL  string
-	Port int
+	URL string
 	// CA verifies the server's certificate, issued by the control
 	// plane's serving CA.
 	CA   *x509.CertPool
@@ -135,9 +134,8 @@ func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options) *Server {
 	pool := x509.NewCertPool()
 	pool.AddCert(cp.ServingCA.Cert)
 	s := &Server{
-		URL:  "https://127.0.0.1:" + strconv.Itoa(port),
-		Port: port,
-		CA:   pool,
+		URL: "https://127.0.0.1:" + strconv.Itoa(port),
+		CA:  pool,
 		stop: func() error {
 			cancel()
 			select {
