@@ -1,23 +1,43 @@
 // Package cache holds nodeproxy's one per-cluster copy of the objects
 // kubelets read: pods, secrets, configmaps, persistentvolumeclaims,
-// persistentvolumes, serviceaccounts and nodes, kept current by shared
-// informers.
+// persistentvolumes, serviceaccounts and nodes (and, for the
+// authorization graph only, volumeattachments and resourceslices).
 //
-//	kube-apiserver --list/watch--> informers --transform--> stores --> readers
-//	                                            (strip managedFields)
+//	kube-apiserver --list/watch (one per type)--> Reflector --> Store
+//	                                                             |  1. handlers (the graph)
+//	                                                             |  2. publish
+//	                                                             v
+//	                       readers <--atomic load-- Snapshot{RV, objects, pods by node}
+//	                                                             |
+//	                                        change log (ring) ---+  Changes(rv), At(rv)
+//	                                                             |
+//	                                        Encoder (LRU of JSON per object version)
+//
+// Each type has a client-go Reflector (list, then watch, with its retries,
+// backoff and bookmarks) that writes into a Store, as kube-apiserver's
+// watch cache does. A Store publishes immutable Snapshots: copy-on-write
+// B-trees by namespace/name and, for pods, by spec.nodeName. Readers load
+// the current snapshot with one atomic read and never block the writer.
 //
 // Invariants:
-//   - One informer per resource type for the whole process, whatever the
-//     number of readers: the cluster sees one watch per type from nodeproxy
-//     instead of one per object per node.
-//   - Objects are stored without metadata.managedFields. Nothing nodeproxy
-//     serves needs them, and on a server-side-applied object they are often
-//     the largest part of the metadata.
-//   - Readiness means every informer has listed once (HasSynced); before
-//     that an empty store would read as "the object does not exist", which
-//     for an authorizer is a wrong deny and for a watch a wrong DELETED.
-//
-// Later work adds, per resource type, a bounded log of changes ordered by
-// resourceVersion, so that a watch from a listed resourceVersion misses
-// nothing and repeats nothing.
+//   - One list and one watch per type on kube-apiserver for the whole
+//     process, whatever the number of readers.
+//   - A change reaches the store's handlers (the authorization graph)
+//     before any reader can see it. So whoever saw a pod can read what it
+//     references: nodeproxy never denies a node an object because its
+//     graph is behind what that node has already been shown.
+//   - Changes are published in resourceVersion order. A watch from the
+//     resourceVersion of any snapshot, list or event misses nothing and
+//     repeats nothing: Snapshot.Changes(rv) returns exactly the changes
+//     after rv, or ErrExpired when the log no longer holds them all (the
+//     caller relists, as after kube-apiserver's 410 Gone).
+//   - A relist restarts the change log; watches from before it expire.
+//   - Objects are stored without metadata.managedFields and without type
+//     meta, once: the indexes hold pointers, not copies.
+//   - Every object version is serialized at most once while it stays in
+//     the Encoder's LRU, however many readers ask for it.
+//   - Until a type's first list is in (HasSynced), its store is empty and
+//     the server reports not ready: an empty store would read as "the
+//     object does not exist", for the authorizer a wrong deny and for a
+//     watch a wrong DELETED.
 package cache

@@ -9,13 +9,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodeproxy/nodeproxy/cache"
 )
 
 // Config is what New needs to build a Server, and nothing more.
 type Config struct {
 	Generic *genericapiserver.Config
-	// Kube is the configuration the informers use.
-	Kube *rest.Config
+	// Kube is the configuration the cache's watches use.
+	Kube  *rest.Config
+	Cache cache.Options
 	// ClientCASources counts the CA sources client certificates are
 	// verified against (the client CA, the front-proxy CA), for the
 	// readiness check that waits for them to load.
@@ -62,7 +65,7 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 	if o.Authentication.RequestHeader.ClientCAFile != "" || lookup {
 		sources++
 	}
-	return &Config{Generic: generic, Kube: kube, ClientCASources: sources}, nil
+	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, ClientCASources: sources}, nil
 }
 
 func (o *Options) kubeConfig() (*rest.Config, error) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	toolscache "k8s.io/client-go/tools/cache"
 
@@ -11,38 +12,38 @@ import (
 	"github.com/nodeproxy/nodeproxy/graph"
 )
 
-// feedGraph registers g's handlers on the informers it learns from and
-// returns a readiness check that passes once each handler has seen its
-// informer's initial list. Informer sync alone is not enough: a handler
-// registered on a synced informer still has the list to process.
-func feedGraph(informers *cache.Informers, g *graph.Graph) (func(*http.Request) error, error) {
+// feedGraph makes the graph hear of every change to the types it is built
+// from before the cache shows the change to anyone: a node that saw its
+// pod in a list finds the graph already lets it read what the pod uses.
+func feedGraph(c *cache.Cache, g *graph.Graph) error {
 	handlers := map[string]toolscache.ResourceEventHandler{
 		"pods":              g.PodHandler(),
 		"persistentvolumes": g.PVHandler(),
 		"volumeattachments": g.VolumeAttachmentHandler(),
 		"resourceslices":    g.ResourceSliceHandler(),
 	}
-	var regs []toolscache.ResourceEventHandlerRegistration
+	fed := 0
 	for _, gvr := range cache.Watched() {
-		h, ok := handlers[gvr.Resource]
-		if !ok {
-			continue
+		if h, ok := handlers[gvr.Resource]; ok {
+			c.Store(gvr).AddHandler(h)
+			fed++
 		}
-		reg, err := informers.Informer(gvr).AddEventHandler(h)
-		if err != nil {
-			return nil, fmt.Errorf("graph handler for %s: %w", gvr.Resource, err)
-		}
-		regs = append(regs, reg)
 	}
-	if len(regs) != len(handlers) {
-		return nil, errors.New("an informer the graph needs is missing")
+	if fed != len(handlers) {
+		return fmt.Errorf("the cache lacks %d of the types the graph needs", len(handlers)-fed)
 	}
+	return nil
+}
+
+// cacheSynced passes once every store has taken in its first list (and so
+// has the graph, which the stores feed as they take it in). Before that
+// an empty store would read as "no such object": for the authorizer a
+// wrong deny, for a bulk get a wrong empty list.
+func cacheSynced(c *cache.Cache) func(*http.Request) error {
 	return func(*http.Request) error {
-		for _, r := range regs {
-			if !r.HasSynced() {
-				return errors.New("the authorization graph has not processed every object yet")
-			}
+		if missing := c.Unsynced(); len(missing) > 0 {
+			return errors.New("not yet listed: " + strings.Join(missing, ", "))
 		}
 		return nil
-	}, nil
+	}
 }

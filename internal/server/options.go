@@ -13,6 +13,8 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	netutils "k8s.io/utils/net"
 
+	"github.com/nodeproxy/nodeproxy/cache"
+
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 )
 
@@ -34,7 +36,7 @@ type Options struct {
 	Authorization  *genericoptions.DelegatingAuthorizationOptions
 	Logs           *logsapi.LoggingConfiguration
 
-	// Kubeconfig is the file nodeproxy's informers use to reach
+	// Kubeconfig is the file nodeproxy's cache uses to reach
 	// kube-apiserver, and the default of the delegated authentication and
 	// authorization kubeconfigs. Empty means the in-cluster configuration.
 	Kubeconfig string
@@ -44,6 +46,8 @@ type Options struct {
 	// ShutdownDelay keeps serving after SIGTERM while /readyz already
 	// fails, so that load balancers stop sending before the listener closes.
 	ShutdownDelay time.Duration
+	// Cache sizes the object cache.
+	Cache cache.Options
 }
 
 // NewOptions returns the defaults of `nodeproxy serve`.
@@ -54,6 +58,7 @@ func NewOptions() *Options {
 		Authorization:  genericoptions.NewDelegatingAuthorizationOptions(),
 		Logs:           logsapi.NewLoggingConfiguration(),
 		ConnectTimeout: 10 * time.Second,
+		Cache:          cache.Options{LogSize: cache.DefaultLogSize, EncodedEntries: cache.DefaultEncodedEntries},
 	}
 	o.SecureServing.BindPort = DefaultSecurePort
 	// No default directory: without --cert-dir or --tls-cert-file the
@@ -73,10 +78,17 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 
 	fs := fss.FlagSet("kubernetes")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig,
-		"kubeconfig file for the informers that feed nodeproxy's cache, and the default of "+
+		"kubeconfig file for the watches that feed nodeproxy's cache, and the default of "+
 			"--authentication-kubeconfig and --authorization-kubeconfig. Empty: the in-cluster configuration.")
 	fs.DurationVar(&o.ConnectTimeout, "kube-api-connect-timeout", o.ConnectTimeout,
 		"How long to wait at start for kube-apiserver to answer before giving up with an error.")
+
+	fs = fss.FlagSet("cache")
+	fs.IntVar(&o.Cache.LogSize, "cache-log-size", o.Cache.LogSize,
+		"Changes kept per resource type. A watch or exact-version list from a resourceVersion older than "+
+			"the log reaches gets 410 Expired and must relist.")
+	fs.IntVar(&o.Cache.EncodedEntries, "cache-encoded-entries", o.Cache.EncodedEntries,
+		"Encoded object versions kept so that an object many nodes read is serialized once.")
 
 	fs = fss.FlagSet("lifecycle")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay-duration", o.ShutdownDelay,
@@ -122,6 +134,12 @@ func (o *Options) Validate() error {
 	}
 	if o.ShutdownDelay < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-delay-duration must not be negative, got %s", o.ShutdownDelay))
+	}
+	if o.Cache.LogSize <= 0 {
+		errs = append(errs, fmt.Errorf("--cache-log-size must be positive, got %d", o.Cache.LogSize))
+	}
+	if o.Cache.EncodedEntries <= 0 {
+		errs = append(errs, fmt.Errorf("--cache-encoded-entries must be positive, got %d", o.Cache.EncodedEntries))
 	}
 	if err := logsapi.Validate(o.Logs, utilfeature.DefaultFeatureGate, nil); len(err) > 0 {
 		errs = append(errs, err.ToAggregate())

@@ -7,7 +7,6 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 
 	"github.com/nodeproxy/nodeproxy/authorizer"
 	"github.com/nodeproxy/nodeproxy/cache"
@@ -18,8 +17,8 @@ import (
 // behind it, the authorization graph they feed and the webhook that
 // answers from it.
 type Server struct {
-	generic   *genericapiserver.GenericAPIServer
-	informers *cache.Informers
+	generic *genericapiserver.GenericAPIServer
+	cache   *cache.Cache
 }
 
 // New builds the server. It starts nothing.
@@ -28,49 +27,46 @@ func (c *Config) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client for informers: %w", err)
 	}
-	informers, err := cache.NewInformers(client)
+	objects, err := cache.New(client, c.Cache)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cache: %w", err)
 	}
 	generic, err := c.Generic.Complete(nil).New("nodeproxy", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, fmt.Errorf("generic API server: %w", err)
 	}
 	g := graph.New()
-	graphSynced, err := feedGraph(informers, g)
-	if err != nil {
+	if err := feedGraph(objects, g); err != nil {
 		return nil, err
 	}
 	graph.RegisterMetrics()
 	authorizer.RegisterMetrics()
 	generic.Handler.NonGoRestfulMux.Handle(authorizer.WebhookPath, &authorizer.Webhook{Authorizer: authorizer.New(g)})
 
-	// Ready only once every informer has listed and the graph has taken in
-	// the lists: before that the cache would answer "not found" for
-	// objects that exist, and the authorizer refuse what it should allow.
+	// Ready only once every type has been listed into the cache and the
+	// graph: before that the cache would answer "not found" for objects
+	// that exist, and the authorizer refuse what it should allow.
 	if err := generic.AddReadyzChecks(
-		healthz.NewInformerSyncHealthz(informers),
-		healthz.NamedCheck("graph-sync", graphSynced),
+		healthz.NamedCheck("cache-sync", cacheSynced(objects)),
 		healthz.NamedCheck("client-ca", clientCAsLoaded(c.Generic.SecureServing.ClientCA, c.ClientCASources)),
 	); err != nil {
 		return nil, fmt.Errorf("readiness check: %w", err)
 	}
-	s := &Server{generic: generic, informers: informers}
-	if err := generic.AddPostStartHook("nodeproxy-start-informers", s.startInformers); err != nil {
-		return nil, fmt.Errorf("informer start hook: %w", err)
+	s := &Server{generic: generic, cache: objects}
+	if err := generic.AddPostStartHook("nodeproxy-start-cache", s.startCache); err != nil {
+		return nil, fmt.Errorf("cache start hook: %w", err)
 	}
 	return s, nil
 }
 
-func (s *Server) startInformers(ctx genericapiserver.PostStartHookContext) error {
-	s.informers.Start(ctx.Done())
-	klog.InfoS("Informers started")
+func (s *Server) startCache(ctx genericapiserver.PostStartHookContext) error {
+	s.cache.Start(ctx)
 	return nil
 }
 
 // Run serves until ctx ends, then stops accepting requests, drains the ones
 // in flight and returns.
 func (s *Server) Run(ctx context.Context) error {
-	defer s.informers.Shutdown()
+	defer s.cache.Wait()
 	return s.generic.PrepareRun().RunWithContext(ctx)
 }

@@ -79,7 +79,7 @@ func TestReadyOnlyAfterInformersSync(t *testing.T) {
 		if code == http.StatusOK {
 			t.Fatalf("/readyz is ok although the informers cannot list:\n%s", body)
 		}
-		if !strings.Contains(body, "[-]informer-sync failed") {
+		if !strings.Contains(body, "[-]cache-sync failed") {
 			t.Fatalf("/readyz does not name the informer check:\n%s", body)
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -90,7 +90,7 @@ func TestReadyOnlyAfterInformersSync(t *testing.T) {
 	}
 	// The reflectors retry with backoff (up to 30 s between lists).
 	body := waitStatus(t, srv, anon, "/readyz?verbose", http.StatusOK, 90*time.Second)
-	if !strings.Contains(body, "[+]informer-sync ok") {
+	if !strings.Contains(body, "[+]cache-sync ok") {
 		t.Errorf("/readyz ok without the informer check:\n%s", body)
 	}
 }
@@ -140,7 +140,7 @@ func TestOnlyHealthIsOpenToUnauthenticatedCallers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`nodeproxy_informer_events_total{resource="serviceaccounts",type="add"}`, `nodeproxy_informer_objects{resource="pods"}`} {
+	for _, want := range []string{`nodeproxy_cache_objects{resource="serviceaccounts"}`, `nodeproxy_cache_relists_total{resource="pods"}`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

@@ -1,0 +1,164 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// resource describes one cached type.
+type resource struct {
+	gvr        schema.GroupVersionResource
+	kind       string
+	namespaced bool
+	byNode     bool // index by spec.nodeName
+	example    runtime.Object
+	client     func(kubernetes.Interface) rest.Interface
+}
+
+var (
+	core    = func(c kubernetes.Interface) rest.Interface { return c.CoreV1().RESTClient() }
+	storage = func(c kubernetes.Interface) rest.Interface { return c.StorageV1().RESTClient() }
+	dra     = func(c kubernetes.Interface) rest.Interface { return c.ResourceV1().RESTClient() }
+)
+
+// served are the types nodeproxy serves to nodes; graphOnly the ones it
+// watches only to keep the authorization graph current (who a volume
+// attachment or a resource slice belongs to).
+var (
+	served = []resource{
+		{corev1.SchemeGroupVersion.WithResource("pods"), "Pod", true, true, &corev1.Pod{}, core},
+		{corev1.SchemeGroupVersion.WithResource("secrets"), "Secret", true, false, &corev1.Secret{}, core},
+		{corev1.SchemeGroupVersion.WithResource("configmaps"), "ConfigMap", true, false, &corev1.ConfigMap{}, core},
+		{corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims"), "PersistentVolumeClaim", true, false, &corev1.PersistentVolumeClaim{}, core},
+		{corev1.SchemeGroupVersion.WithResource("persistentvolumes"), "PersistentVolume", false, false, &corev1.PersistentVolume{}, core},
+		{corev1.SchemeGroupVersion.WithResource("serviceaccounts"), "ServiceAccount", true, false, &corev1.ServiceAccount{}, core},
+		{corev1.SchemeGroupVersion.WithResource("nodes"), "Node", false, false, &corev1.Node{}, core},
+	}
+	graphOnly = []resource{
+		{storagev1.SchemeGroupVersion.WithResource("volumeattachments"), "VolumeAttachment", false, false, &storagev1.VolumeAttachment{}, storage},
+		{resourcev1.SchemeGroupVersion.WithResource("resourceslices"), "ResourceSlice", false, false, &resourcev1.ResourceSlice{}, dra},
+	}
+)
+
+// Resources are the resource types the cache serves, in a fixed order.
+var Resources = gvrs(served)
+
+// GraphResources are cached only to keep the authorization graph current;
+// nothing serves them.
+var GraphResources = gvrs(graphOnly)
+
+// Watched is every resource nodeproxy watches: Resources, then
+// GraphResources.
+func Watched() []schema.GroupVersionResource {
+	return append(slices.Clone(Resources), GraphResources...)
+}
+
+func gvrs(rs []resource) []schema.GroupVersionResource {
+	out := make([]schema.GroupVersionResource, len(rs))
+	for i, r := range rs {
+		out[i] = r.gvr
+	}
+	return out
+}
+
+// Options size the cache.
+type Options struct {
+	// LogSize is how many changes each store keeps for watches and
+	// exact-version lists to resume from.
+	LogSize int
+	// EncodedEntries bounds the cache of encoded object versions.
+	EncodedEntries int
+}
+
+// Defaults.
+const (
+	// DefaultLogSize: kube-apiserver's watch cache keeps at least 75 s of
+	// changes; 4096 changes per type is that long at 50 changes/s of one
+	// type, more than a 5,000-node cluster's steady pod churn. Each entry
+	// keeps the state after it reachable for exact-version lists: about
+	// 3 KiB of tree nodes plus the object versions it replaced.
+	DefaultLogSize = 4096
+	// DefaultEncodedEntries: the objects many nodes read at once (a
+	// namespace's kube-root-ca.crt, shared pull secrets) are few; 16384
+	// versions of 1 KiB objects are 16 MiB.
+	DefaultEncodedEntries = 16384
+)
+
+// Cache is nodeproxy's one copy of the cluster's objects: one Store per
+// resource type, each kept current by its own reflector (one list and one
+// watch on kube-apiserver per type, whatever the number of readers).
+type Cache struct {
+	stores     map[schema.GroupVersionResource]*Store
+	reflectors []*toolscache.Reflector
+	encoder    *Encoder
+	wg         sync.WaitGroup
+}
+
+// New builds a cache of every Watched resource, read from kube-apiserver
+// through client. Nothing runs until Start.
+func New(client kubernetes.Interface, opts Options) (*Cache, error) {
+	if opts.LogSize <= 0 {
+		return nil, fmt.Errorf("change log size must be positive, got %d", opts.LogSize)
+	}
+	enc, err := NewEncoder(opts.EncodedEntries)
+	if err != nil {
+		return nil, err
+	}
+	RegisterMetrics()
+	c := &Cache{stores: map[schema.GroupVersionResource]*Store{}, encoder: enc}
+	for _, r := range append(slices.Clone(served), graphOnly...) {
+		s := newStore(r, opts.LogSize)
+		lw := toolscache.ToListWatcherWithWatchListSemantics(
+			toolscache.NewListWatchFromClient(r.client(client), r.gvr.Resource, "", fields.Everything()), client)
+		c.reflectors = append(c.reflectors, toolscache.NewReflectorWithOptions(lw, r.example, s,
+			toolscache.ReflectorOptions{Name: "nodeproxy-cache/" + r.gvr.Resource}))
+		c.stores[r.gvr] = s
+	}
+	return c, nil
+}
+
+// Store returns the store of gvr, or nil if the cache does not hold it.
+func (c *Cache) Store(gvr schema.GroupVersionResource) *Store { return c.stores[gvr] }
+
+// Encoder is the cache of encoded object versions shared by every reader.
+func (c *Cache) Encoder() *Encoder { return c.encoder }
+
+// Start runs every reflector until ctx ends.
+func (c *Cache) Start(ctx context.Context) {
+	for _, r := range c.reflectors {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			r.RunWithContext(ctx)
+		}()
+	}
+	klog.InfoS("Cache started", "resources", len(c.reflectors))
+}
+
+// Wait returns once every reflector started by Start has stopped.
+func (c *Cache) Wait() { c.wg.Wait() }
+
+// Unsynced names the resources whose first list has not been taken in;
+// empty once the cache is ready to answer.
+func (c *Cache) Unsynced() []string {
+	var out []string
+	for _, gvr := range Watched() {
+		if !c.stores[gvr].HasSynced() {
+			out = append(out, gvr.Resource)
+		}
+	}
+	return out
+}

@@ -1,0 +1,280 @@
+package cache
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/btree"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// btreeDegree is the fan-out of the object trees, the value kube-apiserver's
+// watch cache uses: nodes of up to 63 pointers keep a 100k-object tree
+// three levels deep, so a change copies about 3 KiB when a snapshot shares
+// the old nodes.
+const btreeDegree = 32
+
+// Store is the cache of one resource type: the current objects, published
+// as immutable snapshots, and a bounded log of the latest changes.
+//
+// One writer (the type's reflector) calls Add, Update, Delete, Replace and
+// Bookmark; they hold mu, which no reader ever takes. Readers load the
+// current Snapshot with one atomic read. This is on purpose: the writer
+// also feeds the authorization graph, and a reader preempted while holding
+// a read lock would hold graph updates back with it (measured on the
+// graph: an RWMutex let write p99 reach 16 s under 5000 readers).
+//
+// Before a change becomes visible to readers, the store hands it to its
+// handlers (the graph's), in the order the changes arrive. So whoever saw
+// a pod in a snapshot finds the graph already knows it.
+type Store struct {
+	Resource   schema.GroupVersionResource
+	Kind       string
+	Namespaced bool
+
+	mu       sync.Mutex
+	handlers []toolscache.ResourceEventHandler // guarded by mu
+	objects  *btree.BTreeG[*Object]            // guarded by mu; the writer's copy
+	nodes    *btree.BTreeG[*Object]            // guarded by mu; pods only
+	log      *changeLog                        // guarded by mu
+	seq      uint64                            // guarded by mu: changes in log
+	logSize  int
+
+	current atomic.Pointer[Snapshot]
+	synced  atomic.Bool
+	metrics storeMetrics
+}
+
+func newStore(r resource, logSize int) *Store {
+	RegisterMetrics()
+	s := &Store{
+		Resource:   r.gvr,
+		Kind:       r.kind,
+		Namespaced: r.namespaced,
+		objects:    btree.NewG(btreeDegree, byKey),
+		logSize:    logSize,
+		metrics:    newStoreMetrics(r.gvr.Resource),
+	}
+	if r.byNode {
+		s.nodes = btree.NewG(btreeDegree, byNode)
+	}
+	empty := &Snapshot{objects: s.objects.Clone(), next: make(chan struct{})}
+	if s.nodes != nil {
+		empty.nodes = s.nodes.Clone()
+	}
+	s.log = newChangeLog(logSize, empty)
+	empty.log = s.log
+	s.current.Store(empty)
+	return s
+}
+
+// Snapshot returns the current state. Before HasSynced it is empty.
+func (s *Store) Snapshot() *Snapshot { return s.current.Load() }
+
+// HasSynced reports whether the store has taken in its first list.
+func (s *Store) HasSynced() bool { return s.synced.Load() }
+
+// AddHandler makes h see every change before readers do. Call it before
+// the cache starts.
+func (s *Store) AddHandler(h toolscache.ResourceEventHandler) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.handlers = append(s.handlers, h)
+}
+
+// Add takes in an object the reflector saw created.
+func (s *Store) Add(obj interface{}) error { return s.upsert(obj) }
+
+// Update takes in an object the reflector saw changed.
+func (s *Store) Update(obj interface{}) error { return s.upsert(obj) }
+
+func (s *Store) upsert(obj interface{}) error {
+	o, err := newObject(obj)
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.Resource.Resource, err)
+	}
+	start := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev, exists := s.objects.ReplaceOrInsert(o)
+	if s.nodes != nil {
+		if exists && prev.NodeName != o.NodeName {
+			s.nodes.Delete(prev)
+		}
+		s.nodes.ReplaceOrInsert(o)
+	}
+	e := &Event{Type: watch.Added, Object: o}
+	if exists {
+		e.Type, e.Prev = watch.Modified, prev
+		for _, h := range s.handlers {
+			h.OnUpdate(prev.Obj, o.Obj)
+		}
+	} else {
+		for _, h := range s.handlers {
+			h.OnAdd(o.Obj, false)
+		}
+	}
+	s.publishLocked(e)
+	s.metrics.observeWrite(e.Type, start)
+	return nil
+}
+
+// Delete takes in an object the reflector saw deleted, in its last state.
+func (s *Store) Delete(obj interface{}) error {
+	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	o, err := newObject(obj)
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.Resource.Resource, err)
+	}
+	start := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev, exists := s.objects.Delete(o)
+	if !exists {
+		return nil // never seen, or already gone with a relist
+	}
+	if s.nodes != nil {
+		s.nodes.Delete(prev)
+	}
+	for _, h := range s.handlers {
+		h.OnDelete(o.Obj)
+	}
+	s.publishLocked(&Event{Type: watch.Deleted, Object: o, Prev: prev})
+	s.metrics.observeWrite(watch.Deleted, start)
+	return nil
+}
+
+// publishLocked appends e (if any) to the log and makes the writer's
+// state the current snapshot.
+func (s *Store) publishLocked(e *Event) {
+	prev := s.current.Load()
+	next := &Snapshot{
+		RV:      prev.RV,
+		objects: s.objects.Clone(),
+		log:     s.log,
+		seq:     s.seq,
+		next:    make(chan struct{}),
+	}
+	if s.nodes != nil {
+		next.nodes = s.nodes.Clone()
+	}
+	if e != nil {
+		e.PrevRV = prev.RV
+		e.RV = max(e.Object.RV, prev.RV)
+		e.after = next
+		next.RV = e.RV
+		s.log.appendLocked(e, s.seq)
+		s.seq++
+		next.seq = s.seq
+	}
+	s.current.Store(next)
+	close(prev.next)
+	s.metrics.objects.Set(float64(s.objects.Len()))
+}
+
+// Replace takes in a full list at resourceVersion rv, after the reflector
+// (re)listed. Handlers see the difference to the old state as adds,
+// updates and deletes; the change log starts over at rv, so a watch from
+// an older resourceVersion gets ErrExpired and relists, as from
+// kube-apiserver after a compaction.
+func (s *Store) Replace(list []interface{}, rv string) error {
+	listRV, err := parseRV(rv)
+	if err != nil {
+		return fmt.Errorf("%s list: %w", s.Resource.Resource, err)
+	}
+	objects := btree.NewG(btreeDegree, byKey)
+	var nodes *btree.BTreeG[*Object]
+	if s.nodes != nil {
+		nodes = btree.NewG(btreeDegree, byNode)
+	}
+	for _, item := range list {
+		o, err := newObject(item)
+		if err != nil {
+			return fmt.Errorf("%s list: %w", s.Resource.Resource, err)
+		}
+		objects.ReplaceOrInsert(o)
+		if nodes != nil {
+			nodes.ReplaceOrInsert(o)
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	initial := !s.synced.Load()
+	objects.Ascend(func(o *Object) bool {
+		prev, ok := s.objects.Get(o)
+		switch {
+		case !ok:
+			for _, h := range s.handlers {
+				h.OnAdd(o.Obj, initial)
+			}
+		case prev.RV != o.RV:
+			for _, h := range s.handlers {
+				h.OnUpdate(prev.Obj, o.Obj)
+			}
+		}
+		return true
+	})
+	s.objects.Ascend(func(prev *Object) bool {
+		if _, ok := objects.Get(prev); !ok {
+			for _, h := range s.handlers {
+				h.OnDelete(prev.Obj)
+			}
+		}
+		return true
+	})
+	s.objects, s.nodes = objects, nodes
+
+	old := s.current.Load()
+	next := &Snapshot{RV: listRV, objects: objects.Clone(), next: make(chan struct{})}
+	if nodes != nil {
+		next.nodes = nodes.Clone()
+	}
+	s.log, s.seq = newChangeLog(s.logSize, next), 0
+	next.log = s.log
+	s.current.Store(next)
+	close(old.next)
+	s.synced.Store(true)
+	s.metrics.objects.Set(float64(objects.Len()))
+	s.metrics.relists.Inc()
+	klog.V(2).InfoS("Cache relisted", "resource", s.Resource.Resource, "objects", objects.Len(), "resourceVersion", listRV, "initial", initial)
+	return nil
+}
+
+// Bookmark moves the store's resourceVersion forward without a change:
+// kube-apiserver says nothing of this type changed up to rv. A watch or
+// list at rv can then be served without waiting for an unrelated change.
+func (s *Store) Bookmark(rv string) error {
+	v, err := parseRV(rv)
+	if err != nil {
+		return fmt.Errorf("%s bookmark: %w", s.Resource.Resource, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := s.current.Load()
+	if v <= prev.RV {
+		return nil
+	}
+	next := *prev
+	next.RV = v
+	next.next = make(chan struct{})
+	s.current.Store(&next)
+	close(prev.next)
+	return nil
+}
+
+// UpdateResourceVersion is how the reflector reports the version it has
+// reached after each watch event; for bookmarks it is the same as
+// Bookmark.
+func (s *Store) UpdateResourceVersion(rv string) { _ = s.Bookmark(rv) }
+
+// Resync is part of the reflector's store interface; nodeproxy never
+// resyncs.
+func (s *Store) Resync() error { return nil }

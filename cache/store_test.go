@@ -1,0 +1,154 @@
+package cache
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// TestWatchFromAnySnapshotMissesNothing checks the store's promise under
+// concurrency: for any two snapshots a reader takes, the changes between
+// their resourceVersions turn the first into the second, none missing and
+// none repeated, or the store says ErrExpired. Run with -race.
+func TestWatchFromAnySnapshotMissesNothing(t *testing.T) {
+	s := newStore(served[1], 64) // secrets
+	if err := s.Replace(nil, "1"); err != nil {
+		t.Fatal(err)
+	}
+	const writes = 5000
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var checked, expired sync.Map
+	for r := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				a := s.Snapshot()
+				<-a.Next()
+				b := s.Snapshot()
+				events, err := b.Changes(a.RV)
+				if errors.Is(err, ErrExpired) {
+					expired.Store(r, true)
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				state := contents(a)
+				for _, e := range events {
+					key := e.Object.Namespace + "/" + e.Object.Name
+					switch e.Type {
+					case watch.Added, watch.Modified:
+						state[key] = e.Object.RV
+					case watch.Deleted:
+						delete(state, key)
+					}
+				}
+				if want := contents(b); fmt.Sprint(state) != fmt.Sprint(want) {
+					t.Errorf("snapshot %d + %d changes = %v, snapshot %d = %v", a.RV, len(events), state, b.RV, want)
+					return
+				}
+				checked.Store(r, true)
+			}
+		}()
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for rv := uint64(2); rv < writes; rv++ {
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ns" + strconv.Itoa(rng.IntN(3)), Name: "s" + strconv.Itoa(rng.IntN(20)),
+			ResourceVersion: strconv.FormatUint(rv, 10),
+		}}
+		var err error
+		if rng.IntN(4) == 0 {
+			err = s.Delete(secret)
+		} else {
+			err = s.Update(secret)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	wg.Wait()
+	n := 0
+	checked.Range(func(any, any) bool { n++; return true })
+	if n == 0 {
+		t.Fatal("no reader compared two snapshots")
+	}
+}
+
+func contents(s *Snapshot) map[string]uint64 {
+	m := map[string]uint64{}
+	s.Ascend("", "", func(o *Object) bool {
+		m[o.Namespace+"/"+o.Name] = o.RV
+		return true
+	})
+	return m
+}
+
+func TestEncoderEncodesEachVersionOnce(t *testing.T) {
+	s := newStore(served[1], 8)
+	enc, err := NewEncoder(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := func(rv, value string) *corev1.Secret {
+		return &corev1.Secret{
+			TypeMeta:   metav1.TypeMeta{Kind: "Secret", APIVersion: "v1"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db", ResourceVersion: rv},
+			Data:       map[string][]byte{"password": []byte(value)},
+		}
+	}
+	if err := s.Replace([]interface{}{secret("5", "one")}, "5"); err != nil {
+		t.Fatal(err)
+	}
+	o, _ := s.Snapshot().Get("ns", "db")
+	first, err := enc.Encode(s, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := enc.Encode(s, o)
+	if &first[0] != &again[0] {
+		t.Error("the same version was encoded twice")
+	}
+	var back corev1.Secret
+	if err := json.Unmarshal(first, &back); err != nil {
+		t.Fatalf("%s: %v", first, err)
+	}
+	if back.Kind != "Secret" || back.APIVersion != "v1" || string(back.Data["password"]) != "one" || back.ResourceVersion != "5" {
+		t.Errorf("decoded %+v", back)
+	}
+
+	if err := s.Update(secret("6", "two")); err != nil {
+		t.Fatal(err)
+	}
+	o2, _ := s.Snapshot().Get("ns", "db")
+	second, _ := enc.Encode(s, o2)
+	if err := json.Unmarshal(second, &back); err != nil || string(back.Data["password"]) != "two" {
+		t.Errorf("new version encoded as %s (%v)", second, err)
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	if _, err := New(nil, Options{LogSize: 0, EncodedEntries: 10}); err == nil {
+		t.Error("log size 0 accepted")
+	}
+	if _, err := New(nil, Options{LogSize: 10, EncodedEntries: 0}); err == nil {
+		t.Error("encoded entries 0 accepted")
+	}
+}
