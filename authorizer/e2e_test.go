@@ -2,10 +2,8 @@ package authorizer_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,28 +29,10 @@ import (
 var (
 	cp      *controlplane.ControlPlane
 	npPort  int // where kube-apiserver's webhook finds nodeproxy
-	webhook = "kube-apiserver-nodeproxy-webhook"
+	webhook = testserver.WebhookUser
 )
 
-func TestMain(m *testing.M) {
-	ports, err := controlplane.FreePorts(1)
-	if err == nil {
-		npPort = ports[0]
-	}
-	root, rootErr := controlplane.RepoRoot()
-	if err = errors.Join(err, rootErr); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	// manifests/kube-apiserver-authorization-config.yaml, with kube-apiserver's
-	// decision cache off so that revocation shows nodeproxy's graph, not
-	// the cache's TTL.
-	os.Exit(controlplane.RunTests(m, controlplane.Options{
-		AuthorizationFor: controlplane.WebhookAuthorization(
-			filepath.Join(root, "manifests", "kube-apiserver-authorization-config.yaml"),
-			fmt.Sprintf("https://127.0.0.1:%d/authorize", npPort), webhook, false),
-	}, &cp))
-}
+func TestMain(m *testing.M) { os.Exit(testserver.RunBehindWebhook(m, &cp, &npPort)) }
 
 // ns and pvName are fresh for every run of the test, so that -count=N can
 // run it again against the same control plane.

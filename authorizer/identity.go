@@ -27,3 +27,9 @@ func nodeIdentity(u user.Info) (name string, isNode bool) {
 	}
 	return "", false
 }
+
+// NodeName returns the node a user is, and whether the user is a node
+// identity at all (see nodeIdentity). Other packages that decide node
+// requests against the graph use it so that every decision agrees on who
+// is a node.
+func NodeName(u user.Info) (name string, isNode bool) { return nodeIdentity(u) }

@@ -156,9 +156,9 @@ func listDump(s *Snapshot, ns, node string) string {
 		return true
 	}
 	if node != "" {
-		s.AscendNode(node, ns, "", print)
+		s.AscendNode(node, ns, ns, "", print)
 	} else {
-		s.Ascend(ns, "", print)
+		s.Ascend(ns, ns, "", print)
 	}
 	return b.String() + "\n"
 }

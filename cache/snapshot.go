@@ -37,11 +37,12 @@ func (s *Snapshot) Get(namespace, name string) (*Object, bool) {
 	return s.objects.Get(&Object{Namespace: namespace, Name: name})
 }
 
-// Ascend calls fn for every object in key order, beginning at the first
-// object whose key is at or after (namespace, from), and restricted to
-// namespace unless it is "". It stops when fn returns false.
-func (s *Snapshot) Ascend(namespace, from string, fn func(*Object) bool) {
-	s.objects.AscendGreaterOrEqual(&Object{Namespace: namespace, Name: from}, func(o *Object) bool {
+// Ascend calls fn for the objects of namespace ("" for all), in key
+// order, starting at key (fromNamespace, fromName), until fn returns
+// false. A first page starts at (namespace, ""); a continued one where the
+// last left off.
+func (s *Snapshot) Ascend(namespace, fromNamespace, fromName string, fn func(*Object) bool) {
+	s.objects.AscendGreaterOrEqual(&Object{Namespace: fromNamespace, Name: fromName}, func(o *Object) bool {
 		if namespace != "" && o.Namespace != namespace {
 			return false
 		}
@@ -49,13 +50,13 @@ func (s *Snapshot) Ascend(namespace, from string, fn func(*Object) bool) {
 	})
 }
 
-// AscendNode calls fn for every pod bound to node, in key order from
-// (namespace, from). Pod stores only; others call nothing.
-func (s *Snapshot) AscendNode(node, namespace, from string, fn func(*Object) bool) {
+// AscendNode is Ascend over the pods bound to node. Pod stores only;
+// others call nothing.
+func (s *Snapshot) AscendNode(node, namespace, fromNamespace, fromName string, fn func(*Object) bool) {
 	if s.nodes == nil {
 		return
 	}
-	s.nodes.AscendGreaterOrEqual(&Object{NodeName: node, Namespace: namespace, Name: from}, func(o *Object) bool {
+	s.nodes.AscendGreaterOrEqual(&Object{NodeName: node, Namespace: fromNamespace, Name: fromName}, func(o *Object) bool {
 		if o.NodeName != node || (namespace != "" && o.Namespace != namespace) {
 			return false
 		}

@@ -94,7 +94,7 @@ func TestWatchFromAnySnapshotMissesNothing(t *testing.T) {
 
 func contents(s *Snapshot) map[string]uint64 {
 	m := map[string]uint64{}
-	s.Ascend("", "", func(o *Object) bool {
+	s.Ascend("", "", "", func(o *Object) bool {
 		m[o.Namespace+"/"+o.Name] = o.RV
 		return true
 	})

@@ -14,6 +14,8 @@ header=hack/boilerplate.go.txt
 
 "$tools/openapi-gen" --go-header-file "$header" \
   --output-dir apis/bulk/openapi --output-pkg github.com/nodeproxy/nodeproxy/apis/bulk/openapi \
-  --output-file zz_generated.openapi.go --report-filename hack/api-rule-violations.list \
+  --output-file zz_generated.openapi.go --output-model-name-file zz_generated.model_name.go \
+  --readonly-pkg k8s.io/apimachinery/pkg/apis/meta/v1 --readonly-pkg k8s.io/apimachinery/pkg/runtime --readonly-pkg k8s.io/apimachinery/pkg/version \
+  --report-filename hack/api-rule-violations.list \
   k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime k8s.io/apimachinery/pkg/version \
   ./apis/bulk/v1alpha1

@@ -36,6 +36,8 @@ var tools = []tool{
 	{name: "kube-apiserver", pkg: "k8s.io/kubernetes/cmd/kube-apiserver",
 		ldflags: "-s -w -X k8s.io/component-base/version.gitVersion=v1.36.3 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36"},
 	{name: "etcd", pkg: "go.etcd.io/etcd/server/v3", ldflags: "-s -w"},
+	{name: "kubectl", pkg: "k8s.io/kubernetes/cmd/kubectl",
+		ldflags: "-s -w -X k8s.io/component-base/version.gitVersion=v1.36.3 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36"},
 	{name: "deepcopy-gen", pkg: "k8s.io/code-generator/cmd/deepcopy-gen", ldflags: "-s -w"},
 	{name: "openapi-gen", pkg: "k8s.io/kube-openapi/cmd/openapi-gen", ldflags: "-s -w"},
 }

@@ -4,14 +4,21 @@ import (
 	"context"
 	"fmt"
 
+	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/util/compatibility"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/nodeproxy/nodeproxy/apis/bulk/openapi"
 	"github.com/nodeproxy/nodeproxy/cache"
 )
+
+// MaxRequestBodyBytes bounds a request body: 1 MiB holds bulk.MaxOperations
+// operations of up to 1 KiB each. Larger bodies get 413 Request Entity Too
+// Large, as from kube-apiserver.
+const MaxRequestBodyBytes = 1 << 20
 
 // Config is what New needs to build a Server, and nothing more.
 type Config struct {
@@ -43,6 +50,15 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 	generic.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
 	generic.ShutdownDelayDuration = o.ShutdownDelay
 	generic.BuildHandlerChainFunc = buildHandlerChain
+	// The only bodies nodeproxy reads are bulk gets (MaxOperations
+	// operations of a few hundred bytes each) and SubjectAccessReviews
+	// (the webhook has its own, smaller limit).
+	generic.MaxRequestBodyBytes = MaxRequestBodyBytes
+	namer := openapinamer.NewDefinitionNamer(scheme)
+	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(openapi.GetOpenAPIDefinitions, namer)
+	generic.OpenAPIConfig.Info.Title = "nodeproxy"
+	generic.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(openapi.GetOpenAPIDefinitions, namer)
+	generic.OpenAPIV3Config.Info.Title = "nodeproxy"
 	if err := o.SecureServing.ApplyTo(&generic.SecureServing, &generic.LoopbackClientConfig); err != nil {
 		return nil, fmt.Errorf("secure serving: %w", err)
 	}

@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/authorizer"
+	"github.com/nodeproxy/nodeproxy/bulk"
 	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/graph"
 )
@@ -41,7 +45,12 @@ func (c *Config) New() (*Server, error) {
 	}
 	graph.RegisterMetrics()
 	authorizer.RegisterMetrics()
-	generic.Handler.NonGoRestfulMux.Handle(authorizer.WebhookPath, &authorizer.Webhook{Authorizer: authorizer.New(g)})
+	bulk.RegisterMetrics()
+	nodes := authorizer.New(g)
+	generic.Handler.NonGoRestfulMux.Handle(authorizer.WebhookPath, &authorizer.Webhook{Authorizer: nodes})
+	if err := installBulkAPI(generic, bulk.NewGetter(objects, g, nodes, c.Generic.Authorization.Authorizer)); err != nil {
+		return nil, err
+	}
 
 	// Ready only once every type has been listed into the cache and the
 	// graph: before that the cache would answer "not found" for objects
@@ -57,6 +66,19 @@ func (c *Config) New() (*Server, error) {
 		return nil, fmt.Errorf("cache start hook: %w", err)
 	}
 	return s, nil
+}
+
+// installBulkAPI serves bulk.k8s.io/v1alpha1: discovery, OpenAPI and the
+// create verb on bulkgetoperations come from the generic server.
+func installBulkAPI(generic *genericapiserver.GenericAPIServer, getter *bulk.Getter) error {
+	info := genericapiserver.NewDefaultAPIGroupInfo(v1alpha1.GroupName, scheme, metav1.ParameterCodec, codecs)
+	info.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
+		"bulkgetoperations": bulk.NewREST(getter),
+	}
+	if err := generic.InstallAPIGroup(&info); err != nil {
+		return fmt.Errorf("install %s: %w", v1alpha1.SchemeGroupVersion, err)
+	}
+	return nil
 }
 
 func (s *Server) startCache(ctx genericapiserver.PostStartHookContext) error {

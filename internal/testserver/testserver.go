@@ -8,7 +8,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -188,4 +190,33 @@ func (s *Server) WaitReady(t testing.TB, timeout time.Duration) {
 	if err != nil {
 		t.Fatalf("nodeproxy not ready within %s (last: %s)", timeout, last)
 	}
+}
+
+// WebhookUser is the identity kube-apiserver presents to nodeproxy's
+// webhook, the subject of manifests/rbac-webhook.yaml.
+const WebhookUser = "kube-apiserver-nodeproxy-webhook"
+
+// RunBehindWebhook is a TestMain for packages whose tests put nodeproxy in
+// front of kube-apiserver as the manifests do: kube-apiserver runs with
+// manifests/kube-apiserver-authorization-config.yaml (nodeproxy's webhook
+// for node identities, then RBAC), calling nodeproxy on *port, which the
+// tests then serve on. kube-apiserver's decision cache is off, so that
+// revocation shows nodeproxy's graph, not the cache's TTL.
+func RunBehindWebhook(m *testing.M, cp **controlplane.ControlPlane, port *int) int {
+	ports, err := controlplane.FreePorts(1)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	*port = ports[0]
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return controlplane.RunTests(m, controlplane.Options{
+		AuthorizationFor: controlplane.WebhookAuthorization(
+			filepath.Join(root, "manifests", "kube-apiserver-authorization-config.yaml"),
+			fmt.Sprintf("https://127.0.0.1:%d/authorize", *port), WebhookUser, false),
+	}, cp)
 }

@@ -7,5 +7,6 @@
 //
 // +k8s:deepcopy-gen=package
 // +k8s:openapi-gen=true
+// +k8s:openapi-model-package=io.k8s.bulk.v1alpha1
 // +groupName=bulk.k8s.io
 package v1alpha1

@@ -1,0 +1,91 @@
+package bulk
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/klog/v2"
+
+	nodeauthorizer "github.com/nodeproxy/nodeproxy/authorizer"
+)
+
+// authorize decides one operation for u; the request as a whole is
+// allowed only if every operation is. Node identities are decided by the
+// graph alone: asking kube-apiserver would come back to nodeproxy's own
+// webhook, and a "no" from the graph is final. Everyone else is asked of
+// kube-apiserver as the list it amounts to.
+func (g *Getter) authorize(ctx context.Context, u user.Info, q *query) error {
+	attrs := q.attributes(u)
+	node, isNode := nodeauthorizer.NodeName(u)
+	var (
+		decision authorizer.Decision
+		reason   string
+		err      error
+	)
+	switch {
+	case isNode && q.reachableFrom != "":
+		// The answer is filtered by the graph, so the only question is
+		// whose graph.
+		if node == q.reachableFrom {
+			decision = authorizer.DecisionAllow
+		} else {
+			reason = "a node may only ask for what it reaches itself"
+		}
+	case isNode:
+		if q.name != "" && (q.namespace != "" || !q.store.Namespaced) {
+			// One named object: the graph's question is "get".
+			attrs.Verb = "get"
+		}
+		decision, reason, err = g.nodes.Authorize(ctx, attrs)
+	default:
+		decision, reason, err = g.delegated.Authorize(ctx, attrs)
+	}
+	observeDecision(q.store.Resource.Resource, decision == authorizer.DecisionAllow)
+	if decision == authorizer.DecisionAllow {
+		return nil
+	}
+	if err != nil {
+		// Never an allow on error, and not a plain "no" either: the
+		// caller should retry, as kube-apiserver's own filter says.
+		return apierrors.NewInternalError(fmt.Errorf("spec.operations[%d]: authorization check failed: %w", q.index, err))
+	}
+	klog.V(2).InfoS("Bulk get operation refused", "user", u.GetName(), "operation", q.index, "verb", attrs.Verb,
+		"resource", attrs.Resource, "namespace", attrs.Namespace, "name", attrs.Name, "reason", reason)
+	what := fmt.Sprintf("User %q cannot %s %s", u.GetName(), attrs.Verb, attrs.Resource)
+	if attrs.Namespace != "" {
+		what += fmt.Sprintf(" in namespace %q", attrs.Namespace)
+	}
+	if reason != "" {
+		what += ": " + reason
+	}
+	return apierrors.NewForbidden(schema.GroupResource{Group: attrs.APIGroup, Resource: attrs.Resource}, attrs.Name,
+		fmt.Errorf("spec.operations[%d]: %s", q.index, what))
+}
+
+// attributes describes the operation as the list kube-apiserver would
+// authorize: verb list, with the name when the field selector names one
+// object (as kube-apiserver's request info does, so that RBAC
+// resourceNames apply), and with both selectors.
+func (q *query) attributes(u user.Info) authorizer.AttributesRecord {
+	a := authorizer.AttributesRecord{
+		User:            u,
+		Verb:            "list",
+		Namespace:       q.namespace,
+		APIGroup:        q.resource.Group,
+		APIVersion:      q.resource.Version,
+		Resource:        q.resource.Resource,
+		Name:            q.name,
+		ResourceRequest: true,
+	}
+	if q.fieldSelector != nil {
+		a.FieldSelectorRequirements = q.fieldSelector.Requirements()
+	}
+	if q.labels != nil {
+		a.LabelSelectorRequirements, _ = q.labels.Requirements()
+	}
+	return a
+}

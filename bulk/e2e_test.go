@@ -1,0 +1,377 @@
+package bulk_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+	"github.com/nodeproxy/nodeproxy/internal/controlplane"
+	"github.com/nodeproxy/nodeproxy/internal/testserver"
+)
+
+// The end-to-end tests run kube-apiserver as the manifests configure it
+// (nodeproxy's webhook for node identities, then RBAC), nodeproxy
+// in-process on a fixed port, and bulk.k8s.io registered with the
+// aggregator through an ExternalName Service to localhost.
+
+var (
+	cp     *controlplane.ControlPlane
+	npPort int
+	runs   atomic.Int32
+)
+
+const bulkPath = "/apis/bulk.k8s.io/v1alpha1/bulkgetoperations"
+
+func TestMain(m *testing.M) { os.Exit(testserver.RunBehindWebhook(m, &cp, &npPort)) }
+
+// startNodeproxy runs nodeproxy with the manifests' RBAC and registers
+// manifests/apiservice.yaml, pointed at it, with kube-apiserver.
+func startNodeproxy(t *testing.T) *testserver.Server {
+	t.Helper()
+	testserver.InstallRBAC(t, cp, "rbac-webhook.yaml", "rbac-bulk.yaml")
+	srv := testserver.Start(t, cp, testserver.Options{Port: npPort})
+	srv.WaitReady(t, 90*time.Second)
+	registerAPIService(t)
+	return srv
+}
+
+func registerAPIService(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	admin := cp.AdminConfig()
+	kube := kubernetes.NewForConfigOrDie(admin)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodeproxy-local", Namespace: "nodeproxy"},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "localhost"},
+	}
+	if _, err := kube.CoreV1().Services("nodeproxy").Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(testserver.Manifest(t, "apiservice.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want apiregistrationv1.APIService
+	if err := yaml.UnmarshalStrict(raw, &want); err != nil {
+		t.Fatalf("manifests/apiservice.yaml: %v", err)
+	}
+	port := int32(npPort)
+	want.Spec.Service.Name, want.Spec.Service.Port = svc.Name, &port
+	agg := aggregatorclient.NewForConfigOrDie(admin).ApiregistrationV1().APIServices()
+	if got, err := agg.Get(ctx, want.Name, metav1.GetOptions{}); err == nil {
+		got.Spec = want.Spec
+		_, err = agg.Update(ctx, got, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	} else if _, err := agg.Create(ctx, &want, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := agg.Get(ctx, want.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == apiregistrationv1.Available && c.Status == apiregistrationv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("APIService %s never Available: %v", want.Name, err)
+	}
+}
+
+// workload: pod a on node-a uses secret-a and cm-a; pod b on node-b uses
+// secret-b and cm-b.
+func workload(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	ns := fmt.Sprintf("bulk-e2e-%d", runs.Add(1))
+	if err := cp.EnsureNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	for _, n := range []string{"a", "b"} {
+		if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "secret-" + n, Labels: map[string]string{"app": n}},
+			Data:       map[string][]byte{"password": []byte("pw-" + n)},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-" + n}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: n},
+			Spec: corev1.PodSpec{
+				NodeName:   "node-" + n,
+				Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
+				Volumes: []corev1.Volume{
+					{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "secret-" + n}}},
+					{Name: "c", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cm-" + n}}}},
+				},
+			},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ns
+}
+
+// endpoint is one way to reach bulk.k8s.io as some identity.
+type endpoint struct {
+	name   string
+	url    string
+	client *http.Client
+}
+
+func throughKubeAPIServer(t *testing.T, cfg *rest.Config) endpoint {
+	t.Helper()
+	c, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return endpoint{"through kube-apiserver", cfg.Host + bulkPath, c}
+}
+
+func direct(t *testing.T, srv *testserver.Server, cfg *rest.Config) endpoint {
+	return endpoint{"direct mTLS", srv.URL + bulkPath, srv.Client(t, cfg)}
+}
+
+func (e endpoint) post(t *testing.T, body string) (int, *v1alpha1.BulkGetOperation, *metav1.Status) {
+	t.Helper()
+	resp, err := e.client.Post(e.url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("%s: %v", e.name, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode >= 300 {
+		var status metav1.Status
+		if err := json.Unmarshal(raw, &status); err != nil || status.Kind != "Status" {
+			t.Fatalf("%s: %d without a Status: %s", e.name, resp.StatusCode, raw)
+		}
+		return resp.StatusCode, nil, &status
+	}
+	var out v1alpha1.BulkGetOperation
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("%s: %v: %s", e.name, err, raw)
+	}
+	return resp.StatusCode, &out, nil
+}
+
+// op writes one operation as JSON.
+func op(resource, namespace, fieldSelector string) string {
+	return fmt.Sprintf(`{"resource":{"group":"","version":"v1","resource":%q},"namespace":%q,"options":{"fieldSelector":%q}}`,
+		resource, namespace, fieldSelector)
+}
+
+func request(ops ...string) string {
+	return `{"apiVersion":"bulk.k8s.io/v1alpha1","kind":"BulkGetOperation","spec":{"operations":[` + strings.Join(ops, ",") + `]}}`
+}
+
+// names decodes result i as a list and returns "kind: name name ...".
+func names(t *testing.T, out *v1alpha1.BulkGetOperation, i int) string {
+	t.Helper()
+	var list struct {
+		Kind     string `json:"kind"`
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+		Items []struct {
+			Kind     string            `json:"kind"`
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(out.Status.Results[i].Raw, &list); err != nil {
+		t.Fatalf("result %d: %v", i, err)
+	}
+	if list.Metadata.ResourceVersion == "" {
+		t.Errorf("result %d (%s) has no resourceVersion", i, list.Kind)
+	}
+	var b bytes.Buffer
+	b.WriteString(list.Kind + ":")
+	for _, it := range list.Items {
+		b.WriteString(" " + it.Metadata.Name)
+	}
+	return b.String()
+}
+
+func TestBulkGetEndToEnd(t *testing.T) {
+	srv := startNodeproxy(t)
+	ns := workload(t)
+	nodeA, err := cp.NodeConfig("node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := cp.AdminConfig()
+
+	mine := request(op("secrets", ns, "metadata.name=secret-a"), op("configmaps", ns, "metadata.name=cm-a"), op("pods", "", "spec.nodeName=node-a"))
+	// The cache trails kube-apiserver by a watch delivery: wait until
+	// nodeproxy has pod a.
+	eventually(t, 30*time.Second, "node-a's pod in the cache", func() error {
+		code, out, status := direct(t, srv, admin).post(t, request(op("pods", ns, "metadata.name=a")))
+		if code != http.StatusCreated {
+			return fmt.Errorf("%d %v", code, status)
+		}
+		if got := names(t, out, 0); got != "PodList: a" {
+			return errors.New(got)
+		}
+		return nil
+	})
+
+	for _, e := range []endpoint{direct(t, srv, nodeA), throughKubeAPIServer(t, nodeA)} {
+		t.Run("node-a gets its pod's secret, configmap and its pods, "+e.name, func(t *testing.T) {
+			code, out, status := e.post(t, mine)
+			if code != http.StatusCreated {
+				t.Fatalf("%d: %v", code, status)
+			}
+			want := []string{"SecretList: secret-a", "ConfigMapList: cm-a", "PodList: a"}
+			if len(out.Status.Results) != len(want) {
+				t.Fatalf("%d results, want %d", len(out.Status.Results), len(want))
+			}
+			for i, w := range want {
+				if got := names(t, out, i); got != w {
+					t.Errorf("result %d = %q, want %q", i, got, w)
+				}
+			}
+		})
+		t.Run("node-a is refused node-b's secret, "+e.name, func(t *testing.T) {
+			code, out, status := e.post(t, request(op("secrets", ns, "metadata.name=secret-a"), op("secrets", ns, "metadata.name=secret-b")))
+			if code != http.StatusForbidden || out != nil {
+				t.Fatalf("%d, %v: want 403 and nothing else", code, out)
+			}
+			if !strings.Contains(status.Message, "spec.operations[1]") || !strings.Contains(status.Message, "secret-b") {
+				t.Errorf("the refusal does not name operation 1 and secret-b: %s", status.Message)
+			}
+		})
+		t.Run("node-a is refused every secret of the namespace, "+e.name, func(t *testing.T) {
+			code, _, status := e.post(t, request(op("secrets", ns, "")))
+			if code != http.StatusForbidden {
+				t.Fatalf("%d: %v", code, status)
+			}
+		})
+		t.Run("node-a gets every secret it reaches, "+e.name, func(t *testing.T) {
+			code, out, status := e.post(t, request(op("secrets", "", "bulk.k8s.io/reachableFrom=node-a"), op("nodes", "", "bulk.k8s.io/reachableFrom=node-b")))
+			if code != http.StatusForbidden || !strings.Contains(status.Message, "spec.operations[1]") {
+				t.Fatalf("asking for node-b's objects: %d %v %v", code, out, status)
+			}
+			code, out, status = e.post(t, request(op("secrets", "", "bulk.k8s.io/reachableFrom=node-a")))
+			if code != http.StatusCreated {
+				t.Fatalf("%d: %v", code, status)
+			}
+			if got := names(t, out, 0); got != "SecretList: secret-a" {
+				t.Errorf("reachable secrets = %q", got)
+			}
+		})
+	}
+
+	for _, e := range []endpoint{direct(t, srv, admin), throughKubeAPIServer(t, admin)} {
+		t.Run("an admin lists any mix, "+e.name, func(t *testing.T) {
+			code, out, status := e.post(t, request(op("secrets", ns, ""), op("pods", ns, ""), op("configmaps", ns, "metadata.name!=cm-a"),
+				`{"resource":{"group":"","version":"v1","resource":"secrets"},"namespace":"`+ns+`","options":{"labelSelector":"app=b"}}`))
+			if code != http.StatusCreated {
+				t.Fatalf("%d: %v", code, status)
+			}
+			want := []string{"SecretList: secret-a secret-b", "PodList: a b", "ConfigMapList: cm-b", "SecretList: secret-b"}
+			for i, w := range want {
+				if got := names(t, out, i); got != w {
+					t.Errorf("result %d = %q, want %q", i, got, w)
+				}
+			}
+		})
+	}
+
+	t.Run("a user without RBAC is refused, naming the operation", func(t *testing.T) {
+		cfg, err := cp.UserConfig("bulk-e2e-nobody")
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, _, status := direct(t, srv, cfg).post(t, request(op("secrets", ns, "metadata.name=secret-a")))
+		if code != http.StatusForbidden {
+			t.Fatalf("%d: %v", code, status)
+		}
+	})
+
+	t.Run("kubectl create -f through kube-apiserver", func(t *testing.T) {
+		kubectl := tool(t, "kubectl")
+		dir := t.TempDir()
+		kubeconfig := filepath.Join(dir, "node-a.kubeconfig")
+		if err := controlplane.WriteKubeconfig(nodeA, kubeconfig); err != nil {
+			t.Fatal(err)
+		}
+		opFile := filepath.Join(dir, "op.yaml")
+		yamlOp := fmt.Sprintf(`apiVersion: bulk.k8s.io/v1alpha1
+kind: BulkGetOperation
+spec:
+  operations:
+  - resource: {group: "", version: v1, resource: secrets}
+    namespace: %s
+    options: {fieldSelector: metadata.name=secret-a}
+  - resource: {group: "", version: v1, resource: pods}
+    options: {fieldSelector: spec.nodeName=node-a}
+`, ns)
+		if err := os.WriteFile(opFile, []byte(yamlOp), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "create", "-f", opFile, "-o", "yaml").CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl create: %v\n%s", err, out)
+		}
+		for _, want := range []string{"kind: BulkGetOperation", "kind: SecretList", "name: secret-a", "kind: PodList", "nodeName: node-a"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("kubectl output lacks %q:\n%s", want, out)
+			}
+		}
+	})
+}
+
+func tool(t *testing.T, name string) string {
+	t.Helper()
+	paths, err := controlplane.EnsureTools(context.Background(), os.Stderr, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return paths[name]
+}
+
+// eventually polls check until it returns nil or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		last = check()
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: not within %s: %v", what, timeout, last)
+	}
+}

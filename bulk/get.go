@@ -1,0 +1,225 @@
+package bulk
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/nodeproxy/nodeproxy/cache"
+	"github.com/nodeproxy/nodeproxy/graph"
+)
+
+// freshnessTimeout is how long a read at a resourceVersion newer than the
+// cache waits for the cache to catch up, the same 3 s kube-apiserver's
+// watch cache waits before answering 504 "Too large resource version".
+// The cache trails kube-apiserver by one watch delivery (milliseconds);
+// a longer wait means the version comes from elsewhere.
+const freshnessTimeout = 3 * time.Second
+
+// run executes q and returns the list it answers, encoded as JSON.
+func (g *Getter) run(ctx context.Context, q *query) ([]byte, error) {
+	snap, listRV, err := g.snapshotFor(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	var items [][]byte
+	var last *cache.Object
+	more := false
+	var encodeErr error
+	visit := func(o *cache.Object) bool {
+		if !q.matches(o, g.graph) {
+			return true
+		}
+		if q.limit > 0 && int64(len(items)) == q.limit {
+			more = true
+			return false
+		}
+		b, err := g.cache.Encoder().Encode(q.store, o)
+		if err != nil {
+			encodeErr = err
+			return false
+		}
+		items = append(items, b)
+		last = o
+		return true
+	}
+	fromNs, fromName := q.namespace, ""
+	if q.contKey != "" {
+		fromNs, fromName = q.startFromContinue()
+	}
+	switch {
+	case q.name != "" && (q.namespace != "" || !q.store.Namespaced) && q.contKey == "":
+		if o, ok := snap.Get(q.namespace, q.name); ok {
+			visit(o)
+		}
+	case snap.Indexed() && (q.node != "" || q.reachableFrom != ""):
+		node := q.node
+		if node == "" {
+			node = q.reachableFrom
+		}
+		snap.AscendNode(node, q.namespace, fromNs, fromName, visit)
+	default:
+		snap.Ascend(q.namespace, fromNs, fromName, visit)
+	}
+	if encodeErr != nil {
+		return nil, apierrors.NewInternalError(encodeErr)
+	}
+	var cont string
+	if more {
+		if cont, err = continueToken(q.store, last, listRV); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+	}
+	return listJSON(q.store, listRV, cont, items), nil
+}
+
+// snapshotFor picks the state q reads, with kube-apiserver's meaning of
+// resourceVersion for lists: unset or "0", the cache's latest; N, any
+// state at least as new as N (waiting briefly for the cache to reach
+// it); N with resourceVersionMatch=Exact, the state at N; a continue
+// token, the state its first page was read at. It returns the
+// resourceVersion the list reports.
+func (g *Getter) snapshotFor(ctx context.Context, q *query) (*cache.Snapshot, uint64, error) {
+	snap := q.store.Snapshot()
+	want := q.rv
+	if q.contKey != "" {
+		want = q.contRV
+	}
+	if want > snap.RV {
+		var err error
+		if snap, err = waitFor(ctx, q.store, want); err != nil {
+			return nil, 0, err
+		}
+	}
+	if q.contKey == "" && !q.exact {
+		return snap, snap.RV, nil
+	}
+	at, err := snap.At(want)
+	if errors.Is(err, cache.ErrExpired) {
+		what := "resourceVersion " + strconv.FormatUint(want, 10)
+		if q.contKey != "" {
+			what = "the continue token"
+		}
+		return nil, 0, apierrors.NewResourceExpired(fmt.Sprintf("%s: %s is older than nodeproxy's cache holds; list again without it", q.store.Resource.Resource, what))
+	}
+	if err != nil {
+		return nil, 0, apierrors.NewInternalError(err)
+	}
+	return at, want, nil
+}
+
+// waitFor waits until s has reached rv, for at most freshnessTimeout.
+func waitFor(ctx context.Context, s *cache.Store, rv uint64) (*cache.Snapshot, error) {
+	timer := time.NewTimer(freshnessTimeout)
+	defer timer.Stop()
+	for {
+		snap := s.Snapshot()
+		if snap.RV >= rv {
+			return snap, nil
+		}
+		select {
+		case <-snap.Next():
+		case <-timer.C:
+			err := apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %d, current: %d", rv, snap.RV), 1)
+			err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge, Message: "Too large resource version"}}
+			return nil, err
+		case <-ctx.Done():
+			return nil, apierrors.NewTimeoutError("request ended while waiting for the cache", 1)
+		}
+	}
+}
+
+// matches evaluates every requirement of q on o.
+func (q *query) matches(o *cache.Object, g *graph.Graph) bool {
+	for _, r := range q.fields {
+		var v string
+		switch r.Field {
+		case fieldName:
+			v = o.Name
+		case fieldNamespace:
+			v = o.Namespace
+		case fieldNodeName:
+			v = o.NodeName
+		}
+		if (r.Operator == selection.NotEquals) == (v == r.Value) {
+			return false
+		}
+	}
+	// labels.Set is a conversion of the map, not a copy.
+	if q.labels != nil && !q.labels.Empty() && !q.labels.Matches(labels.Set(o.Labels)) {
+		return false
+	}
+	if q.reachableFrom != "" {
+		switch {
+		case q.store.Resource.Resource == "nodes":
+			return o.Name == q.reachableFrom
+		case q.kind == graph.Pod:
+			return o.NodeName == q.reachableFrom
+		default:
+			return g.Reachable(q.reachableFrom, graph.ObjectRef{Kind: q.kind, Namespace: o.Namespace, Name: o.Name})
+		}
+	}
+	return true
+}
+
+// Continue tokens are kube-apiserver's (k8s.io/apiserver/pkg/storage):
+// the key to start at, "/<namespace>/<name>\x00" (just after the last
+// item returned), and the resourceVersion of the state being paged.
+func continueToken(s *cache.Store, last *cache.Object, rv uint64) (string, error) {
+	key := "/" + last.Name + "\x00"
+	if s.Namespaced {
+		key = "/" + last.Namespace + "/" + last.Name + "\x00"
+	}
+	return storage.EncodeContinue(key, "/", int64(rv))
+}
+
+func (q *query) startFromContinue() (namespace, name string) {
+	key := strings.TrimPrefix(q.contKey, "/")
+	if !q.store.Namespaced {
+		return "", key
+	}
+	namespace, name, _ = strings.Cut(key, "/")
+	return namespace, name
+}
+
+// listJSON writes a list shaped like kube-apiserver's (SecretList, ...)
+// around already encoded items.
+func listJSON(s *cache.Store, rv uint64, cont string, items [][]byte) []byte {
+	size := 128 + len(cont)
+	for _, it := range items {
+		size += len(it) + 1
+	}
+	var b bytes.Buffer
+	b.Grow(size)
+	b.WriteString(`{"kind":"`)
+	b.WriteString(s.Kind)
+	b.WriteString(`List","apiVersion":"`)
+	b.WriteString(s.Resource.GroupVersion().String())
+	b.WriteString(`","metadata":{"resourceVersion":"`)
+	b.WriteString(strconv.FormatUint(rv, 10))
+	b.WriteByte('"')
+	if cont != "" {
+		b.WriteString(`,"continue":"`)
+		b.WriteString(cont) // base64url: nothing to escape
+		b.WriteByte('"')
+	}
+	b.WriteString(`},"items":[`)
+	for i, it := range items {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(it)
+	}
+	b.WriteString("]}")
+	return b.Bytes()
+}

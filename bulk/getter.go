@@ -1,0 +1,76 @@
+package bulk
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+	"github.com/nodeproxy/nodeproxy/cache"
+	"github.com/nodeproxy/nodeproxy/graph"
+)
+
+// Getter answers bulk gets from the cache.
+type Getter struct {
+	cache  *cache.Cache
+	graph  *graph.Graph
+	stores map[metav1.GroupVersionResource]*cache.Store
+	// nodes decides node identities against the graph; delegated asks
+	// kube-apiserver (SubjectAccessReview, cached) about everyone else.
+	nodes, delegated authorizer.Authorizer
+}
+
+// NewGetter serves the types of cache.Resources from c. Node identities
+// are decided by nodes (the graph's authorizer), other users by
+// delegated.
+func NewGetter(c *cache.Cache, g *graph.Graph, nodes, delegated authorizer.Authorizer) *Getter {
+	stores := map[metav1.GroupVersionResource]*cache.Store{}
+	for _, gvr := range cache.Resources {
+		stores[metav1.GroupVersionResource{Group: gvr.Group, Version: gvr.Version, Resource: gvr.Resource}] = c.Store(gvr)
+	}
+	return &Getter{cache: c, graph: g, stores: stores, nodes: nodes, delegated: delegated}
+}
+
+// Get validates every operation, authorizes every one, then answers them
+// all, or returns the first error: nothing partial is ever returned.
+func (g *Getter) Get(ctx context.Context, u user.Info, spec *v1alpha1.BulkGetOperationSpec) ([]runtime.RawExtension, error) {
+	queries, errs := parse(spec, func(r metav1.GroupVersionResource) *cache.Store { return g.stores[r] })
+	if len(errs) > 0 {
+		observeRequest(outcomeInvalid)
+		return nil, apierrors.NewInvalid(v1alpha1.SchemeGroupVersion.WithKind("BulkGetOperation").GroupKind(), "", errs)
+	}
+	for _, q := range queries {
+		if err := g.authorize(ctx, u, q); err != nil {
+			observeRequest(outcomeForbidden)
+			return nil, err
+		}
+	}
+	results := make([]runtime.RawExtension, len(queries))
+	for i, q := range queries {
+		raw, err := g.run(ctx, q)
+		if err != nil {
+			observeRequest(outcomeError)
+			return nil, atOperation(i, err)
+		}
+		results[i].Raw = raw
+	}
+	observeRequest(outcomeOK)
+	observeOperations(queries)
+	return results, nil
+}
+
+// atOperation prefixes an API error's message with the operation it is
+// about.
+func atOperation(i int, err error) error {
+	if status, ok := err.(apierrors.APIStatus); ok {
+		s := status.Status()
+		s.Message = fmt.Sprintf("spec.operations[%d]: %s", i, s.Message)
+		return &apierrors.StatusError{ErrStatus: s}
+	}
+	return apierrors.NewInternalError(fmt.Errorf("spec.operations[%d]: %w", i, err))
+}

@@ -1,0 +1,66 @@
+package bulk
+
+import (
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+// Outcomes of a bulk get request.
+const (
+	outcomeOK        = "ok"
+	outcomeInvalid   = "invalid"
+	outcomeForbidden = "forbidden"
+	outcomeError     = "error"
+)
+
+var (
+	requests = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "bulk_get",
+		Name:           "requests_total",
+		Help:           "Bulk get requests, by outcome: ok, invalid (422), forbidden (403), error (anything else, e.g. 410 Expired).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"outcome"})
+
+	operations = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "bulk_get",
+		Name:           "operations_total",
+		Help:           "Operations answered by successful bulk gets, by resource.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+
+	decisions = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "bulk_get",
+		Name:           "authorization_decisions_total",
+		Help:           "Per-operation authorization decisions, by resource and decision (allow, deny).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "decision"})
+
+	registerOnce sync.Once
+)
+
+// RegisterMetrics registers the bulk API's metrics with the legacy
+// registry that k8s.io/apiserver serves on /metrics.
+func RegisterMetrics() {
+	registerOnce.Do(func() { legacyregistry.MustRegister(requests, operations, decisions) })
+}
+
+func observeRequest(outcome string) { requests.WithLabelValues(outcome).Inc() }
+
+func observeOperations(qs []*query) {
+	for _, q := range qs {
+		operations.WithLabelValues(q.store.Resource.Resource).Inc()
+	}
+}
+
+func observeDecision(resource string, allowed bool) {
+	d := "deny"
+	if allowed {
+		d = "allow"
+	}
+	decisions.WithLabelValues(resource, d).Inc()
+}

@@ -1,0 +1,242 @@
+package bulk
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	listvalidation "k8s.io/apimachinery/pkg/apis/meta/internalversion/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+	"github.com/nodeproxy/nodeproxy/cache"
+	"github.com/nodeproxy/nodeproxy/graph"
+)
+
+// MaxOperations bounds one request. A kubelet at the default 110 pods,
+// each referencing a handful of secrets and configmaps, names a few
+// hundred objects; 1000 leaves room while keeping one request's work (and
+// its authorization checks) bounded. A node that needs more asks for
+// everything it reaches with ReachableFromField instead.
+const MaxOperations = 1000
+
+// ReachableFromField is the field selector that asks for every object of
+// the type a node can reach through the authorization graph, e.g.
+// fieldSelector: "bulk.k8s.io/reachableFrom=node-a". Only equality, and
+// for a node identity only its own name. For pods it is the pods bound to
+// the node. It is not a field of any object, hence the group prefix.
+const ReachableFromField = v1alpha1.GroupName + "/reachableFrom"
+
+// Field selectors nodeproxy evaluates, besides ReachableFromField.
+const (
+	fieldName      = "metadata.name"
+	fieldNamespace = "metadata.namespace"
+	fieldNodeName  = "spec.nodeName"
+)
+
+// query is one validated operation, ready to run.
+type query struct {
+	index     int
+	store     *cache.Store
+	kind      graph.Kind // for ReachableFromField
+	namespace string
+
+	// Taken from equality requirements, to pick an index: name
+	// (metadata.name=), node (spec.nodeName= on pods), reachableFrom.
+	name, node, reachableFrom string
+
+	// fields are the requirements every object must meet, without
+	// ReachableFromField; labels likewise.
+	fields        fields.Requirements
+	labels        labels.Selector
+	fieldSelector fields.Selector // as given, for authorization
+
+	rv       uint64 // 0: any
+	rvSet    bool
+	exact    bool
+	limit    int64
+	contKey  string // continue: the key to start at
+	contRV   uint64
+	resource metav1.GroupVersionResource
+}
+
+// graphKinds maps cached types to the graph's kinds for ReachableFromField.
+var graphKinds = map[string]graph.Kind{
+	"pods":                   graph.Pod,
+	"secrets":                graph.Secret,
+	"configmaps":             graph.ConfigMap,
+	"persistentvolumeclaims": graph.PersistentVolumeClaim,
+	"persistentvolumes":      graph.PersistentVolume,
+	"serviceaccounts":        graph.ServiceAccount,
+}
+
+// parse validates every operation of spec and returns them as queries,
+// or every problem found, each naming its operation.
+func parse(spec *v1alpha1.BulkGetOperationSpec, stores func(metav1.GroupVersionResource) *cache.Store) ([]*query, field.ErrorList) {
+	ops := field.NewPath("spec", "operations")
+	if len(spec.Operations) == 0 {
+		return nil, field.ErrorList{field.Required(ops, "at least one operation")}
+	}
+	if len(spec.Operations) > MaxOperations {
+		return nil, field.ErrorList{field.TooMany(ops, len(spec.Operations), MaxOperations)}
+	}
+	var errs field.ErrorList
+	queries := make([]*query, 0, len(spec.Operations))
+	for i := range spec.Operations {
+		q, opErrs := parseOperation(i, &spec.Operations[i], ops.Index(i), stores)
+		errs = append(errs, opErrs...)
+		queries = append(queries, q)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return queries, nil
+}
+
+func parseOperation(i int, op *v1alpha1.GetOperation, path *field.Path, stores func(metav1.GroupVersionResource) *cache.Store) (*query, field.ErrorList) {
+	q := &query{index: i, namespace: op.Namespace, resource: op.Resource}
+	q.store = stores(op.Resource)
+	if q.store == nil {
+		return q, field.ErrorList{field.NotSupported(path.Child("resource"), op.Resource, servedResources())}
+	}
+	var errs field.ErrorList
+	switch {
+	case !q.store.Namespaced && op.Namespace != "":
+		errs = append(errs, field.Invalid(path.Child("namespace"), op.Namespace,
+			fmt.Sprintf("must be empty: %s are cluster-scoped", op.Resource.Resource)))
+	case op.Namespace != "":
+		for _, msg := range apimachineryvalidation.ValidateNamespaceName(op.Namespace, false) {
+			errs = append(errs, field.Invalid(path.Child("namespace"), op.Namespace, msg))
+		}
+	}
+	q.kind = graphKinds[op.Resource.Resource]
+	errs = append(errs, q.parseOptions(&op.Options, path.Child("options"))...)
+	return q, errs
+}
+
+func (q *query) parseOptions(in *metav1.ListOptions, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if in.Watch {
+		errs = append(errs, field.Forbidden(path.Child("watch"), "a bulk get does not watch; use the bulk watch"))
+	}
+	if in.AllowWatchBookmarks {
+		errs = append(errs, field.Forbidden(path.Child("allowWatchBookmarks"), "a bulk get does not watch; use the bulk watch"))
+	}
+	var opts metainternalversion.ListOptions
+	if err := metainternalversion.Convert_v1_ListOptions_To_internalversion_ListOptions(in, &opts, nil); err != nil {
+		// The conversion parses both selectors; say which one failed.
+		if _, lerr := labels.Parse(in.LabelSelector); lerr != nil {
+			return append(errs, field.Invalid(path.Child("labelSelector"), in.LabelSelector, lerr.Error()))
+		}
+		return append(errs, field.Invalid(path.Child("fieldSelector"), in.FieldSelector, err.Error()))
+	}
+	for _, e := range listvalidation.ValidateListOptions(&opts, false) {
+		e.Field = path.String() + "." + e.Field
+		errs = append(errs, e)
+	}
+	if opts.Limit < 0 {
+		errs = append(errs, field.Invalid(path.Child("limit"), opts.Limit, "must not be negative"))
+	}
+	q.limit = opts.Limit
+	q.labels = opts.LabelSelector
+	q.fieldSelector = opts.FieldSelector
+	errs = append(errs, q.parseFields(opts.FieldSelector, in.FieldSelector, path.Child("fieldSelector"))...)
+	errs = append(errs, q.parseVersion(in, path)...)
+	return errs
+}
+
+func (q *query) parseFields(sel fields.Selector, raw string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, r := range sel.Requirements() {
+		equal := r.Operator == selection.Equals || r.Operator == selection.DoubleEquals
+		switch r.Field {
+		case ReachableFromField:
+			if !equal || r.Value == "" {
+				errs = append(errs, field.Invalid(path, raw, ReachableFromField+" takes one node name, with ="))
+				continue
+			}
+			if q.store.Resource.Resource == "nodes" {
+				q.name = pickEqual(q.name, r.Value) // a node reaches only itself
+			}
+			q.reachableFrom = r.Value
+			continue
+		case fieldName:
+			if equal {
+				q.name = pickEqual(q.name, r.Value)
+			}
+		case fieldNamespace:
+		case fieldNodeName:
+			if q.store.Resource.Resource != "pods" {
+				errs = append(errs, field.NotSupported(path, r.Field, supportedFields(q.store)))
+				continue
+			}
+			if equal {
+				q.node = pickEqual(q.node, r.Value)
+			}
+		default:
+			errs = append(errs, field.NotSupported(path, r.Field, supportedFields(q.store)))
+			continue
+		}
+		q.fields = append(q.fields, r)
+	}
+	if q.reachableFrom != "" && q.kind == 0 && q.store.Resource.Resource != "nodes" {
+		errs = append(errs, field.Invalid(path, raw, ReachableFromField+" is not supported for "+q.store.Resource.Resource))
+	}
+	return errs
+}
+
+// pickEqual keeps the first value of repeated equality requirements; if
+// they differ, nothing can match, which the requirements themselves say
+// when they are evaluated.
+func pickEqual(prev, v string) string {
+	if prev != "" {
+		return prev
+	}
+	return v
+}
+
+func (q *query) parseVersion(in *metav1.ListOptions, path *field.Path) field.ErrorList {
+	if in.Continue != "" {
+		key, rv, err := storage.DecodeContinue(in.Continue, "/")
+		if err != nil || rv <= 0 {
+			return field.ErrorList{field.Invalid(path.Child("continue"), in.Continue, "not a continue token of this server")}
+		}
+		q.contKey, q.contRV = key, uint64(rv)
+		return nil
+	}
+	switch in.ResourceVersion {
+	case "", "0":
+		return nil
+	}
+	rv, err := strconv.ParseUint(in.ResourceVersion, 10, 64)
+	if err != nil {
+		return field.ErrorList{field.Invalid(path.Child("resourceVersion"), in.ResourceVersion, "must be a number")}
+	}
+	q.rv, q.rvSet = rv, true
+	q.exact = in.ResourceVersionMatch == metav1.ResourceVersionMatchExact
+	return nil
+}
+
+func servedResources() []string {
+	out := make([]string, 0, len(cache.Resources))
+	for _, r := range cache.Resources {
+		out = append(out, r.GroupVersion().String()+"/"+r.Resource)
+	}
+	return out
+}
+
+func supportedFields(s *cache.Store) []string {
+	out := []string{fieldName, fieldNamespace, ReachableFromField}
+	if s.Resource.Resource == "pods" {
+		out = append(out, fieldNodeName)
+	}
+	slices.Sort(out)
+	return out
+}

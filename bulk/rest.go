@@ -1,0 +1,71 @@
+package bulk
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+)
+
+// REST is the bulkgetoperations resource: create only, like TokenReview.
+// Nothing is stored; the created object comes back with its results.
+type REST struct {
+	getter *Getter
+}
+
+var (
+	_ rest.Creater                  = (*REST)(nil)
+	_ rest.Scoper                   = (*REST)(nil)
+	_ rest.SingularNameProvider     = (*REST)(nil)
+	_ rest.GroupVersionKindProvider = (*REST)(nil)
+)
+
+// NewREST serves bulkgetoperations from g.
+func NewREST(g *Getter) *REST { return &REST{getter: g} }
+
+// New returns an empty BulkGetOperation.
+func (r *REST) New() runtime.Object { return &v1alpha1.BulkGetOperation{} }
+
+// Destroy releases nothing: the cache outlives the resource.
+func (r *REST) Destroy() {}
+
+// NamespaceScoped is false: one request may read many namespaces.
+func (r *REST) NamespaceScoped() bool { return false }
+
+// GetSingularName is what kubectl prints.
+func (r *REST) GetSingularName() string { return "bulkgetoperation" }
+
+// GroupVersionKind is the kind this resource serves in every version.
+func (r *REST) GroupVersionKind(schema.GroupVersion) schema.GroupVersionKind {
+	return v1alpha1.SchemeGroupVersion.WithKind("BulkGetOperation")
+}
+
+// Create answers the operations of obj.
+func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, _ *metav1.CreateOptions) (runtime.Object, error) {
+	op, ok := obj.(*v1alpha1.BulkGetOperation)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("not a BulkGetOperation: %T", obj))
+	}
+	u, ok := request.UserFrom(ctx)
+	if !ok {
+		return nil, apierrors.NewInternalError(fmt.Errorf("no user in the request context"))
+	}
+	if createValidation != nil {
+		if err := createValidation(ctx, obj.DeepCopyObject()); err != nil {
+			return nil, err
+		}
+	}
+	results, err := r.getter.Get(ctx, u, &op.Spec)
+	if err != nil {
+		return nil, err
+	}
+	op.Status.Results = results
+	return op, nil
+}
