@@ -19,7 +19,11 @@ import (
 // webhook, and a "no" from the graph is final. Everyone else is asked of
 // kube-apiserver as the list it amounts to.
 func (g *Getter) authorize(ctx context.Context, u user.Info, q *query) error {
-	attrs := q.attributes(u)
+	// The attributes live in the query, which is on the heap already:
+	// built on the stack they would escape through the interface, one
+	// allocation per operation.
+	q.attrs = q.attributes(u)
+	attrs := &q.attrs
 	node, isNode := nodeauthorizer.NodeName(u)
 	var (
 		decision authorizer.Decision
@@ -81,9 +85,7 @@ func (q *query) attributes(u user.Info) authorizer.AttributesRecord {
 		Name:            q.name,
 		ResourceRequest: true,
 	}
-	if q.fieldSelector != nil {
-		a.FieldSelectorRequirements = q.fieldSelector.Requirements()
-	}
+	a.FieldSelectorRequirements = q.fieldRequirements
 	if q.labels != nil {
 		a.LabelSelectorRequirements, _ = q.labels.Requirements()
 	}

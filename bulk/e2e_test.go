@@ -48,7 +48,7 @@ func TestMain(m *testing.M) { os.Exit(testserver.RunBehindWebhook(m, &cp, &npPor
 
 // startNodeproxy runs nodeproxy with the manifests' RBAC and registers
 // manifests/apiservice.yaml, pointed at it, with kube-apiserver.
-func startNodeproxy(t *testing.T) *testserver.Server {
+func startNodeproxy(t testing.TB) *testserver.Server {
 	t.Helper()
 	testserver.InstallRBAC(t, cp, "rbac-webhook.yaml", "rbac-bulk.yaml")
 	srv := testserver.Start(t, cp, testserver.Options{Port: npPort})
@@ -57,7 +57,7 @@ func startNodeproxy(t *testing.T) *testserver.Server {
 	return srv
 }
 
-func registerAPIService(t *testing.T) {
+func registerAPIService(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
 	admin := cp.AdminConfig()
@@ -164,7 +164,7 @@ type endpoint struct {
 	client *http.Client
 }
 
-func throughKubeAPIServer(t *testing.T, cfg *rest.Config) endpoint {
+func throughKubeAPIServer(t testing.TB, cfg *rest.Config) endpoint {
 	t.Helper()
 	c, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -173,11 +173,11 @@ func throughKubeAPIServer(t *testing.T, cfg *rest.Config) endpoint {
 	return endpoint{"through kube-apiserver", cfg.Host + bulkPath, c}
 }
 
-func direct(t *testing.T, srv *testserver.Server, cfg *rest.Config) endpoint {
+func direct(t testing.TB, srv *testserver.Server, cfg *rest.Config) endpoint {
 	return endpoint{"direct mTLS", srv.URL + bulkPath, srv.Client(t, cfg)}
 }
 
-func (e endpoint) post(t *testing.T, body string) (int, *v1alpha1.BulkGetOperation, *metav1.Status) {
+func (e endpoint) post(t testing.TB, body string) (int, *v1alpha1.BulkGetOperation, *metav1.Status) {
 	t.Helper()
 	resp, err := e.client.Post(e.url, "application/json", strings.NewReader(body))
 	if err != nil {
@@ -213,7 +213,7 @@ func request(ops ...string) string {
 }
 
 // names decodes result i as a list and returns "kind: name name ...".
-func names(t *testing.T, out *v1alpha1.BulkGetOperation, i int) string {
+func names(t testing.TB, out *v1alpha1.BulkGetOperation, i int) string {
 	t.Helper()
 	var list struct {
 		Kind     string `json:"kind"`

@@ -1,7 +1,6 @@
 package bulk
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -26,11 +25,20 @@ import (
 // a longer wait means the version comes from elsewhere.
 const freshnessTimeout = 3 * time.Second
 
-// run executes q and returns the list it answers, encoded as JSON.
-func (g *Getter) run(ctx context.Context, q *query) ([]byte, error) {
+// list is the answer to one operation: encoded items (shared with the
+// Encoder's cache, never modified) and the list's metadata.
+type list struct {
+	store *cache.Store
+	rv    uint64
+	cont  string
+	items [][]byte
+}
+
+// run executes q.
+func (g *Getter) run(ctx context.Context, q *query) (list, error) {
 	snap, listRV, err := g.snapshotFor(ctx, q)
 	if err != nil {
-		return nil, err
+		return list{}, err
 	}
 	var items [][]byte
 	var last *cache.Object
@@ -72,15 +80,15 @@ func (g *Getter) run(ctx context.Context, q *query) ([]byte, error) {
 		snap.Ascend(q.namespace, fromNs, fromName, visit)
 	}
 	if encodeErr != nil {
-		return nil, apierrors.NewInternalError(encodeErr)
+		return list{}, apierrors.NewInternalError(encodeErr)
 	}
-	var cont string
+	l := list{store: q.store, rv: listRV, items: items}
 	if more {
-		if cont, err = continueToken(q.store, last, listRV); err != nil {
-			return nil, apierrors.NewInternalError(err)
+		if l.cont, err = continueToken(q.store, last, listRV); err != nil {
+			return list{}, apierrors.NewInternalError(err)
 		}
 	}
-	return listJSON(q.store, listRV, cont, items), nil
+	return l, nil
 }
 
 // snapshotFor picks the state q reads, with kube-apiserver's meaning of
@@ -192,34 +200,36 @@ func (q *query) startFromContinue() (namespace, name string) {
 	return namespace, name
 }
 
-// listJSON writes a list shaped like kube-apiserver's (SecretList, ...)
-// around already encoded items.
-func listJSON(s *cache.Store, rv uint64, cont string, items [][]byte) []byte {
-	size := 128 + len(cont)
-	for _, it := range items {
-		size += len(it) + 1
+// size bounds the length of l's JSON.
+func (l *list) size() int {
+	n := 128 + len(l.store.Kind) + len(l.cont)
+	for _, it := range l.items {
+		n += len(it) + 1
 	}
-	var b bytes.Buffer
-	b.Grow(size)
-	b.WriteString(`{"kind":"`)
-	b.WriteString(s.Kind)
-	b.WriteString(`List","apiVersion":"`)
-	b.WriteString(s.Resource.GroupVersion().String())
-	b.WriteString(`","metadata":{"resourceVersion":"`)
-	b.WriteString(strconv.FormatUint(rv, 10))
-	b.WriteByte('"')
-	if cont != "" {
-		b.WriteString(`,"continue":"`)
-		b.WriteString(cont) // base64url: nothing to escape
-		b.WriteByte('"')
+	return n
+}
+
+// appendJSON appends l shaped like kube-apiserver's lists (SecretList,
+// ...) around the already encoded items.
+func (l *list) appendJSON(b []byte) []byte {
+	b = append(b, `{"kind":"`...)
+	b = append(b, l.store.Kind...)
+	b = append(b, `List","apiVersion":"`...)
+	b = append(b, l.store.Resource.GroupVersion().String()...)
+	b = append(b, `","metadata":{"resourceVersion":"`...)
+	b = strconv.AppendUint(b, l.rv, 10)
+	b = append(b, '"')
+	if l.cont != "" {
+		b = append(b, `,"continue":"`...)
+		b = append(b, l.cont...) // base64url: nothing to escape
+		b = append(b, '"')
 	}
-	b.WriteString(`},"items":[`)
-	for i, it := range items {
+	b = append(b, `},"items":[`...)
+	for i, it := range l.items {
 		if i > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
-		b.Write(it)
+		b = append(b, it...)
 	}
-	b.WriteString("]}")
-	return b.Bytes()
+	return append(b, "]}"...)
 }

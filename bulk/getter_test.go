@@ -117,8 +117,8 @@ var (
 	nodeA = &user.DefaultInfo{Name: "system:node:node-a", Groups: []string{user.NodesGroup, "system:authenticated"}}
 )
 
-// list is what a test reads of one result.
-type list struct {
+// decodedList is what a test reads of one result.
+type decodedList struct {
 	Kind     string `json:"kind"`
 	Metadata struct {
 		ResourceVersion string `json:"resourceVersion"`
@@ -131,7 +131,7 @@ type list struct {
 	} `json:"items"`
 }
 
-func (l list) String() string {
+func (l decodedList) String() string {
 	var names []string
 	for _, it := range l.Items {
 		names = append(names, it.Metadata.Namespace+"/"+it.Metadata.Name)
@@ -139,13 +139,13 @@ func (l list) String() string {
 	return l.Kind + ": " + strings.Join(names, " ")
 }
 
-func (f *fixture) get(t testing.TB, u user.Info, ops ...v1alpha1.GetOperation) ([]list, error) {
+func (f *fixture) get(t testing.TB, u user.Info, ops ...v1alpha1.GetOperation) ([]decodedList, error) {
 	t.Helper()
 	raw, err := f.getter.Get(context.Background(), u, &v1alpha1.BulkGetOperationSpec{Operations: ops})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]list, len(raw))
+	out := make([]decodedList, len(raw))
 	for i, r := range raw {
 		if err := json.Unmarshal(r.Raw, &out[i]); err != nil {
 			t.Fatalf("result %d is not JSON: %v\n%s", i, err, r.Raw)

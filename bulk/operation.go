@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/storage"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
@@ -56,7 +57,10 @@ type query struct {
 	// ReachableFromField; labels likewise.
 	fields        fields.Requirements
 	labels        labels.Selector
-	fieldSelector fields.Selector // as given, for authorization
+	fieldSelector fields.Selector // as given
+	// fieldRequirements are fieldSelector's, for authorization.
+	fieldRequirements fields.Requirements
+	attrs             authorizer.AttributesRecord
 
 	rv       uint64 // 0: any
 	rvSet    bool
@@ -80,86 +84,107 @@ var graphKinds = map[string]graph.Kind{
 // parse validates every operation of spec and returns them as queries,
 // or every problem found, each naming its operation.
 func parse(spec *v1alpha1.BulkGetOperationSpec, stores func(metav1.GroupVersionResource) *cache.Store) ([]*query, field.ErrorList) {
-	ops := field.NewPath("spec", "operations")
 	if len(spec.Operations) == 0 {
-		return nil, field.ErrorList{field.Required(ops, "at least one operation")}
+		return nil, field.ErrorList{field.Required(operationsPath, "at least one operation")}
 	}
 	if len(spec.Operations) > MaxOperations {
-		return nil, field.ErrorList{field.TooMany(ops, len(spec.Operations), MaxOperations)}
+		return nil, field.ErrorList{field.TooMany(operationsPath, len(spec.Operations), MaxOperations)}
 	}
 	var errs field.ErrorList
-	queries := make([]*query, 0, len(spec.Operations))
+	queries := make([]query, len(spec.Operations))
+	out := make([]*query, len(spec.Operations))
 	for i := range spec.Operations {
-		q, opErrs := parseOperation(i, &spec.Operations[i], ops.Index(i), stores)
-		errs = append(errs, opErrs...)
-		queries = append(queries, q)
+		q := &queries[i]
+		q.index = i
+		errs = append(errs, q.parse(&spec.Operations[i], stores)...)
+		out[i] = q
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	return queries, nil
+	return out, nil
 }
 
-func parseOperation(i int, op *v1alpha1.GetOperation, path *field.Path, stores func(metav1.GroupVersionResource) *cache.Store) (*query, field.ErrorList) {
-	q := &query{index: i, namespace: op.Namespace, resource: op.Resource}
+var operationsPath = field.NewPath("spec", "operations")
+
+// path is where q's errors point. Built only for errors: a request of
+// 1000 valid operations should not allocate 1000 paths.
+func (q *query) path() *field.Path { return operationsPath.Index(q.index) }
+
+func (q *query) parse(op *v1alpha1.GetOperation, stores func(metav1.GroupVersionResource) *cache.Store) field.ErrorList {
+	q.namespace, q.resource = op.Namespace, op.Resource
 	q.store = stores(op.Resource)
 	if q.store == nil {
-		return q, field.ErrorList{field.NotSupported(path.Child("resource"), op.Resource, servedResources())}
+		return field.ErrorList{field.NotSupported(q.path().Child("resource"), gvrString(op.Resource), servedResources())}
 	}
 	var errs field.ErrorList
 	switch {
 	case !q.store.Namespaced && op.Namespace != "":
-		errs = append(errs, field.Invalid(path.Child("namespace"), op.Namespace,
+		errs = append(errs, field.Invalid(q.path().Child("namespace"), op.Namespace,
 			fmt.Sprintf("must be empty: %s are cluster-scoped", op.Resource.Resource)))
 	case op.Namespace != "":
 		for _, msg := range apimachineryvalidation.ValidateNamespaceName(op.Namespace, false) {
-			errs = append(errs, field.Invalid(path.Child("namespace"), op.Namespace, msg))
+			errs = append(errs, field.Invalid(q.path().Child("namespace"), op.Namespace, msg))
 		}
 	}
 	q.kind = graphKinds[op.Resource.Resource]
-	errs = append(errs, q.parseOptions(&op.Options, path.Child("options"))...)
-	return q, errs
+	return append(errs, q.parseOptions(&op.Options)...)
 }
 
-func (q *query) parseOptions(in *metav1.ListOptions, path *field.Path) field.ErrorList {
+func (q *query) parseOptions(in *metav1.ListOptions) field.ErrorList {
 	var errs field.ErrorList
+	options := func() *field.Path { return q.path().Child("options") }
 	if in.Watch {
-		errs = append(errs, field.Forbidden(path.Child("watch"), "a bulk get does not watch; use the bulk watch"))
+		errs = append(errs, field.Forbidden(options().Child("watch"), "a bulk get does not watch; use the bulk watch"))
 	}
 	if in.AllowWatchBookmarks {
-		errs = append(errs, field.Forbidden(path.Child("allowWatchBookmarks"), "a bulk get does not watch; use the bulk watch"))
+		errs = append(errs, field.Forbidden(options().Child("allowWatchBookmarks"), "a bulk get does not watch; use the bulk watch"))
 	}
-	var opts metainternalversion.ListOptions
-	if err := metainternalversion.Convert_v1_ListOptions_To_internalversion_ListOptions(in, &opts, nil); err != nil {
-		// The conversion parses both selectors; say which one failed.
-		if _, lerr := labels.Parse(in.LabelSelector); lerr != nil {
-			return append(errs, field.Invalid(path.Child("labelSelector"), in.LabelSelector, lerr.Error()))
+	if in.ResourceVersionMatch != "" || in.SendInitialEvents != nil {
+		// The rare options get kube-apiserver's own checks.
+		opts := metainternalversion.ListOptions{
+			ResourceVersion: in.ResourceVersion, ResourceVersionMatch: in.ResourceVersionMatch,
+			Continue: in.Continue, SendInitialEvents: in.SendInitialEvents,
 		}
-		return append(errs, field.Invalid(path.Child("fieldSelector"), in.FieldSelector, err.Error()))
+		for _, e := range listvalidation.ValidateListOptions(&opts, false) {
+			e.Field = options().String() + "." + e.Field
+			errs = append(errs, e)
+		}
 	}
-	for _, e := range listvalidation.ValidateListOptions(&opts, false) {
-		e.Field = path.String() + "." + e.Field
-		errs = append(errs, e)
+	if in.Limit < 0 {
+		errs = append(errs, field.Invalid(options().Child("limit"), in.Limit, "must not be negative"))
 	}
-	if opts.Limit < 0 {
-		errs = append(errs, field.Invalid(path.Child("limit"), opts.Limit, "must not be negative"))
+	q.limit = in.Limit
+	q.labels = labels.Everything()
+	if in.LabelSelector != "" {
+		sel, err := labels.Parse(in.LabelSelector)
+		if err != nil {
+			errs = append(errs, field.Invalid(options().Child("labelSelector"), in.LabelSelector, err.Error()))
+		}
+		q.labels = sel
 	}
-	q.limit = opts.Limit
-	q.labels = opts.LabelSelector
-	q.fieldSelector = opts.FieldSelector
-	errs = append(errs, q.parseFields(opts.FieldSelector, in.FieldSelector, path.Child("fieldSelector"))...)
-	errs = append(errs, q.parseVersion(in, path)...)
-	return errs
+	q.fieldSelector = fields.Everything()
+	if in.FieldSelector != "" {
+		sel, err := fields.ParseSelector(in.FieldSelector)
+		if err != nil {
+			return append(errs, field.Invalid(options().Child("fieldSelector"), in.FieldSelector, err.Error()))
+		}
+		q.fieldSelector = sel
+		errs = append(errs, q.parseFields(sel, in.FieldSelector, options)...)
+	}
+	return append(errs, q.parseVersion(in, options)...)
 }
 
-func (q *query) parseFields(sel fields.Selector, raw string, path *field.Path) field.ErrorList {
+func (q *query) parseFields(sel fields.Selector, raw string, options func() *field.Path) field.ErrorList {
+	path := func() *field.Path { return options().Child("fieldSelector") }
 	var errs field.ErrorList
-	for _, r := range sel.Requirements() {
+	q.fieldRequirements = sel.Requirements()
+	for _, r := range q.fieldRequirements {
 		equal := r.Operator == selection.Equals || r.Operator == selection.DoubleEquals
 		switch r.Field {
 		case ReachableFromField:
 			if !equal || r.Value == "" {
-				errs = append(errs, field.Invalid(path, raw, ReachableFromField+" takes one node name, with ="))
+				errs = append(errs, field.Invalid(path(), raw, ReachableFromField+" takes one node name, with ="))
 				continue
 			}
 			if q.store.Resource.Resource == "nodes" {
@@ -174,20 +199,20 @@ func (q *query) parseFields(sel fields.Selector, raw string, path *field.Path) f
 		case fieldNamespace:
 		case fieldNodeName:
 			if q.store.Resource.Resource != "pods" {
-				errs = append(errs, field.NotSupported(path, r.Field, supportedFields(q.store)))
+				errs = append(errs, field.NotSupported(path(), r.Field, supportedFields(q.store)))
 				continue
 			}
 			if equal {
 				q.node = pickEqual(q.node, r.Value)
 			}
 		default:
-			errs = append(errs, field.NotSupported(path, r.Field, supportedFields(q.store)))
+			errs = append(errs, field.NotSupported(path(), r.Field, supportedFields(q.store)))
 			continue
 		}
 		q.fields = append(q.fields, r)
 	}
 	if q.reachableFrom != "" && q.kind == 0 && q.store.Resource.Resource != "nodes" {
-		errs = append(errs, field.Invalid(path, raw, ReachableFromField+" is not supported for "+q.store.Resource.Resource))
+		errs = append(errs, field.Invalid(path(), raw, ReachableFromField+" is not supported for "+q.store.Resource.Resource))
 	}
 	return errs
 }
@@ -202,11 +227,14 @@ func pickEqual(prev, v string) string {
 	return v
 }
 
-func (q *query) parseVersion(in *metav1.ListOptions, path *field.Path) field.ErrorList {
+func (q *query) parseVersion(in *metav1.ListOptions, options func() *field.Path) field.ErrorList {
 	if in.Continue != "" {
+		if in.ResourceVersion != "" && in.ResourceVersion != "0" {
+			return field.ErrorList{field.Forbidden(options().Child("resourceVersion"), "specifying resource version is not allowed when using continue")}
+		}
 		key, rv, err := storage.DecodeContinue(in.Continue, "/")
 		if err != nil || rv <= 0 {
-			return field.ErrorList{field.Invalid(path.Child("continue"), in.Continue, "not a continue token of this server")}
+			return field.ErrorList{field.Invalid(options().Child("continue"), in.Continue, "not a continue token of this server")}
 		}
 		q.contKey, q.contRV = key, uint64(rv)
 		return nil
@@ -217,11 +245,18 @@ func (q *query) parseVersion(in *metav1.ListOptions, path *field.Path) field.Err
 	}
 	rv, err := strconv.ParseUint(in.ResourceVersion, 10, 64)
 	if err != nil {
-		return field.ErrorList{field.Invalid(path.Child("resourceVersion"), in.ResourceVersion, "must be a number")}
+		return field.ErrorList{field.Invalid(options().Child("resourceVersion"), in.ResourceVersion, "must be a number")}
 	}
 	q.rv, q.rvSet = rv, true
 	q.exact = in.ResourceVersionMatch == metav1.ResourceVersionMatchExact
 	return nil
+}
+
+func gvrString(r metav1.GroupVersionResource) string {
+	if r.Group == "" {
+		return r.Version + "/" + r.Resource
+	}
+	return r.Group + "/" + r.Version + "/" + r.Resource
 }
 
 func servedResources() []string {
