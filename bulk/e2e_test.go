@@ -17,14 +17,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
-	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
-	"sigs.k8s.io/yaml"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/internal/controlplane"
@@ -53,71 +49,10 @@ func startNodeproxy(t testing.TB) *testserver.Server {
 	testserver.InstallRBAC(t, cp, "rbac-webhook.yaml", "rbac-bulk.yaml")
 	srv := testserver.Start(t, cp, testserver.Options{Port: npPort})
 	srv.WaitReady(t, 90*time.Second)
-	registerAPIService(t)
+	if err := cp.RegisterAPIService(context.Background(), testserver.Manifest(t, "apiservice.yaml"), npPort); err != nil {
+		t.Fatal(err)
+	}
 	return srv
-}
-
-func registerAPIService(t testing.TB) {
-	t.Helper()
-	ctx := context.Background()
-	admin := cp.AdminConfig()
-	kube := kubernetes.NewForConfigOrDie(admin)
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "nodeproxy-local", Namespace: "nodeproxy"},
-		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "localhost"},
-	}
-	if _, err := kube.CoreV1().Services("nodeproxy").Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(testserver.Manifest(t, "apiservice.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want apiregistrationv1.APIService
-	if err := yaml.UnmarshalStrict(raw, &want); err != nil {
-		t.Fatalf("manifests/apiservice.yaml: %v", err)
-	}
-	port := int32(npPort)
-	want.Spec.Service.Name, want.Spec.Service.Port = svc.Name, &port
-	agg := aggregatorclient.NewForConfigOrDie(admin).ApiregistrationV1().APIServices()
-	if got, err := agg.Get(ctx, want.Name, metav1.GetOptions{}); err == nil {
-		got.Spec = want.Spec
-		_, err = agg.Update(ctx, got, metav1.UpdateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-	} else if _, err := agg.Create(ctx, &want, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := agg.Get(ctx, want.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, c := range got.Status.Conditions {
-			if c.Type == apiregistrationv1.Available && c.Status == apiregistrationv1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("APIService %s never Available: %v", want.Name, err)
-	}
-	// kube-apiserver merges an aggregated server's OpenAPI a little after
-	// the APIService turns Available; kubectl validates against it.
-	rc := kube.Discovery().RESTClient()
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		v3, err := rc.Get().AbsPath("/openapi/v3/apis/bulk.k8s.io/v1alpha1").DoRaw(ctx)
-		if err != nil || !bytes.Contains(v3, []byte("io.k8s.bulk.v1alpha1.BulkGetOperation")) {
-			return false, nil
-		}
-		v2, err := rc.Get().AbsPath("/openapi/v2").DoRaw(ctx)
-		return err == nil && bytes.Contains(v2, []byte("io.k8s.bulk.v1alpha1.BulkGetOperation")), nil
-	})
-	if err != nil {
-		t.Fatalf("kube-apiserver never served bulk.k8s.io's OpenAPI: %v", err)
-	}
 }
 
 // workload: pod a on node-a uses secret-a and cm-a; pod b on node-b uses
@@ -267,6 +202,9 @@ func TestBulkGetEndToEnd(t *testing.T) {
 			code, out, status := e.post(t, mine)
 			if code != http.StatusCreated {
 				t.Fatalf("%d: %v", code, status)
+			}
+			if out.ManagedFields != nil {
+				t.Errorf("the answer carries managedFields: %v", out.ManagedFields)
 			}
 			want := []string{"SecretList: secret-a", "ConfigMapList: cm-a", "PodList: a"}
 			if len(out.Status.Results) != len(want) {

@@ -66,6 +66,9 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 	if err != nil {
 		return nil, err
 	}
+	// The generic create handler records managed fields as for a stored
+	// object; nothing is stored, so they would only echo noise back.
+	op.ManagedFields = nil
 	op.Status.Results = results
 	return op, nil
 }

@@ -46,7 +46,7 @@ func run(ctx context.Context, o demoOptions) error {
 	}()
 
 	step("Installing nodeproxy's namespace, ServiceAccount and RBAC from manifests/")
-	manifests := []string{"namespace.yaml", "serviceaccount.yaml", "rbac-delegation.yaml", "rbac-informers.yaml", "rbac-webhook.yaml"}
+	manifests := []string{"namespace.yaml", "serviceaccount.yaml", "rbac-delegation.yaml", "rbac-informers.yaml", "rbac-webhook.yaml", "rbac-bulk.yaml"}
 	for i, m := range manifests {
 		manifests[i] = filepath.Join("manifests", m)
 	}
@@ -80,6 +80,11 @@ func run(ctx context.Context, o demoOptions) error {
 		return err
 	}
 
+	step("Registering bulk.k8s.io/v1alpha1 with kube-apiserver's aggregator (manifests/apiservice.yaml)")
+	if err := cp.RegisterAPIService(ctx, filepath.Join("manifests", "apiservice.yaml"), ports[0]); err != nil {
+		return err
+	}
+
 	step("Seeding a sample workload: two nodes, pods that use a Secret and ConfigMaps")
 	kube, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
@@ -99,6 +104,11 @@ func run(ctx context.Context, o demoOptions) error {
 		return err
 	}
 
+	step("A kubelet's bulk get, through kube-apiserver, answered from nodeproxy's cache")
+	if err := showBulkGet(ctx, cp); err != nil {
+		return err
+	}
+
 	step("nodeproxy's cache and decisions, as its /metrics tells (ready %s after start)", time.Since(started).Round(100*time.Millisecond))
 	if err := printObjectCounts(ctx, admin, url, 5); err != nil {
 		return err
@@ -111,6 +121,7 @@ func run(ctx context.Context, o demoOptions) error {
     curl --cacert %[5]s --cert %[6]s --key %[7]s %[1]s/metrics | grep ^nodeproxy_
     curl --cacert %[5]s %[1]s/readyz?verbose
     kubectl --kubeconfig %[8]s get pods -A -o wide
+    kubectl --kubeconfig %[8]s create -o yaml -f docs/examples/bulkget.yaml
 `, url, filepath.Join(cp.Dir, "nodeproxy.log"), cp.URL, cp.Dir, files.ca, files.adminCert, files.adminKey, files.adminKubeconfig)
 	var timeUp <-chan time.Time
 	if o.duration > 0 {
@@ -182,7 +193,7 @@ func adminClient(c *credentials) (*http.Client, error) {
 	}}, nil
 }
 
-// printObjectCounts prints nodeproxy_informer_objects from /metrics once
+// printObjectCounts prints nodeproxy_cache_objects from /metrics once
 // the pod count shows the seeded pods, or after tries seconds.
 func printObjectCounts(ctx context.Context, client *http.Client, url string, tries int) error {
 	var lines []string
@@ -198,7 +209,8 @@ func printObjectCounts(ctx context.Context, client *http.Client, url string, tri
 		lines = lines[:0]
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "nodeproxy_informer_objects{") || strings.HasPrefix(sc.Text(), "nodeproxy_authorizer_decisions_total{") {
+			if strings.HasPrefix(sc.Text(), "nodeproxy_cache_objects{") || strings.HasPrefix(sc.Text(), "nodeproxy_authorizer_decisions_total{") ||
+				strings.HasPrefix(sc.Text(), "nodeproxy_bulk_get_requests_total{") {
 				lines = append(lines, sc.Text())
 			}
 		}
