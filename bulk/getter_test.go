@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +32,7 @@ type fixture struct {
 	getter *Getter
 	// delegated records what other users were asked about, and allows
 	// only what allow says.
+	mu    sync.Mutex
 	asked []authorizer.Attributes
 	allow func(authorizer.Attributes) bool
 }
@@ -44,6 +46,8 @@ func newFixture(t testing.TB, logSize int) *fixture {
 	f := &fixture{cache: c, graph: graph.New(), allow: func(authorizer.Attributes) bool { return true }}
 	c.Store(gvr("pods")).AddHandler(f.graph.PodHandler())
 	f.getter = NewGetter(c, f.graph, nodeauthorizer.New(f.graph), authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
 		f.asked = append(f.asked, a)
 		if f.allow(a) {
 			return authorizer.DecisionAllow, "", nil
