@@ -148,7 +148,7 @@ func waitFor(ctx context.Context, s *cache.Store, rv uint64) (*cache.Snapshot, e
 }
 
 // matches evaluates every requirement of q on o.
-func (q *query) matches(o *cache.Object, g *graph.Graph) bool {
+func (q *query) matches(o *cache.Object, g Reachability) bool {
 	for _, r := range q.fields {
 		var v string
 		switch r.Field {

@@ -15,10 +15,16 @@ import (
 	"github.com/nodeproxy/nodeproxy/graph"
 )
 
+// Reachability answers whether a node reaches an object through the
+// authorization graph; *graph.Graph is one.
+type Reachability interface {
+	Reachable(node string, ref graph.ObjectRef) bool
+}
+
 // Getter answers bulk gets from the cache.
 type Getter struct {
 	cache  *cache.Cache
-	graph  *graph.Graph
+	graph  Reachability
 	stores map[metav1.GroupVersionResource]*cache.Store
 	// nodes decides node identities against the graph; delegated asks
 	// kube-apiserver (SubjectAccessReview, cached) about everyone else.
@@ -28,7 +34,7 @@ type Getter struct {
 // NewGetter serves the types of cache.Resources from c. Node identities
 // are decided by nodes (the graph's authorizer), other users by
 // delegated.
-func NewGetter(c *cache.Cache, g *graph.Graph, nodes, delegated authorizer.Authorizer) *Getter {
+func NewGetter(c *cache.Cache, g Reachability, nodes, delegated authorizer.Authorizer) *Getter {
 	stores := map[metav1.GroupVersionResource]*cache.Store{}
 	for _, gvr := range cache.Resources {
 		stores[metav1.GroupVersionResource{Group: gvr.Group, Version: gvr.Version, Resource: gvr.Resource}] = c.Store(gvr)
