@@ -5,6 +5,8 @@ GO      ?= go
 # -race on every test: nodeproxy is concurrent by design. The timeout
 # covers a loaded 2-core machine; a warm run takes a few minutes.
 TESTFLAGS ?= -race -count=1 -timeout 30m
+# How long `make test` fuzzes the bulk watch request decoder beyond its seeds.
+FUZZTIME ?= 10s
 
 .PHONY: all build tools generate verify-codegen test demo vet clean help
 
@@ -33,6 +35,7 @@ vet: ## gofmt and go vet
 
 test: tools verify-codegen vet ## run every test, with the race detector, against a real control plane
 	$(GO) test $(TESTFLAGS) ./...
+	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime $(FUZZTIME) ./watchmux
 
 demo: tools build ## start a local control plane with nodeproxy in front of it (Ctrl-C stops it)
 	$(GO) run ./hack/demo --nodeproxy=bin/nodeproxy $(DEMOFLAGS)

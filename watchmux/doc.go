@@ -1,6 +1,51 @@
-// Package watchmux will carry many watch channels over one websocket per
-// client: framing, per-channel flow control, keepalive, and a Go client. It
-// knows nothing of graphs or authorization.
+// Package watchmux carries many watch channels over one websocket per
+// client: the framing, the channels, per-channel flow control, keepalive
+// and shutdown on the server side, and a Go client. It knows nothing of
+// graphs, caches or authorization: a Handler decides whether a channel
+// opens and feeds it through a Sink.
 //
-// Nothing is implemented yet; see the issue "watchmux + bulk watch".
+// The protocol (subprotocol bulk.k8s.io.v1alpha1+json, one JSON object per
+// text message; types in apis/bulk/v1alpha1):
+//
+//	client                                   server
+//	{"id":1,"watch":{"selector":{...}}}  -->
+//	                                     <-- {"response":{"requestID":1,"channel":7}}
+//	                                     <-- {"channel":7,"type":"ADDED","object":{...}}
+//	{"id":2,"closeWatch":{"channel":7}}  -->
+//	                                     <-- {"response":{"requestID":2,"channel":7}}
+//
+// A refused request gets {"response":{"requestID":N,"error":<Status>}}; an
+// ERROR event carries a Status and is the last message of its channel.
+// Channel identifiers are chosen by the server, per connection, and never
+// reused.
+//
+// Inside a connection:
+//
+//	reader ----open/close----> channels (map, under mu)
+//	   |                            |
+//	   |    Handler.Open            | Sink.Send (never blocks)
+//	   v                            v
+//	responses ---------------> queue []*frame (under mu) --> writer --> websocket
+//	                                                   ^          |
+//	                                            wake (cap 1)      '-- ping every PingInterval
+//
+// Invariants:
+//   - One writer per connection, and it is the only goroutine that
+//     writes data frames; mu is never held across a network write.
+//   - A channel's response is queued before any of its events, and its
+//     ERROR (if any) after all of them; when a channel closes, its events
+//     still queued are dropped.
+//   - A stream never blocks: a channel with more than ChannelQueue events
+//     waiting is closed with ERROR 410 ("too slow; resubscribe"), so a
+//     slow client costs bounded memory and never holds back other
+//     channels or connections. Event frames point at the encoded object
+//     shared with the cache; fan-out copies nothing.
+//   - A write that takes longer than WriteTimeout ends the connection; a
+//     client silent for PingInterval+WriteTimeout too.
+//   - Shutdown closes every channel with ERROR 503, then the connection
+//     with close code 1001 (going away), so clients resubscribe elsewhere.
+//
+// The Client mirrors the server: its reader never blocks either; a channel
+// whose consumer leaves ClientEventBuffer events unread ends with ERROR 410
+// and is closed on the server too.
 package watchmux

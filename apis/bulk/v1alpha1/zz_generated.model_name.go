@@ -25,6 +25,31 @@ func (in BulkGetOperationStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in CloseWatch) OpenAPIModelName() string {
+	return "io.k8s.bulk.v1alpha1.CloseWatch"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in GetOperation) OpenAPIModelName() string {
 	return "io.k8s.bulk.v1alpha1.GetOperation"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ServerMessage) OpenAPIModelName() string {
+	return "io.k8s.bulk.v1alpha1.ServerMessage"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in Watch) OpenAPIModelName() string {
+	return "io.k8s.bulk.v1alpha1.Watch"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in WatchRequest) OpenAPIModelName() string {
+	return "io.k8s.bulk.v1alpha1.WatchRequest"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in WatchResponse) OpenAPIModelName() string {
+	return "io.k8s.bulk.v1alpha1.WatchResponse"
 }

@@ -1,0 +1,304 @@
+package watchmux
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+)
+
+// Path is where the bulk watch is served, relative to a server's root.
+const Path = "/apis/bulk.k8s.io/v1alpha1/bulkgetoperations"
+
+// ClientEventBuffer is how many events a client channel holds for its
+// consumer. A consumer that falls further behind gets ERROR 410 ("too
+// slow") and the channel is closed, as the server closes a channel its
+// client does not read: a slow consumer never holds back the other
+// channels of the connection, nor the responses to new requests.
+const ClientEventBuffer = 256
+
+// Event is one event of a channel. For ERROR, Status says why the channel
+// closed, and the Events channel closes after it.
+type Event struct {
+	Type   watch.EventType
+	Object json.RawMessage
+	Status *metav1.Status
+}
+
+// Channel is one open watch.
+type Channel struct {
+	ID     int64
+	Events <-chan Event
+	events chan Event
+}
+
+// Client is a bulk watch connection.
+type Client struct {
+	ws *websocket.Conn
+
+	writeMu sync.Mutex // one writer at a time, as gorilla requires
+
+	mu       sync.Mutex
+	nextID   int64                 // guarded by mu
+	pending  map[int64]chan result // guarded by mu
+	watches  map[int64]bool        // guarded by mu: pending requests that are watches
+	channels map[int64]*Channel    // guarded by mu
+	err      error                 // guarded by mu: why the connection ended
+	done     chan struct{}
+}
+
+type result struct {
+	channel *Channel
+	err     error
+}
+
+// Dial opens a bulk watch connection to the server cfg points at (a
+// kube-apiserver, which proxies to nodeproxy, or nodeproxy itself),
+// authenticating as cfg does: client certificate or bearer token.
+func Dial(ctx context.Context, cfg *rest.Config) (*Client, error) {
+	tlsConfig, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("TLS configuration: %w", err)
+	}
+	header := http.Header{}
+	if cfg.BearerToken != "" {
+		header.Set("Authorization", "Bearer "+cfg.BearerToken)
+	}
+	u, err := url.Parse(strings.TrimSuffix(cfg.Host, "/") + Path + "?watch=1")
+	if err != nil {
+		return nil, fmt.Errorf("server address %q: %w", cfg.Host, err)
+	}
+	u.Scheme = strings.Replace(u.Scheme, "http", "ws", 1)
+	return DialURL(ctx, u.String(), tlsConfig, header)
+}
+
+// DialURL opens a connection to the websocket URL u.
+func DialURL(ctx context.Context, u string, tlsConfig *tls.Config, header http.Header) (*Client, error) {
+	d := websocket.Dialer{
+		TLSClientConfig:  tlsConfig,
+		Subprotocols:     []string{v1alpha1.WatchSubprotocol},
+		HandshakeTimeout: 30 * time.Second,
+	}
+	ws, resp, err := d.DialContext(ctx, u, header)
+	if err != nil {
+		if resp != nil {
+			return nil, fmt.Errorf("bulk watch upgrade at %s: %s: %w", u, resp.Status, err)
+		}
+		return nil, fmt.Errorf("bulk watch upgrade at %s: %w", u, err)
+	}
+	c := &Client{
+		ws: ws, pending: map[int64]chan result{}, watches: map[int64]bool{},
+		channels: map[int64]*Channel{}, done: make(chan struct{}),
+	}
+	go c.readLoop()
+	return c, nil
+}
+
+// Watch opens a channel of the objects sel selects. A refusal is an
+// *apierrors.StatusError with the server's status.
+func (c *Client) Watch(ctx context.Context, sel v1alpha1.GetOperation) (*Channel, error) {
+	r, err := c.request(ctx, v1alpha1.WatchRequest{Watch: &v1alpha1.Watch{Selector: sel}})
+	if err != nil {
+		return nil, err
+	}
+	return r.channel, nil
+}
+
+// CloseWatch closes ch; its Events channel closes.
+func (c *Client) CloseWatch(ctx context.Context, ch *Channel) error {
+	_, err := c.request(ctx, v1alpha1.WatchRequest{CloseWatch: &v1alpha1.CloseWatch{Channel: ch.ID}})
+	return err
+}
+
+// Close closes the connection with a normal close frame.
+func (c *Client) Close() error {
+	c.writeMu.Lock()
+	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	c.writeMu.Unlock()
+	err := c.ws.Close()
+	<-c.done
+	return err
+}
+
+// Done is closed when the connection has ended; Err says why.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err is why the connection ended: a *websocket.CloseError when the
+// server closed it (CloseGoingAway: resubscribe elsewhere).
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *Client) request(ctx context.Context, req v1alpha1.WatchRequest) (result, error) {
+	answer := make(chan result, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return result{}, fmt.Errorf("connection closed: %w", c.err)
+	}
+	c.nextID++
+	req.ID = c.nextID
+	c.pending[req.ID] = answer
+	c.watches[req.ID] = req.Watch != nil
+	c.mu.Unlock()
+	raw, err := json.Marshal(req)
+	if err != nil {
+		return result{}, err
+	}
+	c.writeMu.Lock()
+	err = c.ws.WriteMessage(websocket.TextMessage, raw)
+	c.writeMu.Unlock()
+	if err != nil {
+		return result{}, fmt.Errorf("send request: %w", err)
+	}
+	select {
+	case r := <-answer:
+		return r, r.err
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.pending, req.ID)
+		delete(c.watches, req.ID)
+		c.mu.Unlock()
+		return result{}, ctx.Err()
+	}
+}
+
+func (c *Client) readLoop() {
+	var err error
+	defer func() {
+		c.mu.Lock()
+		c.err = err
+		for id, p := range c.pending {
+			p <- result{err: fmt.Errorf("connection closed: %w", err)}
+			delete(c.pending, id)
+		}
+		for id, ch := range c.channels {
+			close(ch.events)
+			delete(c.channels, id)
+		}
+		c.mu.Unlock()
+		close(c.done)
+	}()
+	for {
+		var data []byte
+		if _, data, err = c.ws.ReadMessage(); err != nil {
+			return
+		}
+		var msg v1alpha1.ServerMessage
+		if err = json.Unmarshal(data, &msg); err != nil {
+			err = fmt.Errorf("server sent a message that is not JSON: %w", err)
+			return
+		}
+		if msg.Response != nil {
+			c.answer(msg.Response)
+			continue
+		}
+		c.deliver(&msg)
+	}
+}
+
+func (c *Client) answer(r *v1alpha1.WatchResponse) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.pending[r.RequestID]
+	if !ok {
+		return // the caller gave up waiting, or a refusal of a message with no id
+	}
+	isWatch := c.watches[r.RequestID]
+	delete(c.pending, r.RequestID)
+	delete(c.watches, r.RequestID)
+	if r.Error != nil {
+		p <- result{err: &apierrors.StatusError{ErrStatus: *r.Error}}
+		return
+	}
+	if !isWatch {
+		if ch, ok := c.channels[r.Channel]; ok {
+			close(ch.events)
+			delete(c.channels, r.Channel)
+		}
+		p <- result{}
+		return
+	}
+	// One slot more than the buffer: room for the ERROR that ends the
+	// channel when the consumer falls behind.
+	events := make(chan Event, ClientEventBuffer+1)
+	ch := &Channel{ID: r.Channel, Events: events, events: events}
+	c.channels[r.Channel] = ch
+	p <- result{channel: ch}
+}
+
+// deliver hands an event to its channel without ever waiting. Only the
+// reader sends on or closes a channel's Events, so the room it sees is
+// there when it sends.
+func (c *Client) deliver(msg *v1alpha1.ServerMessage) {
+	c.mu.Lock()
+	ch, ok := c.channels[msg.Channel]
+	overflow := ok && msg.Type != watch.Error && len(ch.events) >= ClientEventBuffer
+	if ok && (msg.Type == watch.Error || overflow) {
+		delete(c.channels, msg.Channel)
+	}
+	c.mu.Unlock()
+	if !ok {
+		return // closed by us a moment ago
+	}
+	if overflow {
+		ch.events <- Event{Type: watch.Error, Status: &metav1.Status{
+			Status: metav1.StatusFailure, Code: http.StatusGone, Reason: metav1.StatusReasonExpired,
+			Message: fmt.Sprintf("too slow: the consumer left %d events unread; resubscribe from the last resourceVersion received", ClientEventBuffer),
+		}}
+		close(ch.events)
+		c.closeQuietly(ch.ID)
+		return
+	}
+	ev := Event{Type: msg.Type, Object: msg.Object}
+	if msg.Type == watch.Error {
+		var s metav1.Status
+		if err := json.Unmarshal(msg.Object, &s); err == nil {
+			ev.Status = &s
+		} else {
+			ev.Status = &metav1.Status{Message: "the server closed the channel with an unreadable status"}
+		}
+	}
+	ch.events <- ev
+	if msg.Type == watch.Error {
+		close(ch.events)
+	}
+}
+
+// closeQuietly asks the server to close channel id without waiting for
+// the answer (the reader, which would deliver it, is the caller).
+func (c *Client) closeQuietly(id int64) {
+	c.mu.Lock()
+	c.nextID++
+	req := v1alpha1.WatchRequest{ID: c.nextID, CloseWatch: &v1alpha1.CloseWatch{Channel: id}}
+	c.mu.Unlock()
+	raw, err := json.Marshal(req)
+	if err != nil {
+		return
+	}
+	c.writeMu.Lock()
+	_ = c.ws.WriteMessage(websocket.TextMessage, raw)
+	c.writeMu.Unlock()
+}
+
+// ErrClosed reports whether err says the connection has ended.
+func ErrClosed(err error) bool {
+	var ce *websocket.CloseError
+	return errors.As(err, &ce)
+}

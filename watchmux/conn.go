@@ -1,0 +1,342 @@
+package watchmux
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+)
+
+// conn serves one websocket. Three kinds of goroutine touch it:
+//
+//   - the reader (serve): decodes requests, opens and closes channels;
+//   - the writer (writeLoop): the only one that writes data frames,
+//     draining the queue in order, pinging when idle;
+//   - streams, one per channel, which only enqueue (Sink.Send) and never
+//     block.
+//
+// mu guards the queue and every channel's queued/closed state; it is held
+// for appends and swaps only, never across a write to the network.
+type conn struct {
+	ws      *websocket.Conn
+	opts    Options
+	handler Handler
+	metrics *counters
+
+	ctx    context.Context // ends with the connection
+	cancel context.CancelFunc
+
+	// wake has room for one signal: the writer drains everything queued
+	// whenever it wakes, so one pending signal covers any number of
+	// enqueues.
+	wake    chan struct{}
+	pending chan struct{} // a slot per Watch request in flight
+
+	mu       sync.Mutex
+	queue    []*frame           // guarded by mu
+	channels map[int64]*channel // guarded by mu
+	closing  bool               // guarded by mu: shutting down, close when drained
+
+	nextID int64 // reader only: channel identifiers are never reused
+}
+
+func newConn(ctx context.Context, ws *websocket.Conn, h Handler, o Options, m *counters) *conn {
+	c := &conn{
+		ws: ws, opts: o, handler: h, metrics: m,
+		wake:     make(chan struct{}, 1),
+		pending:  make(chan struct{}, o.MaxPending),
+		channels: map[int64]*channel{},
+	}
+	c.ctx, c.cancel = context.WithCancel(ctx)
+	return c
+}
+
+// serve runs the connection until the client goes, a write fails, or the
+// server shuts it down. It returns when both loops have ended.
+func (c *conn) serve() {
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		c.readLoop()
+		c.cancel()
+	}()
+	c.writeLoop()
+	// After a close frame, give the client a moment to answer it.
+	select {
+	case <-readerDone:
+	case <-time.After(c.opts.WriteTimeout):
+	}
+	c.ws.Close()
+	<-readerDone
+	c.mu.Lock()
+	for _, ch := range c.channels {
+		ch.closed = true
+		ch.cancel()
+	}
+	c.channels = nil
+	c.mu.Unlock()
+}
+
+func (c *conn) readLoop() {
+	c.ws.SetReadLimit(c.opts.ReadLimit)
+	alive := func() { _ = c.ws.SetReadDeadline(time.Now().Add(c.opts.PingInterval + c.opts.WriteTimeout)) }
+	alive()
+	c.ws.SetPongHandler(func(string) error { alive(); return nil })
+	for {
+		kind, data, err := c.ws.ReadMessage()
+		if err != nil {
+			if !websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) && c.ctx.Err() == nil {
+				klog.V(3).InfoS("Bulk watch connection ended", "err", err)
+			}
+			return
+		}
+		alive()
+		if kind != websocket.TextMessage {
+			c.respond(v1alpha1.WatchResponse{Error: badRequest("binary messages are not part of the protocol: send one JSON request per text message")})
+			continue
+		}
+		req, refused := decodeRequest(data)
+		if refused != nil {
+			c.metrics.requests.WithLabelValues("invalid").Inc()
+			c.respond(v1alpha1.WatchResponse{RequestID: req.ID, Error: refused})
+			continue
+		}
+		if req.Watch != nil {
+			c.open(req.ID, &req.Watch.Selector)
+		} else {
+			c.closeWatch(req.ID, req.CloseWatch.Channel)
+		}
+	}
+}
+
+// open starts a channel. Authorizing it may take a round trip to
+// kube-apiserver, so it runs beside the reader, at most MaxPending at once.
+func (c *conn) open(requestID int64, sel *v1alpha1.GetOperation) {
+	c.mu.Lock()
+	open := len(c.channels)
+	c.mu.Unlock()
+	if open >= c.opts.MaxChannels {
+		c.metrics.requests.WithLabelValues("too_many_channels").Inc()
+		c.respond(v1alpha1.WatchResponse{RequestID: requestID, Error: tooMany("this connection has %d channels open, the most allowed", open)})
+		return
+	}
+	select {
+	case c.pending <- struct{}{}:
+	default:
+		c.metrics.requests.WithLabelValues("too_many_pending").Inc()
+		c.respond(v1alpha1.WatchResponse{RequestID: requestID, Error: tooMany("%d watch requests are already being opened on this connection, the most allowed", c.opts.MaxPending)})
+		return
+	}
+	c.nextID++
+	ch := &channel{id: c.nextID, conn: c}
+	ch.ctx, ch.cancel = context.WithCancel(c.ctx)
+	go func() {
+		defer func() { <-c.pending }()
+		run, refused := c.handler.Open(ch.ctx, sel, ch)
+		if refused != nil {
+			ch.cancel()
+			c.metrics.requests.WithLabelValues("refused").Inc()
+			c.respond(v1alpha1.WatchResponse{RequestID: requestID, Error: refused})
+			return
+		}
+		c.mu.Lock()
+		if c.channels == nil || c.closing { // the connection ended meanwhile
+			c.mu.Unlock()
+			ch.cancel()
+			return
+		}
+		c.channels[ch.id] = ch
+		// The response is queued before the stream runs: it precedes
+		// every event of the channel.
+		c.queue = append(c.queue, responseFrame(v1alpha1.WatchResponse{RequestID: requestID, Channel: ch.id}))
+		c.mu.Unlock()
+		c.signal()
+		c.metrics.requests.WithLabelValues("opened").Inc()
+		c.metrics.channels.Inc()
+		go run()
+	}()
+}
+
+func (c *conn) closeWatch(requestID, id int64) {
+	c.mu.Lock()
+	ch, ok := c.channels[id]
+	c.mu.Unlock()
+	if !ok {
+		c.respond(v1alpha1.WatchResponse{RequestID: requestID, Error: &metav1.Status{
+			Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
+			Message: "channel " + strconv.FormatInt(id, 10) + " is not open on this connection",
+		}})
+		return
+	}
+	c.closeChannel(ch, nil)
+	c.metrics.requests.WithLabelValues("closed").Inc()
+	c.respond(v1alpha1.WatchResponse{RequestID: requestID, Channel: id})
+}
+
+// closeChannel closes ch, with a final ERROR carrying status unless status
+// is nil (the client closed it). Events of ch still queued are dropped.
+func (c *conn) closeChannel(ch *channel, status *metav1.Status) {
+	c.mu.Lock()
+	closed := c.closeChannelLocked(ch, status)
+	c.mu.Unlock()
+	if closed {
+		c.signal()
+	}
+}
+
+func (c *conn) closeChannelLocked(ch *channel, status *metav1.Status) bool {
+	if ch.closed {
+		return false
+	}
+	ch.closed = true
+	ch.cancel()
+	if c.channels != nil {
+		delete(c.channels, ch.id)
+	}
+	c.metrics.channels.Dec()
+	if status != nil {
+		c.queue = append(c.queue, &frame{ch: ch, typ: watch.Error, object: statusJSON(status), final: true})
+		c.metrics.closed.WithLabelValues(reasonOf(status)).Inc()
+	} else {
+		c.metrics.closed.WithLabelValues("client").Inc()
+	}
+	return true
+}
+
+// enqueueEvent is Sink.Send.
+func (c *conn) enqueueEvent(ch *channel, t watch.EventType, object []byte) bool {
+	c.mu.Lock()
+	if ch.closed {
+		c.mu.Unlock()
+		return false
+	}
+	if ch.queued >= c.opts.ChannelQueue {
+		c.closeChannelLocked(ch, tooSlow(c.opts.ChannelQueue))
+		c.mu.Unlock()
+		c.signal()
+		return false
+	}
+	ch.queued++
+	c.queue = append(c.queue, &frame{ch: ch, typ: t, object: object})
+	c.mu.Unlock()
+	c.signal()
+	return true
+}
+
+func (c *conn) respond(r v1alpha1.WatchResponse) {
+	f := responseFrame(r)
+	c.mu.Lock()
+	c.queue = append(c.queue, f)
+	c.mu.Unlock()
+	c.signal()
+}
+
+func (c *conn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take swaps the queue out, leaving out events of channels closed since
+// they were queued.
+func (c *conn) take() (batch []*frame, closing bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	batch, c.queue = c.queue, nil
+	kept := batch[:0]
+	for _, f := range batch {
+		if f.ch != nil && !f.final {
+			f.ch.queued--
+			if f.ch.closed {
+				continue
+			}
+		}
+		kept = append(kept, f)
+	}
+	return kept, c.closing && len(kept) == 0
+}
+
+func (c *conn) writeLoop() {
+	ping := time.NewTicker(c.opts.PingInterval)
+	defer ping.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-ping.C:
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.opts.WriteTimeout)); err != nil {
+				c.fail(err)
+				return
+			}
+			continue
+		case <-c.wake:
+		}
+		for {
+			batch, closing := c.take()
+			if closing {
+				msg := websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down; resubscribe elsewhere")
+				_ = c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.opts.WriteTimeout))
+				c.cancel()
+				return
+			}
+			if len(batch) == 0 {
+				break
+			}
+			for _, f := range batch {
+				if err := c.write(f); err != nil {
+					c.fail(err)
+					return
+				}
+			}
+			c.metrics.written.Add(float64(len(batch)))
+		}
+	}
+}
+
+func (c *conn) write(f *frame) error {
+	if err := c.ws.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout)); err != nil {
+		return err
+	}
+	w, err := c.ws.NextWriter(websocket.TextMessage)
+	if err != nil {
+		return err
+	}
+	if err := f.writeTo(w); err != nil {
+		return err
+	}
+	return w.Close()
+}
+
+// fail ends the connection after a write failed: the client is gone or
+// does not read.
+func (c *conn) fail(err error) {
+	var netErr interface{ Timeout() bool }
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		c.metrics.writeTimeouts.Inc()
+	}
+	klog.V(3).InfoS("Bulk watch connection write failed", "err", err)
+	c.cancel()
+	c.ws.Close() // unblocks the reader
+}
+
+// shutdown ends every channel with closedByServer, then the connection
+// with a close frame once they are written.
+func (c *conn) shutdown() {
+	c.mu.Lock()
+	c.closing = true
+	for _, ch := range c.channels {
+		c.closeChannelLocked(ch, closedByServer)
+	}
+	c.mu.Unlock()
+	c.signal()
+}

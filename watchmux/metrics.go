@@ -1,0 +1,56 @@
+package watchmux
+
+import (
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+var (
+	connectionsGauge = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "nodeproxy", Subsystem: "watchmux", Name: "connections",
+		Help: "Open bulk watch connections.", StabilityLevel: metrics.ALPHA,
+	})
+	channelsGauge = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "nodeproxy", Subsystem: "watchmux", Name: "channels",
+		Help: "Open bulk watch channels, over all connections.", StabilityLevel: metrics.ALPHA,
+	})
+	requestsTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "watchmux", Name: "requests_total",
+		Help:           "Client requests, by result: opened, closed, refused, invalid, too_many_channels, too_many_pending.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	closedTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "watchmux", Name: "channels_closed_total",
+		Help:           "Channels closed, by reason: client, expired (too slow, or resume point gone), forbidden (access lost), shutdown, other.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
+	framesTotal = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "watchmux", Name: "frames_written_total",
+		Help: "Messages written to clients: events and responses.", StabilityLevel: metrics.ALPHA,
+	})
+	writeTimeoutsTotal = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "watchmux", Name: "write_timeouts_total",
+		Help: "Connections closed because a write did not finish within the write timeout.", StabilityLevel: metrics.ALPHA,
+	})
+
+	registerOnce sync.Once
+)
+
+// RegisterMetrics registers watchmux's metrics with the legacy registry
+// that k8s.io/apiserver serves on /metrics.
+func RegisterMetrics() {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(connectionsGauge, channelsGauge, requestsTotal, closedTotal, framesTotal, writeTimeoutsTotal)
+	})
+}
+
+// counters are the series a connection updates.
+type counters struct {
+	channels      metrics.GaugeMetric
+	requests      *metrics.CounterVec
+	closed        *metrics.CounterVec
+	written       metrics.CounterMetric
+	writeTimeouts metrics.CounterMetric
+}

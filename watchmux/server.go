@@ -1,0 +1,121 @@
+package watchmux
+
+import (
+	"context"
+	"net/http"
+	"sync"
+
+	"github.com/gorilla/websocket"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+)
+
+// Handler opens channels. watchmux knows nothing of what a selector means
+// or who may watch it: that is the handler's.
+type Handler interface {
+	// Open decides a Watch request. ctx is the channel's: it carries what
+	// the upgrade request's context carried (the user), and ends when the
+	// channel closes. To refuse, Open returns the status the client gets
+	// in the response. Otherwise it returns run, which the connection
+	// starts once the response is queued; run feeds sink until sink.Done
+	// is closed or it closes sink itself. Open must not call sink.
+	Open(ctx context.Context, sel *v1alpha1.GetOperation, sink Sink) (run func(), refused *metav1.Status)
+}
+
+// Server upgrades bulk watch requests to websockets and serves them.
+type Server struct {
+	handler  Handler
+	opts     Options
+	upgrader websocket.Upgrader
+
+	mu       sync.Mutex
+	conns    map[*conn]struct{} // guarded by mu
+	shutdown bool               // guarded by mu
+}
+
+// NewServer serves channels opened by h, with the limits of o.
+func NewServer(h Handler, o Options) *Server {
+	RegisterMetrics()
+	return &Server{
+		handler: h,
+		opts:    o,
+		conns:   map[*conn]struct{}{},
+		upgrader: websocket.Upgrader{
+			Subprotocols: []string{v1alpha1.WatchSubprotocol},
+			// Authentication and authorization happened before the
+			// request got here, on the request itself; a browser's
+			// cross-origin request carries no client certificate or
+			// token the server would accept.
+			CheckOrigin: func(*http.Request) bool { return true },
+		},
+	}
+}
+
+// IsUpgrade reports whether r asks for a bulk watch: a websocket upgrade
+// with watch=1 (or true).
+func IsUpgrade(r *http.Request) bool {
+	w := r.URL.Query().Get("watch")
+	return (w == "1" || w == "true") && websocket.IsWebSocketUpgrade(r)
+}
+
+// ServeHTTP upgrades r and serves the connection until it ends. The
+// caller has authenticated and authorized r.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !websocket.IsWebSocketUpgrade(r) {
+		http.Error(w, "a bulk watch is a websocket upgrade with subprotocol "+v1alpha1.WatchSubprotocol, http.StatusBadRequest)
+		return
+	}
+	if !hasSubprotocol(r) {
+		http.Error(w, "subprotocol "+v1alpha1.WatchSubprotocol+" is required", http.StatusBadRequest)
+		return
+	}
+	ws, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader answered the client
+	}
+	c := newConn(r.Context(), ws, s.handler, s.opts, &counters{
+		channels: channelsGauge, requests: requestsTotal, closed: closedTotal,
+		written: framesTotal, writeTimeouts: writeTimeoutsTotal,
+	})
+	s.mu.Lock()
+	if s.shutdown {
+		s.mu.Unlock()
+		msg := websocket.FormatCloseMessage(websocket.CloseTryAgainLater, "server shutting down; resubscribe elsewhere")
+		_ = ws.WriteControl(websocket.CloseMessage, msg, timeFromNow(s.opts.WriteTimeout))
+		ws.Close()
+		return
+	}
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	connectionsGauge.Inc()
+	klog.V(4).InfoS("Bulk watch connection opened", "remote", r.RemoteAddr)
+	c.serve()
+	connectionsGauge.Dec()
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+func hasSubprotocol(r *http.Request) bool {
+	for _, p := range websocket.Subprotocols(r) {
+		if p == v1alpha1.WatchSubprotocol {
+			return true
+		}
+	}
+	return false
+}
+
+// Shutdown closes every channel with ERROR 503 and every connection with
+// a close frame (going away) once its queue is written, and refuses new
+// connections. It does not wait; ServeHTTP returns as each connection
+// ends.
+func (s *Server) Shutdown() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shutdown = true
+	for c := range s.conns {
+		c.shutdown()
+	}
+}
