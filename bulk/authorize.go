@@ -70,14 +70,18 @@ func (g *Getter) authorize(ctx context.Context, u user.Info, q *query) error {
 		fmt.Errorf("spec.operations[%d]: %s", q.index, what))
 }
 
-// attributes describes the operation as the list kube-apiserver would
-// authorize: verb list, with the name when the field selector names one
+// attributes describes the operation as the list (or, for a watch
+// channel, the watch) kube-apiserver would authorize: verb list or watch, with the name when the field selector names one
 // object (as kube-apiserver's request info does, so that RBAC
 // resourceNames apply), and with both selectors.
 func (q *query) attributes(u user.Info) authorizer.AttributesRecord {
+	verb := "list"
+	if q.watch {
+		verb = "watch"
+	}
 	a := authorizer.AttributesRecord{
 		User:            u,
-		Verb:            "list",
+		Verb:            verb,
 		Namespace:       q.namespace,
 		APIGroup:        q.resource.Group,
 		APIVersion:      q.resource.Version,

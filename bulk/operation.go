@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -62,13 +63,18 @@ type query struct {
 	fieldRequirements fields.Requirements
 	attrs             authorizer.AttributesRecord
 
-	rv       uint64 // 0: any
-	rvSet    bool
-	exact    bool
-	limit    int64
-	contKey  string // continue: the key to start at
-	contRV   uint64
-	resource metav1.GroupVersionResource
+	rv    uint64 // 0: any
+	rvSet bool
+	exact bool
+	// watch marks a bulk watch channel's selector; bookmarks and
+	// initialEvents are its options (initialEvents nil: not said).
+	watch         bool
+	bookmarks     bool
+	initialEvents *bool
+	limit         int64
+	contKey       string // continue: the key to start at
+	contRV        uint64
+	resource      metav1.GroupVersionResource
 }
 
 // graphKinds maps cached types to the graph's kinds for ReachableFromField.
@@ -83,6 +89,17 @@ var graphKinds = map[string]graph.Kind{
 
 // parse validates every operation of spec and returns them as queries,
 // or every problem found, each naming its operation.
+// parseWatch validates the selector of a bulk watch channel.
+func parseWatch(sel *v1alpha1.GetOperation, stores func(metav1.GroupVersionResource) *cache.Store) (*query, field.ErrorList) {
+	q := &query{watch: true}
+	errs := q.parse(sel, stores)
+	for _, e := range errs {
+		// A channel has one selector: say "selector", not an index.
+		e.Field = "selector" + strings.TrimPrefix(e.Field, operationsPath.Index(0).String())
+	}
+	return q, errs
+}
+
 func parse(spec *v1alpha1.BulkGetOperationSpec, stores func(metav1.GroupVersionResource) *cache.Store) ([]*query, field.ErrorList) {
 	if len(spec.Operations) == 0 {
 		return nil, field.ErrorList{field.Required(operationsPath, "at least one operation")}
@@ -134,6 +151,9 @@ func (q *query) parse(op *v1alpha1.GetOperation, stores func(metav1.GroupVersion
 func (q *query) parseOptions(in *metav1.ListOptions) field.ErrorList {
 	var errs field.ErrorList
 	options := func() *field.Path { return q.path().Child("options") }
+	if q.watch {
+		return q.parseWatchOptions(in, options)
+	}
 	if in.Watch {
 		errs = append(errs, field.Forbidden(options().Child("watch"), "a bulk get does not watch; use the bulk watch"))
 	}
@@ -155,6 +175,41 @@ func (q *query) parseOptions(in *metav1.ListOptions) field.ErrorList {
 		errs = append(errs, field.Invalid(options().Child("limit"), in.Limit, "must not be negative"))
 	}
 	q.limit = in.Limit
+	return append(errs, q.parseSelectors(in, options)...)
+}
+
+// parseWatchOptions reads the options of a bulk watch channel:
+// resourceVersion, allowWatchBookmarks, sendInitialEvents and the
+// selectors. A channel is one watch, so paging and exact versions do not
+// apply; sendInitialEvents does not need resourceVersionMatch.
+func (q *query) parseWatchOptions(in *metav1.ListOptions, options func() *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if in.Limit != 0 {
+		errs = append(errs, field.Forbidden(options().Child("limit"), "a watch channel is not paged"))
+	}
+	if in.Continue != "" {
+		errs = append(errs, field.Forbidden(options().Child("continue"), "a watch channel is not paged"))
+	}
+	if in.ResourceVersionMatch != "" && in.ResourceVersionMatch != metav1.ResourceVersionMatchNotOlderThan {
+		errs = append(errs, field.NotSupported(options().Child("resourceVersionMatch"), in.ResourceVersionMatch, []string{string(metav1.ResourceVersionMatchNotOlderThan), ""}))
+	}
+	q.bookmarks, q.initialEvents = in.AllowWatchBookmarks, in.SendInitialEvents
+	errs = append(errs, q.parseSelectors(in, options)...)
+	if q.reachableFrom != "" {
+		errs = append(errs, field.Forbidden(options().Child("fieldSelector"), ReachableFromField+" is for bulk get; a watch channel names what it watches"))
+	}
+	if in.ResourceVersion != "" && in.ResourceVersion != "0" {
+		rv, err := strconv.ParseUint(in.ResourceVersion, 10, 64)
+		if err != nil {
+			errs = append(errs, field.Invalid(options().Child("resourceVersion"), in.ResourceVersion, "must be a number"))
+		}
+		q.rv, q.rvSet = rv, true
+	}
+	return errs
+}
+
+func (q *query) parseSelectors(in *metav1.ListOptions, options func() *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	q.labels = labels.Everything()
 	if in.LabelSelector != "" {
 		sel, err := labels.Parse(in.LabelSelector)
@@ -171,6 +226,9 @@ func (q *query) parseOptions(in *metav1.ListOptions) field.ErrorList {
 		}
 		q.fieldSelector = sel
 		errs = append(errs, q.parseFields(sel, in.FieldSelector, options)...)
+	}
+	if q.watch {
+		return errs
 	}
 	return append(errs, q.parseVersion(in, options)...)
 }

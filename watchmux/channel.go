@@ -19,6 +19,17 @@ type Sink interface {
 	// server, by overflow, or with the connection. The stream should then
 	// stop.
 	Send(t watch.EventType, object []byte) bool
+	// Initial queues an event of the channel's initial state (ADDED, and
+	// the BOOKMARK that ends it). Unlike Send it is not bounded by
+	// Options.ChannelQueue, nor counted against it: the initial state is
+	// bounded by the cache, and a watch of a large namespace must be able
+	// to start.
+	Initial(t watch.EventType, object []byte) bool
+	// OnClose registers f to run once, on no particular goroutine, when
+	// the channel closes for any reason. It lets a stream leave the
+	// indexes that feed it without a goroutine per channel waiting on
+	// Done. Call it from Open.
+	OnClose(f func())
 	// Close ends the channel with an ERROR event carrying status; nothing
 	// follows it.
 	Close(status *metav1.Status)
@@ -35,15 +46,36 @@ type channel struct {
 	cancel context.CancelFunc
 
 	// queued counts this channel's frames in the connection's queue;
-	// closed says no frame may follow. Both are guarded by conn.mu.
-	queued int
-	closed bool
+	// closed says no frame may follow; announced that its response is
+	// queued; closeStatus is the ERROR of a channel closed before it was
+	// announced, written after the response; onClose runs when it closes.
+	// All are guarded by conn.mu.
+	queued      int
+	closed      bool
+	announced   bool
+	closeStatus *metav1.Status
+	onClose     []func()
 }
 
 var _ Sink = (*channel)(nil)
 
 func (c *channel) Send(t watch.EventType, object []byte) bool {
-	return c.conn.enqueueEvent(c, t, object)
+	return c.conn.enqueue(c, t, object, true)
+}
+
+func (c *channel) Initial(t watch.EventType, object []byte) bool {
+	return c.conn.enqueue(c, t, object, false)
+}
+
+func (c *channel) OnClose(f func()) {
+	c.conn.mu.Lock()
+	if !c.closed {
+		c.onClose = append(c.onClose, f)
+		c.conn.mu.Unlock()
+		return
+	}
+	c.conn.mu.Unlock()
+	f()
 }
 
 func (c *channel) Close(status *metav1.Status) {

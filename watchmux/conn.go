@@ -78,12 +78,17 @@ func (c *conn) serve() {
 	c.ws.Close()
 	<-readerDone
 	c.mu.Lock()
+	var callbacks []func()
 	for _, ch := range c.channels {
 		ch.closed = true
 		ch.cancel()
+		callbacks = append(callbacks, ch.onClose...)
+		ch.onClose = nil
+		c.metrics.channels.Dec()
 	}
 	c.channels = nil
 	c.mu.Unlock()
+	runAll(callbacks)
 }
 
 func (c *conn) readLoop() {
@@ -143,26 +148,48 @@ func (c *conn) open(requestID int64, sel *v1alpha1.GetOperation) {
 		defer func() { <-c.pending }()
 		run, refused := c.handler.Open(ch.ctx, sel, ch)
 		if refused != nil {
+			c.mu.Lock()
+			ch.closed = true
+			callbacks := ch.onClose
+			ch.onClose = nil
+			c.mu.Unlock()
 			ch.cancel()
+			runAll(callbacks)
 			c.metrics.requests.WithLabelValues("refused").Inc()
 			c.respond(v1alpha1.WatchResponse{RequestID: requestID, Error: refused})
 			return
 		}
 		c.mu.Lock()
 		if c.channels == nil || c.closing { // the connection ended meanwhile
+			ch.closed = true
+			callbacks := ch.onClose
 			c.mu.Unlock()
 			ch.cancel()
+			runAll(callbacks)
 			return
 		}
-		c.channels[ch.id] = ch
 		// The response is queued before the stream runs: it precedes
 		// every event of the channel.
 		c.queue = append(c.queue, responseFrame(v1alpha1.WatchResponse{RequestID: requestID, Channel: ch.id}))
+		ch.announced = true
+		c.metrics.requests.WithLabelValues("opened").Inc()
+		if ch.closed {
+			// Closed while it was being opened (access lost at once):
+			// the client learns of the channel, then of its end.
+			if ch.closeStatus != nil {
+				c.queue = append(c.queue, &frame{ch: ch, typ: watch.Error, object: statusJSON(ch.closeStatus), final: true})
+			}
+			c.mu.Unlock()
+			c.signal()
+			return
+		}
+		c.channels[ch.id] = ch
+		c.metrics.channels.Inc()
 		c.mu.Unlock()
 		c.signal()
-		c.metrics.requests.WithLabelValues("opened").Inc()
-		c.metrics.channels.Inc()
-		go run()
+		if run != nil {
+			go run()
+		}
 	}()
 }
 
@@ -186,19 +213,26 @@ func (c *conn) closeWatch(requestID, id int64) {
 // is nil (the client closed it). Events of ch still queued are dropped.
 func (c *conn) closeChannel(ch *channel, status *metav1.Status) {
 	c.mu.Lock()
-	closed := c.closeChannelLocked(ch, status)
+	callbacks := c.closeChannelLocked(ch, status)
 	c.mu.Unlock()
-	if closed {
-		c.signal()
-	}
+	c.signal()
+	runAll(callbacks)
 }
 
-func (c *conn) closeChannelLocked(ch *channel, status *metav1.Status) bool {
+// closeChannelLocked closes ch and returns the callbacks the caller must
+// run once it has released mu.
+func (c *conn) closeChannelLocked(ch *channel, status *metav1.Status) []func() {
 	if ch.closed {
-		return false
+		return nil
 	}
 	ch.closed = true
 	ch.cancel()
+	callbacks := ch.onClose
+	ch.onClose = nil
+	if !ch.announced {
+		ch.closeStatus = status // written after the response
+		return callbacks
+	}
 	if c.channels != nil {
 		delete(c.channels, ch.id)
 	}
@@ -209,24 +243,33 @@ func (c *conn) closeChannelLocked(ch *channel, status *metav1.Status) bool {
 	} else {
 		c.metrics.closed.WithLabelValues("client").Inc()
 	}
-	return true
+	return callbacks
 }
 
-// enqueueEvent is Sink.Send.
-func (c *conn) enqueueEvent(ch *channel, t watch.EventType, object []byte) bool {
+func runAll(fs []func()) {
+	for _, f := range fs {
+		f()
+	}
+}
+
+// enqueue is Sink.Send (bounded) and Sink.Initial (not bounded).
+func (c *conn) enqueue(ch *channel, t watch.EventType, object []byte, bounded bool) bool {
 	c.mu.Lock()
 	if ch.closed {
 		c.mu.Unlock()
 		return false
 	}
-	if ch.queued >= c.opts.ChannelQueue {
-		c.closeChannelLocked(ch, tooSlow(c.opts.ChannelQueue))
+	if bounded && ch.queued >= c.opts.ChannelQueue {
+		callbacks := c.closeChannelLocked(ch, tooSlow(c.opts.ChannelQueue))
 		c.mu.Unlock()
 		c.signal()
+		runAll(callbacks)
 		return false
 	}
-	ch.queued++
-	c.queue = append(c.queue, &frame{ch: ch, typ: t, object: object})
+	if bounded {
+		ch.queued++
+	}
+	c.queue = append(c.queue, &frame{ch: ch, typ: t, object: object, unbounded: !bounded})
 	c.mu.Unlock()
 	c.signal()
 	return true
@@ -256,7 +299,9 @@ func (c *conn) take() (batch []*frame, closing bool) {
 	kept := batch[:0]
 	for _, f := range batch {
 		if f.ch != nil && !f.final {
-			f.ch.queued--
+			if !f.unbounded {
+				f.ch.queued--
+			}
 			if f.ch.closed {
 				continue
 			}
@@ -334,9 +379,11 @@ func (c *conn) fail(err error) {
 func (c *conn) shutdown() {
 	c.mu.Lock()
 	c.closing = true
+	var callbacks []func()
 	for _, ch := range c.channels {
-		c.closeChannelLocked(ch, closedByServer)
+		callbacks = append(callbacks, c.closeChannelLocked(ch, closedByServer)...)
 	}
 	c.mu.Unlock()
 	c.signal()
+	runAll(callbacks)
 }

@@ -25,8 +25,9 @@ type frame struct {
 	// raw is a complete message (responses).
 	raw []byte
 	// final marks a channel's ERROR, written although the channel is
-	// closed.
-	final bool
+	// closed; unbounded an initial event, not counted in the channel's
+	// queue.
+	final, unbounded bool
 }
 
 // writeTo writes f as one message body.

@@ -18,9 +18,12 @@ type Handler interface {
 	// Open decides a Watch request. ctx is the channel's: it carries what
 	// the upgrade request's context carried (the user), and ends when the
 	// channel closes. To refuse, Open returns the status the client gets
-	// in the response. Otherwise it returns run, which the connection
-	// starts once the response is queued; run feeds sink until sink.Done
-	// is closed or it closes sink itself. Open must not call sink.
+	// in the response. Otherwise it returns run (or nil), which the
+	// connection starts on its own goroutine once the response is queued,
+	// typically to send the initial state and hand the channel to whatever
+	// feeds it. Open may call sink.OnClose and sink.Close (a channel closed
+	// before it is announced gets its response, then its ERROR), not
+	// Send or Initial.
 	Open(ctx context.Context, sel *v1alpha1.GetOperation, sink Sink) (run func(), refused *metav1.Status)
 }
 

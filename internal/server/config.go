@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"net/http"
 
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -26,6 +27,8 @@ type Config struct {
 	// Kube is the configuration the cache's watches use.
 	Kube  *rest.Config
 	Cache cache.Options
+	// router hands bulk watch upgrades to the watch server New makes.
+	router *upgradeRouter
 	// ClientCASources counts the CA sources client certificates are
 	// verified against (the client CA, the front-proxy CA), for the
 	// readiness check that waits for them to load.
@@ -49,7 +52,10 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 	generic := genericapiserver.NewConfig(codecs)
 	generic.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
 	generic.ShutdownDelayDuration = o.ShutdownDelay
-	generic.BuildHandlerChainFunc = buildHandlerChain
+	router := &upgradeRouter{}
+	generic.BuildHandlerChainFunc = func(api http.Handler, c *genericapiserver.Config) http.Handler {
+		return buildHandlerChain(router.wrap(api), c)
+	}
 	// The only bodies nodeproxy reads are bulk gets (MaxOperations
 	// operations of a few hundred bytes each) and SubjectAccessReviews
 	// (the webhook has its own, smaller limit).
@@ -81,7 +87,7 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 	if o.Authentication.RequestHeader.ClientCAFile != "" || lookup {
 		sources++
 	}
-	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, ClientCASources: sources}, nil
+	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, ClientCASources: sources, router: router}, nil
 }
 
 func (o *Options) kubeConfig() (*rest.Config, error) {

@@ -9,20 +9,24 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/authorizer"
 	"github.com/nodeproxy/nodeproxy/bulk"
 	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/graph"
+	"github.com/nodeproxy/nodeproxy/watchmux"
 )
 
 // Server is a running nodeproxy: the generic API server, the informers
 // behind it, the authorization graph they feed and the webhook that
 // answers from it.
 type Server struct {
-	generic *genericapiserver.GenericAPIServer
-	cache   *cache.Cache
+	generic     *genericapiserver.GenericAPIServer
+	cache       *cache.Cache
+	watcher     *bulk.Watcher
+	watchServer *watchmux.Server
 }
 
 // New builds the server. It starts nothing.
@@ -48,9 +52,13 @@ func (c *Config) New() (*Server, error) {
 	bulk.RegisterMetrics()
 	nodes := authorizer.New(g)
 	generic.Handler.NonGoRestfulMux.Handle(authorizer.WebhookPath, &authorizer.Webhook{Authorizer: nodes})
-	if err := installBulkAPI(generic, bulk.NewGetter(objects, g, nodes, c.Generic.Authorization.Authorizer)); err != nil {
+	getter := bulk.NewGetter(objects, g, nodes, c.Generic.Authorization.Authorizer)
+	if err := installBulkAPI(generic, getter); err != nil {
 		return nil, err
 	}
+	watcher := bulk.NewWatcher(getter, g, bulk.DefaultBookmarkInterval)
+	watchServer := watchmux.NewServer(watcher, watchmux.DefaultOptions())
+	c.router.watch.Store(watchServer)
 
 	// Ready only once every type has been listed into the cache and the
 	// graph: before that the cache would answer "not found" for objects
@@ -61,7 +69,7 @@ func (c *Config) New() (*Server, error) {
 	); err != nil {
 		return nil, fmt.Errorf("readiness check: %w", err)
 	}
-	s := &Server{generic: generic, cache: objects}
+	s := &Server{generic: generic, cache: objects, watcher: watcher, watchServer: watchServer}
 	if err := generic.AddPostStartHook("nodeproxy-start-cache", s.startCache); err != nil {
 		return nil, fmt.Errorf("cache start hook: %w", err)
 	}
@@ -83,6 +91,14 @@ func installBulkAPI(generic *genericapiserver.GenericAPIServer, getter *bulk.Get
 
 func (s *Server) startCache(ctx genericapiserver.PostStartHookContext) error {
 	s.cache.Start(ctx)
+	// The watch dispatchers follow the stores' change logs from where the
+	// stores are once synced; before that there is nothing to follow.
+	go func() {
+		if !toolscache.WaitForCacheSync(ctx.Done(), func() bool { return len(s.cache.Unsynced()) == 0 }) {
+			return
+		}
+		s.watcher.Run(ctx)
+	}()
 	return nil
 }
 
@@ -90,5 +106,9 @@ func (s *Server) startCache(ctx genericapiserver.PostStartHookContext) error {
 // in flight and returns.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.cache.Wait()
+	// On shutdown, bulk watch clients get ERROR 503 on every channel and a
+	// close frame, and resubscribe elsewhere, while the listener drains.
+	stop := context.AfterFunc(ctx, s.watchServer.Shutdown)
+	defer stop()
 	return s.generic.PrepareRun().RunWithContext(ctx)
 }

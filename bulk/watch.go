@@ -1,0 +1,195 @@
+package bulk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+	nodeauthorizer "github.com/nodeproxy/nodeproxy/authorizer"
+	"github.com/nodeproxy/nodeproxy/cache"
+	"github.com/nodeproxy/nodeproxy/graph"
+	"github.com/nodeproxy/nodeproxy/watchmux"
+)
+
+// DefaultBookmarkInterval is how often channels that allow bookmarks get
+// one: kube-apiserver's watch cache sends them about once a minute.
+const DefaultBookmarkInterval = time.Minute
+
+// Watcher opens bulk watch channels (it is the watchmux.Handler of the
+// bulk watch): it validates and authorizes a channel's selector as a bulk
+// get operation, sends the initial state from a snapshot, then hands the
+// channel to its type's dispatcher. A node's channel on a named object is
+// also registered for revocation: when the graph says the node no longer
+// reaches the object, the channel ends with ERROR 403.
+type Watcher struct {
+	getter      *Getter
+	dispatchers map[*cache.Store]*dispatcher
+	revocations *revocations
+}
+
+// Observable is the graph's change notification; *graph.Graph is one.
+type Observable interface {
+	Observe(graph.Observer)
+}
+
+// NewWatcher serves channels from g's cache, revoking them on g's graph
+// changes.
+func NewWatcher(g *Getter, changes Observable, bookmarkInterval time.Duration) *Watcher {
+	w := &Watcher{getter: g, dispatchers: map[*cache.Store]*dispatcher{}, revocations: newRevocations()}
+	for _, s := range g.stores {
+		w.dispatchers[s] = newDispatcher(s, g.cache.Encoder(), bookmarkInterval)
+	}
+	changes.Observe(w.revocations.observe)
+	return w
+}
+
+// Run dispatches changes to channels until ctx ends. Start it once the
+// cache has synced.
+func (w *Watcher) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, d := range w.dispatchers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.run(ctx)
+		}()
+	}
+	wg.Wait()
+}
+
+var _ watchmux.Handler = (*Watcher)(nil)
+
+// Open implements watchmux.Handler.
+func (w *Watcher) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink watchmux.Sink) (func(), *metav1.Status) {
+	u, ok := request.UserFrom(ctx)
+	if !ok {
+		return nil, &apierrors.NewInternalError(errors.New("no user in the request context")).ErrStatus
+	}
+	q, errs := parseWatch(sel, func(r metav1.GroupVersionResource) *cache.Store { return w.getter.stores[r] })
+	if len(errs) > 0 {
+		return nil, &apierrors.NewInvalid(v1alpha1.SchemeGroupVersion.WithKind("BulkGetOperation").GroupKind(), "", errs).ErrStatus
+	}
+	s := &stream{q: q, sink: sink, graph: w.getter.graph, encoder: w.getter.cache.Encoder()}
+	d := w.dispatchers[q.store]
+	sink.OnClose(func() { d.unregister(s) })
+
+	// A node's channel on one object lives as long as the node reaches
+	// it. Registered before the check, so that a revocation between the
+	// check and the registration cannot be missed.
+	node, isNode := nodeauthorizer.NodeName(u)
+	if isNode && q.name != "" && q.kind != 0 && (q.namespace != "" || !q.store.Namespaced) {
+		ref := graph.ObjectRef{Kind: q.kind, Namespace: q.namespace, Name: q.name}
+		w.revocations.add(node, ref, s)
+		sink.OnClose(func() { w.revocations.remove(node, ref, s) })
+	}
+	if err := w.getter.authorize(ctx, u, q); err != nil {
+		var status apierrors.APIStatus
+		if errors.As(err, &status) {
+			st := status.Status()
+			return nil, &st
+		}
+		return nil, &apierrors.NewInternalError(err).ErrStatus
+	}
+	return func() { w.start(s, d) }, nil
+}
+
+// start sends the initial state, if the selector asks for it, and joins
+// the dispatcher.
+func (w *Watcher) start(s *stream, d *dispatcher) {
+	q := s.q
+	from := q.rv
+	if !q.rvSet && (q.initialEvents == nil || *q.initialEvents) {
+		snap := q.store.Snapshot()
+		var err error
+		visit := func(o *cache.Object) bool {
+			if !q.matches(o, s.graph) {
+				return true
+			}
+			b, encErr := s.encoder.Encode(q.store, o)
+			if encErr != nil {
+				err = encErr
+				return false
+			}
+			return s.sink.Initial(watch.Added, b)
+		}
+		switch {
+		case q.name != "" && (q.namespace != "" || !q.store.Namespaced):
+			if o, ok := snap.Get(q.namespace, q.name); ok {
+				visit(o)
+			}
+		case snap.Indexed() && q.node != "":
+			snap.AscendNode(q.node, q.namespace, q.namespace, "", visit)
+		default:
+			snap.Ascend(q.namespace, q.namespace, "", visit)
+		}
+		if err != nil {
+			s.sink.Close(&apierrors.NewInternalError(err).ErrStatus)
+			return
+		}
+		from = snap.RV
+		if q.initialEvents != nil && *q.initialEvents {
+			s.sink.Initial(watch.Bookmark, bookmarkObject(q.store, snap.RV, true))
+		}
+	} else if !q.rvSet {
+		from = q.store.Snapshot().RV
+	}
+	if err := d.register(s, from); err != nil {
+		s.sink.Close(&metav1.Status{Status: metav1.StatusFailure, Code: http.StatusGone, Reason: metav1.StatusReasonExpired,
+			Message: fmt.Sprintf("resourceVersion %d is older than nodeproxy's cache holds for %s; list again and resubscribe", from, q.store.Resource.Resource)})
+	}
+}
+
+// stream is one channel's selector and where it is.
+type stream struct {
+	q       *query
+	sink    watchmux.Sink
+	graph   Reachability
+	encoder *cache.Encoder
+	// after: events at or before it are already reflected (set under the
+	// dispatcher's lock before the stream is indexed).
+	after uint64
+	dead  atomic.Bool
+}
+
+// deliver turns a change into the event this channel sees, as
+// kube-apiserver does for a watch with selectors: an object entering the
+// selection is ADDED, leaving it DELETED.
+func (s *stream) deliver(e *cache.Event) {
+	if e.RV <= s.after || s.dead.Load() {
+		return
+	}
+	was := e.Prev != nil && s.q.matches(e.Prev, s.graph)
+	is := e.Type != watch.Deleted && s.q.matches(e.Object, s.graph)
+	var t watch.EventType
+	switch {
+	case e.Type == watch.Deleted && was, was && !is:
+		t = watch.Deleted
+	case was && is:
+		t = watch.Modified
+	case is:
+		t = watch.Added
+	default:
+		return
+	}
+	b, err := s.encoder.Encode(s.q.store, e.Object)
+	if err != nil {
+		klog.ErrorS(err, "Encoding an object for a bulk watch")
+		s.dead.Store(true)
+		s.sink.Close(&apierrors.NewInternalError(err).ErrStatus)
+		return
+	}
+	if !s.sink.Send(t, b) {
+		s.dead.Store(true)
+	}
+}
