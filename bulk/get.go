@@ -147,8 +147,11 @@ func waitFor(ctx context.Context, s *cache.Store, rv uint64) (*cache.Snapshot, e
 	}
 }
 
-// matches evaluates every requirement of q on o.
+// matches evaluates every requirement of q on o, its namespace included.
 func (q *query) matches(o *cache.Object, g Reachability) bool {
+	if q.namespace != "" && o.Namespace != q.namespace {
+		return false
+	}
 	for _, r := range q.fields {
 		var v string
 		switch r.Field {

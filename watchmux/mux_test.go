@@ -159,17 +159,21 @@ func TestClientClosesAChannelItsConsumerDoesNotRead(t *testing.T) {
 	if ev, _ := next(t, busy); ev.Type != watch.Added {
 		t.Fatalf("the read channel: %+v", ev)
 	}
-	n := 0
-	for ev := range lazy.Events {
+	// The 1000 events arrive within milliseconds; give them a second
+	// before reading any.
+	time.Sleep(time.Second)
+	for n := 0; ; n++ {
+		ev, open := next(t, lazy)
+		if !open {
+			t.Fatalf("the unread channel closed after %d events without an ERROR", n)
+		}
 		if ev.Type == watch.Error {
 			if ev.Status.Code != http.StatusGone || n != ClientEventBuffer {
 				t.Fatalf("after %d events: %+v", n, ev.Status)
 			}
 			return
 		}
-		n++
 	}
-	t.Fatalf("the unread channel closed after %d events without an ERROR", n)
 }
 
 func TestRefusalLeavesOtherChannelsAlone(t *testing.T) {
@@ -229,7 +233,10 @@ func TestCloseWatch(t *testing.T) {
 	if err := c.CloseWatch(ctx, ch); err != nil {
 		t.Fatal(err)
 	}
-	for range ch.Events { // buffered events, then closed
+	for { // buffered events, then closed
+		if _, open := next(t, ch); !open {
+			break
+		}
 	}
 	err = c.CloseWatch(ctx, ch)
 	if !apierrors.IsNotFound(err) {

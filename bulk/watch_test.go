@@ -1,0 +1,228 @@
+package bulk
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+)
+
+// recorder is a watchmux.Sink that writes down what it is given.
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+	closed bool
+	close  []func()
+	done   chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{done: make(chan struct{})} }
+
+func (r *recorder) record(t watch.EventType, object []byte) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	var o struct{ Metadata metav1.ObjectMeta }
+	_ = json.Unmarshal(object, &o)
+	e := string(t) + " " + o.Metadata.Name
+	if t == watch.Bookmark {
+		e = fmt.Sprintf("BOOKMARK %s", o.Metadata.ResourceVersion)
+		if o.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
+			e += " initial-events-end"
+		}
+	}
+	r.events = append(r.events, e)
+	return true
+}
+
+func (r *recorder) Send(t watch.EventType, object []byte) bool    { return r.record(t, object) }
+func (r *recorder) Initial(t watch.EventType, object []byte) bool { return r.record(t, object) }
+func (r *recorder) Done() <-chan struct{}                         { return r.done }
+func (r *recorder) OnClose(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.close = append(r.close, f)
+}
+func (r *recorder) Close(s *metav1.Status) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	r.events = append(r.events, fmt.Sprintf("ERROR %d %s", s.Code, s.Message))
+	fs := r.close
+	r.mu.Unlock()
+	close(r.done)
+	for _, f := range fs {
+		f()
+	}
+}
+
+// wait returns the events once there are n, or fails.
+func (r *recorder) wait(t *testing.T, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		got := append([]string(nil), r.events...)
+		r.mu.Unlock()
+		if len(got) >= n {
+			return got
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t.Fatalf("want %d events, have %v", n, r.events)
+	return nil
+}
+
+func watcherFixture(t *testing.T) (*fixture, *Watcher) {
+	t.Helper()
+	f := newFixture(t, 64)
+	w := NewWatcher(f.getter, f.graph, 50*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go w.Run(ctx)
+	time.Sleep(20 * time.Millisecond) // the dispatchers take their positions
+	return f, w
+}
+
+func open(t *testing.T, w *Watcher, u user.Info, sel v1alpha1.GetOperation) *recorder {
+	t.Helper()
+	r := newRecorder()
+	run, refused := w.Open(request.WithUser(context.Background(), u), &sel, r)
+	if refused != nil {
+		t.Fatalf("refused: %s", refused.Message)
+	}
+	run()
+	return r
+}
+
+func TestWatchSelectorsTurnChangesIntoEvents(t *testing.T) {
+	f, w := watcherFixture(t)
+	s := secret("a", "s1")
+	f.add(t, s)
+	sel := getOp("secrets", "a", metav1.ListOptions{LabelSelector: "tier=web", SendInitialEvents: ptr.To(true)})
+	r := open(t, w, admin, sel)
+
+	labelled := secret("a", "s1")
+	labelled.Labels = map[string]string{"tier": "web"}
+	f.add(t, labelled) // enters the selection
+	f.add(t, secret("a", "s2"))
+	again := secret("a", "s1")
+	again.Labels = map[string]string{"tier": "web"}
+	f.add(t, again) // stays in it
+	f.add(t, secret("a", "s1")) // leaves it
+	got := r.wait(t, 4)
+	want := "BOOKMARK"
+	if !strings.HasPrefix(got[0], want) || !strings.HasSuffix(got[0], "initial-events-end") {
+		t.Fatalf("first event %q, want the bookmark ending an empty initial state", got[0])
+	}
+	if strings.Join(got[1:4], ", ") != "ADDED s1, MODIFIED s1, DELETED s1" {
+		t.Errorf("events %v", got)
+	}
+}
+
+func TestWatchResumesFromAResourceVersion(t *testing.T) {
+	f, w := watcherFixture(t)
+	f.add(t, secret("a", "s1"))
+	from := f.cache.Store(gvr("secrets")).Snapshot().RV
+	f.add(t, secret("a", "s2"))
+	f.add(t, secret("a", "s1"))
+	time.Sleep(100 * time.Millisecond) // dispatched past from
+	r := open(t, w, admin, getOp("secrets", "a", metav1.ListOptions{ResourceVersion: fmt.Sprint(from)}))
+	f.add(t, secret("a", "s3"))
+	got := r.wait(t, 3)
+	if strings.Join(got[:3], ", ") != "ADDED s2, MODIFIED s1, ADDED s3" {
+		t.Errorf("from %d: %v", from, got)
+	}
+
+	for range 70 { // past the 64 changes the log holds
+		f.add(t, secret("b", "churn"))
+	}
+	r = open(t, w, admin, getOp("secrets", "a", metav1.ListOptions{ResourceVersion: fmt.Sprint(from)}))
+	if got := r.wait(t, 1); !strings.HasPrefix(got[0], "ERROR 410") {
+		t.Errorf("from an expired version: %v", got)
+	}
+}
+
+func TestNodeChannelClosesWhenAccessIsLost(t *testing.T) {
+	f, w := watcherFixture(t)
+	f.add(t, secret("a", "s1"))
+	f.add(t, pod("a", "p1", "node-a", "s1"))
+	r := open(t, w, nodeA, getOp("secrets", "a", metav1.ListOptions{FieldSelector: "metadata.name=s1"}))
+	if got := r.wait(t, 1); got[0] != "ADDED s1" {
+		t.Fatalf("initial state %v", got)
+	}
+	if err := f.cache.Store(gvr("pods")).Delete(pod("a", "p1", "node-a", "s1")); err != nil {
+		t.Fatal(err)
+	}
+	got := r.wait(t, 2)
+	if !strings.HasPrefix(got[1], "ERROR 403 access lost") {
+		t.Fatalf("after the pod's deletion: %v", got)
+	}
+	f.add(t, secret("a", "s1"))
+	time.Sleep(100 * time.Millisecond)
+	if got := r.wait(t, 2); len(got) != 2 {
+		t.Errorf("events after ERROR: %v", got)
+	}
+
+	// Refused outright when it does not reach the object.
+	rr := newRecorder()
+	if _, refused := w.Open(request.WithUser(context.Background(), nodeA), ptr.To(getOp("secrets", "a", metav1.ListOptions{FieldSelector: "metadata.name=s1"})), rr); refused == nil || refused.Code != 403 {
+		t.Errorf("watching an unreachable secret: %+v", refused)
+	}
+}
+
+func TestWatchBookmarks(t *testing.T) {
+	f, w := watcherFixture(t)
+	f.add(t, secret("a", "s1"))
+	r := open(t, w, admin, getOp("secrets", "a", metav1.ListOptions{AllowWatchBookmarks: true, ResourceVersion: "1"}))
+	f.add(t, secret("b", "elsewhere")) // not selected, but moves the position on
+	got := r.wait(t, 2)
+	if got[0] != "ADDED s1" || strings.Contains(strings.Join(got, ","), "elsewhere") {
+		t.Fatalf("events %v", got)
+	}
+	for _, e := range got {
+		if strings.HasPrefix(e, "BOOKMARK") {
+			return
+		}
+	}
+	t.Errorf("no periodic bookmark: %v", got)
+}
+
+func TestWatchRefusesBadSelectors(t *testing.T) {
+	_, w := watcherFixture(t)
+	for _, tc := range []struct {
+		name string
+		sel  v1alpha1.GetOperation
+		want string
+	}{
+		{"unknown resource", fieldOp("services", "a", ""), "selector.resource: Unsupported value"},
+		{"paging", getOp("secrets", "a", metav1.ListOptions{Limit: 5}), "selector.options.limit: Forbidden"},
+		{"reachableFrom", fieldOp("secrets", "", ReachableFromField+"=node-a"), "is for bulk get"},
+		{"exact", getOp("secrets", "a", metav1.ListOptions{ResourceVersion: "5", ResourceVersionMatch: metav1.ResourceVersionMatchExact}), "selector.options.resourceVersionMatch: Unsupported value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, refused := w.Open(request.WithUser(context.Background(), admin), &tc.sel, newRecorder())
+			if refused == nil || refused.Code != 422 || !strings.Contains(refused.Message, tc.want) {
+				t.Fatalf("got %+v, want 422 with %q", refused, tc.want)
+			}
+		})
+	}
+}
