@@ -126,7 +126,7 @@ func TestWatchSelectorsTurnChangesIntoEvents(t *testing.T) {
 	f.add(t, secret("a", "s2"))
 	again := secret("a", "s1")
 	again.Labels = map[string]string{"tier": "web"}
-	f.add(t, again) // stays in it
+	f.add(t, again)             // stays in it
 	f.add(t, secret("a", "s1")) // leaves it
 	got := r.wait(t, 4)
 	want := "BOOKMARK"
