@@ -17,6 +17,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
@@ -51,6 +52,96 @@ func BenchmarkBulkWatch(b *testing.B) {
 	}
 }
 
+// benchServer serves f's cache over bulk watch on a TLS test server until
+// the benchmark ends. Requests are served as admin, or as the node named
+// in the X-Bench-Node header (no authentication: this is in-process).
+func benchServer(b *testing.B, f *fixture, conns int) (string, *tls.Config) {
+	w := NewWatcher(f.getter, f.graph, time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	go w.Run(ctx)
+	mux := watchmux.NewServer(w, watchmux.DefaultOptions())
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var u user.Info = admin
+		if node := r.Header.Get("X-Bench-Node"); node != "" {
+			u = &user.DefaultInfo{Name: "system:node:" + node, Groups: []string{user.NodesGroup}}
+		}
+		mux.ServeHTTP(rw, r.WithContext(request.WithUser(r.Context(), u)))
+	}))
+	hs.EnableHTTP2 = false
+	hs.StartTLS()
+	b.Cleanup(hs.Close)
+	b.Cleanup(mux.Shutdown)
+	tlsConfig := hs.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	tlsConfig.ClientSessionCache = tls.NewLRUClientSessionCache(conns)
+	return "wss" + strings.TrimPrefix(hs.URL, "https") + watchmux.Path + "?watch=1", tlsConfig
+}
+
+// BenchmarkAccessLoss measures how soon a node hears it lost access: 500
+// nodes each watch the secret of their one pod; the pods are deleted one
+// after another, and each deletion is timed from the moment the cache
+// takes it in to the moment the node's client reads ERROR 403.
+//
+//	go test ./bulk -run '^$' -bench AccessLoss -benchtime 1x
+func BenchmarkAccessLoss(b *testing.B) {
+	for b.Loop() {
+		const nodes = 500
+		f := newFixture(b, 4096)
+		pods := make([]*corev1.Pod, nodes)
+		for i := range pods {
+			f.add(b, secret("a", fmt.Sprintf("s%d", i)))
+			pods[i] = pod("a", fmt.Sprintf("p%d", i), fmt.Sprintf("n%d", i), fmt.Sprintf("s%d", i))
+			f.add(b, pods[i])
+		}
+		url, tlsConfig := benchServer(b, f, nodes)
+		d := websocket.Dialer{TLSClientConfig: tlsConfig, Subprotocols: []string{v1alpha1.WatchSubprotocol}}
+		errored := make([]chan time.Time, nodes)
+		for i := range nodes {
+			ws, _, err := d.Dial(url, http.Header{"X-Bench-Node": {fmt.Sprintf("n%d", i)}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ws.Close()
+			req := fmt.Sprintf(`{"id":1,"watch":{"selector":{"resource":{"version":"v1","resource":"secrets"},"namespace":"a","options":{"fieldSelector":"metadata.name=s%d","sendInitialEvents":false}}}}`, i)
+			if err := ws.WriteMessage(websocket.TextMessage, []byte(req)); err != nil {
+				b.Fatal(err)
+			}
+			if _, data, err := ws.ReadMessage(); err != nil || strings.Contains(string(data), "error") {
+				b.Fatalf("node %d: %s %v", i, data, err)
+			}
+			errored[i] = make(chan time.Time, 1)
+			go func() {
+				for {
+					_, data, err := ws.ReadMessage()
+					if err != nil {
+						return
+					}
+					if strings.Contains(string(data[:min(len(data), 40)]), `"ERROR"`) {
+						errored[i] <- time.Now()
+						return
+					}
+				}
+			}()
+		}
+		var took []time.Duration
+		for i, p := range pods {
+			start := time.Now()
+			if err := f.cache.Store(gvr("pods")).Delete(p); err != nil {
+				b.Fatal(err)
+			}
+			select {
+			case at := <-errored[i]:
+				took = append(took, at.Sub(start))
+			case <-time.After(10 * time.Second):
+				b.Fatalf("node %d heard nothing within 10s of its pod's deletion", i)
+			}
+		}
+		slices.Sort(took)
+		b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "revoke-p50-ms")
+		b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "revoke-p99-ms")
+	}
+}
+
 type benchClient struct {
 	ws       *websocket.Conn
 	modified atomic.Int64 // unix nanos of the shared secret's last MODIFIED
@@ -67,21 +158,7 @@ func benchmarkBulkWatch(b *testing.B, conns, perConn int) {
 		s.Data = map[string][]byte{"data": []byte(value)}
 		f.add(b, s)
 	}
-	w := NewWatcher(f.getter, f.graph, time.Minute)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go w.Run(ctx)
-	mux := watchmux.NewServer(w, watchmux.DefaultOptions())
-	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		mux.ServeHTTP(rw, r.WithContext(request.WithUser(r.Context(), admin)))
-	}))
-	hs.EnableHTTP2 = false
-	hs.StartTLS()
-	defer hs.Close()
-	defer mux.Shutdown()
-	url := "wss" + strings.TrimPrefix(hs.URL, "https") + watchmux.Path + "?watch=1"
-	tlsConfig := hs.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
-	tlsConfig.ClientSessionCache = tls.NewLRUClientSessionCache(conns)
+	url, tlsConfig := benchServer(b, f, conns)
 
 	heap := func() uint64 {
 		runtime.GC()
