@@ -38,14 +38,17 @@ var (
 // connection. It reports:
 //
 //   - heap-B/channel: heap added by opening the channels, per channel;
+//
 //   - heap-KiB/connection: heap added by the connections before any
 //     channel (server and client ends);
+//
 //   - fanout-p50-ms, fanout-p99-ms: from an update of the shared secret
 //     taken into the cache to its MODIFIED read by each connection;
+//
 //   - events/s: events delivered to the clients while the unique secrets
 //     change as fast as one writer can change them.
 //
-//	go test ./bulk -run '^$' -bench BulkWatch -benchtime 1x
+//     go test ./bulk -run '^$' -bench BulkWatch -benchtime 1x
 func BenchmarkBulkWatch(b *testing.B) {
 	for b.Loop() {
 		benchmarkBulkWatch(b, *benchConnections, *benchChannels)
