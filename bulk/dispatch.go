@@ -29,6 +29,10 @@ type dispatcher struct {
 	store    *cache.Store
 	encoder  *cache.Encoder
 	interval time.Duration // between bookmarks
+	// ready is closed once run has taken its position: a channel that
+	// registered before would miss the changes between its
+	// resourceVersion and that position.
+	ready chan struct{}
 
 	mu      sync.Mutex
 	pos     uint64                             // guarded by mu: dispatched up to here
@@ -48,7 +52,7 @@ type objectKey struct{ namespace, name string }
 
 func newDispatcher(s *cache.Store, enc *cache.Encoder, bookmarkInterval time.Duration) *dispatcher {
 	return &dispatcher{
-		store: s, encoder: enc, interval: bookmarkInterval,
+		store: s, encoder: enc, interval: bookmarkInterval, ready: make(chan struct{}),
 		byName: map[objectKey]map[*stream]struct{}{}, byNode: map[string]map[*stream]struct{}{},
 		scan: map[*stream]struct{}{}, marking: map[*stream]struct{}{},
 	}
@@ -62,6 +66,7 @@ func (d *dispatcher) run(ctx context.Context) {
 	d.mu.Lock()
 	d.pos = snap.RV
 	d.mu.Unlock()
+	close(d.ready)
 	for {
 		select {
 		case <-ctx.Done():
@@ -121,6 +126,11 @@ func (d *dispatcher) fanOutLocked(e *cache.Event) {
 // from there to where dispatching is. ErrExpired if the log no longer
 // reaches from.
 func (d *dispatcher) register(s *stream, from uint64) error {
+	select {
+	case <-d.ready:
+	case <-s.sink.Done():
+		return nil // closed meanwhile; nothing to feed
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s.after = from
