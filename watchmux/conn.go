@@ -28,6 +28,7 @@ import (
 // for appends and swaps only, never across a write to the network.
 type conn struct {
 	ws      *websocket.Conn
+	batch   *batchingConn // the socket under ws; nil if not ours
 	opts    Options
 	handler Handler
 	metrics *counters
@@ -337,8 +338,20 @@ func (c *conn) writeLoop() {
 			if len(batch) == 0 {
 				break
 			}
+			if c.batch != nil {
+				c.batch.begin()
+			}
 			for _, f := range batch {
 				if err := c.write(f); err != nil {
+					if c.batch != nil {
+						_ = c.batch.end()
+					}
+					c.fail(err)
+					return
+				}
+			}
+			if c.batch != nil {
+				if err := c.batch.end(); err != nil {
 					c.fail(err)
 					return
 				}

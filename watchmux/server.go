@@ -74,7 +74,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "subprotocol "+v1alpha1.WatchSubprotocol+" is required", http.StatusBadRequest)
 		return
 	}
-	ws, err := s.upgrader.Upgrade(w, r, nil)
+	hijacker := &batchingHijacker{ResponseWriter: w}
+	ws, err := s.upgrader.Upgrade(hijacker, r, nil)
 	if err != nil {
 		return // the upgrader answered the client
 	}
@@ -82,6 +83,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		channels: channelsGauge, requests: requestsTotal, closed: closedTotal,
 		written: framesTotal, writeTimeouts: writeTimeoutsTotal,
 	})
+	c.batch = hijacker.conn
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()
