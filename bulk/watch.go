@@ -165,7 +165,7 @@ type stream struct {
 // deliver turns a change into the event this channel sees, as
 // kube-apiserver does for a watch with selectors: an object entering the
 // selection is ADDED, leaving it DELETED.
-func (s *stream) deliver(e *cache.Event) {
+func (s *stream) deliver(e *encodedEvent) {
 	if e.RV <= s.after || s.dead.Load() {
 		return
 	}
@@ -182,7 +182,7 @@ func (s *stream) deliver(e *cache.Event) {
 	default:
 		return
 	}
-	b, err := s.encoder.Encode(s.q.store, e.Object)
+	b, err := e.bytes()
 	if err != nil {
 		klog.ErrorS(err, "Encoding an object for a bulk watch")
 		s.dead.Store(true)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // batchingConn lets the connection's writer send everything it drained
@@ -23,6 +24,10 @@ type batchingConn struct {
 	mu       sync.Mutex
 	buf      *bufio.Writer // guarded by mu; non-nil during a batch
 	writeErr error         // guarded by mu: the first failed buffered write
+	// deadline is the write deadline gorilla set during a batch (it sets
+	// one per message); it is applied to the socket only before bytes
+	// actually go out, which saves a timer update per message.
+	deadline time.Time // guarded by mu
 }
 
 // batchBufferSize is two full TLS records: large enough that a batch of
@@ -37,11 +42,29 @@ func (b *batchingConn) Write(p []byte) (int, error) {
 	if b.buf == nil {
 		return b.Conn.Write(p)
 	}
+	if len(p) > b.buf.Available() {
+		// This write reaches the socket: with the latest deadline.
+		if err := b.Conn.SetWriteDeadline(b.deadline); err != nil {
+			return 0, err
+		}
+	}
 	n, err := b.buf.Write(p) // writes through to the socket when full
 	if err != nil && b.writeErr == nil {
 		b.writeErr = err
 	}
 	return n, err
+}
+
+// SetWriteDeadline applies at once outside a batch, and before the next
+// socket write inside one.
+func (b *batchingConn) SetWriteDeadline(t time.Time) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buf == nil {
+		return b.Conn.SetWriteDeadline(t)
+	}
+	b.deadline = t
+	return nil
 }
 
 // begin starts buffering.
@@ -60,13 +83,16 @@ func (b *batchingConn) end() error {
 	if b.buf == nil {
 		return nil
 	}
-	err := b.buf.Flush()
+	err := b.Conn.SetWriteDeadline(b.deadline)
+	if err == nil {
+		err = b.buf.Flush()
+	}
 	if b.writeErr != nil {
 		err = b.writeErr
 	}
 	b.buf.Reset(nil)
 	batchBuffers.Put(b.buf)
-	b.buf = nil
+	b.buf, b.writeErr = nil, nil
 	return err
 }
 
