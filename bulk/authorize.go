@@ -40,7 +40,7 @@ func (g *Getter) authorize(ctx context.Context, u user.Info, q *query) error {
 			reason = "a node may only ask for what it reaches itself"
 		}
 	case isNode:
-		if q.name != "" && (q.namespace != "" || !q.store.Namespaced) {
+		if q.namesOneObject() {
 			// One named object: the graph's question is "get".
 			attrs.Verb = "get"
 		}
@@ -55,7 +55,7 @@ func (g *Getter) authorize(ctx context.Context, u user.Info, q *query) error {
 	if err != nil {
 		// Never an allow on error, and not a plain "no" either: the
 		// caller should retry, as kube-apiserver's own filter says.
-		return apierrors.NewInternalError(fmt.Errorf("%s: authorization check failed: %w", q.label(), err))
+		return apierrors.NewInternalError(fmt.Errorf("%s: authorization check failed: %w", q.path(), err))
 	}
 	klog.V(2).InfoS("Bulk get operation refused", "user", u.GetName(), "operation", q.index, "verb", attrs.Verb,
 		"resource", attrs.Resource, "namespace", attrs.Namespace, "name", attrs.Name, "reason", reason)
@@ -67,16 +67,7 @@ func (g *Getter) authorize(ctx context.Context, u user.Info, q *query) error {
 		what += ": " + reason
 	}
 	return apierrors.NewForbidden(schema.GroupResource{Group: attrs.APIGroup, Resource: attrs.Resource}, attrs.Name,
-		fmt.Errorf("%s: %s", q.label(), what))
-}
-
-// label names the query in messages: its operation in a bulk get, the
-// selector of a watch channel.
-func (q *query) label() string {
-	if q.watch {
-		return "selector"
-	}
-	return fmt.Sprintf("spec.operations[%d]", q.index)
+		fmt.Errorf("%s: %s", q.path(), what))
 }
 
 // attributes describes the operation as the list (or, for a watch

@@ -170,7 +170,7 @@ func (d *dispatcher) register(s *stream, from uint64) error {
 		}
 	}
 	switch {
-	case s.q.name != "" && (s.q.namespace != "" || !s.q.store.Namespaced):
+	case s.q.namesOneObject():
 		addTo(d.byName, objectKey{s.q.namespace, s.q.name}, s)
 	case s.q.node != "":
 		addTo(d.byNode, s.q.node, s)

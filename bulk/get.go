@@ -65,20 +65,7 @@ func (g *Getter) run(ctx context.Context, q *query) (list, error) {
 	if q.contKey != "" {
 		fromNs, fromName = q.startFromContinue()
 	}
-	switch {
-	case q.name != "" && (q.namespace != "" || !q.store.Namespaced) && q.contKey == "":
-		if o, ok := snap.Get(q.namespace, q.name); ok {
-			visit(o)
-		}
-	case snap.Indexed() && (q.node != "" || q.reachableFrom != ""):
-		node := q.node
-		if node == "" {
-			node = q.reachableFrom
-		}
-		snap.AscendNode(node, q.namespace, fromNs, fromName, visit)
-	default:
-		snap.Ascend(q.namespace, fromNs, fromName, visit)
-	}
+	q.ascend(snap, fromNs, fromName, visit)
 	if encodeErr != nil {
 		return list{}, apierrors.NewInternalError(encodeErr)
 	}

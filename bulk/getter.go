@@ -62,7 +62,7 @@ func (g *Getter) Get(ctx context.Context, u user.Info, spec *v1alpha1.BulkGetOpe
 		l, err := g.run(ctx, q)
 		if err != nil {
 			observeRequest(outcomeError)
-			return nil, atOperation(i, err)
+			return nil, at(q, err)
 		}
 		lists[i] = l
 		size += l.size()
@@ -81,13 +81,12 @@ func (g *Getter) Get(ctx context.Context, u user.Info, spec *v1alpha1.BulkGetOpe
 	return results, nil
 }
 
-// atOperation prefixes an API error's message with the operation it is
-// about.
-func atOperation(i int, err error) error {
+// at prefixes an API error's message with the operation it is about.
+func at(q *query, err error) error {
 	if status, ok := err.(apierrors.APIStatus); ok {
 		s := status.Status()
-		s.Message = fmt.Sprintf("spec.operations[%d]: %s", i, s.Message)
+		s.Message = fmt.Sprintf("%s: %s", q.path(), s.Message)
 		return &apierrors.StatusError{ErrStatus: s}
 	}
-	return apierrors.NewInternalError(fmt.Errorf("spec.operations[%d]: %w", i, err))
+	return apierrors.NewInternalError(fmt.Errorf("%s: %w", q.path(), err))
 }

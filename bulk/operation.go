@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -87,19 +86,14 @@ var graphKinds = map[string]graph.Kind{
 	"serviceaccounts":        graph.ServiceAccount,
 }
 
-// parse validates every operation of spec and returns them as queries,
-// or every problem found, each naming its operation.
 // parseWatch validates the selector of a bulk watch channel.
 func parseWatch(sel *v1alpha1.GetOperation, stores func(metav1.GroupVersionResource) *cache.Store) (*query, field.ErrorList) {
 	q := &query{watch: true}
-	errs := q.parse(sel, stores)
-	for _, e := range errs {
-		// A channel has one selector: say "selector", not an index.
-		e.Field = "selector" + strings.TrimPrefix(e.Field, operationsPath.Index(0).String())
-	}
-	return q, errs
+	return q, q.parse(sel, stores)
 }
 
+// parse validates every operation of spec and returns them as queries,
+// or every problem found, each naming its operation.
 func parse(spec *v1alpha1.BulkGetOperationSpec, stores func(metav1.GroupVersionResource) *cache.Store) ([]*query, field.ErrorList) {
 	if len(spec.Operations) == 0 {
 		return nil, field.ErrorList{field.Required(operationsPath, "at least one operation")}
@@ -122,11 +116,48 @@ func parse(spec *v1alpha1.BulkGetOperationSpec, stores func(metav1.GroupVersionR
 	return out, nil
 }
 
-var operationsPath = field.NewPath("spec", "operations")
+var (
+	operationsPath = field.NewPath("spec", "operations")
+	selectorPath   = field.NewPath("selector")
+)
 
-// path is where q's errors point. Built only for errors: a request of
-// 1000 valid operations should not allocate 1000 paths.
-func (q *query) path() *field.Path { return operationsPath.Index(q.index) }
+// path is where q's errors and refusals point: its operation in a bulk
+// get, the selector of a watch channel. Built only for errors: a request
+// of 1000 valid operations should not allocate 1000 paths.
+func (q *query) path() *field.Path {
+	if q.watch {
+		return selectorPath
+	}
+	return operationsPath.Index(q.index)
+}
+
+// namesOneObject reports whether q selects one object by name, in a
+// namespace or of a cluster-scoped type: a lookup rather than a scan, a
+// "get" to the node authorizer, and an object whose access can be lost.
+func (q *query) namesOneObject() bool {
+	return q.name != "" && (q.namespace != "" || !q.store.Namespaced)
+}
+
+// ascend visits the objects of snap that q may select, from key
+// (fromNamespace, fromName), using the narrowest index: one lookup for a
+// named object (on a first page), the node index for pods of one node,
+// else a range over the namespace.
+func (q *query) ascend(snap *cache.Snapshot, fromNamespace, fromName string, visit func(*cache.Object) bool) {
+	node := q.node
+	if node == "" {
+		node = q.reachableFrom
+	}
+	switch {
+	case q.namesOneObject() && q.contKey == "":
+		if o, ok := snap.Get(q.namespace, q.name); ok {
+			visit(o)
+		}
+	case snap.Indexed() && node != "":
+		snap.AscendNode(node, q.namespace, fromNamespace, fromName, visit)
+	default:
+		snap.Ascend(q.namespace, fromNamespace, fromName, visit)
+	}
+}
 
 func (q *query) parse(op *v1alpha1.GetOperation, stores func(metav1.GroupVersionResource) *cache.Store) field.ErrorList {
 	q.namespace, q.resource = op.Namespace, op.Resource

@@ -88,7 +88,7 @@ func (w *Watcher) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 	// it. Registered before the check, so that a revocation between the
 	// check and the registration cannot be missed.
 	node, isNode := nodeauthorizer.NodeName(u)
-	if isNode && q.name != "" && q.kind != 0 && (q.namespace != "" || !q.store.Namespaced) {
+	if isNode && q.kind != 0 && q.namesOneObject() {
 		ref := graph.ObjectRef{Kind: q.kind, Namespace: q.namespace, Name: q.name}
 		w.revocations.add(node, ref, s)
 		sink.OnClose(func() { w.revocations.remove(node, ref, s) })
@@ -123,16 +123,7 @@ func (w *Watcher) start(s *stream, d *dispatcher) {
 			}
 			return s.sink.Initial(watch.Added, b)
 		}
-		switch {
-		case q.name != "" && (q.namespace != "" || !q.store.Namespaced):
-			if o, ok := snap.Get(q.namespace, q.name); ok {
-				visit(o)
-			}
-		case snap.Indexed() && q.node != "":
-			snap.AscendNode(q.node, q.namespace, q.namespace, "", visit)
-		default:
-			snap.Ascend(q.namespace, q.namespace, "", visit)
-		}
+		q.ascend(snap, q.namespace, "", visit)
 		if err != nil {
 			s.sink.Close(&apierrors.NewInternalError(err).ErrStatus)
 			return
