@@ -28,9 +28,6 @@ type Snapshot struct {
 	next chan struct{}
 }
 
-// Len is the number of objects.
-func (s *Snapshot) Len() int { return s.objects.Len() }
-
 // Get returns the object namespace/name (namespace "" for cluster-scoped
 // types).
 func (s *Snapshot) Get(namespace, name string) (*Object, bool) {

@@ -2,12 +2,9 @@ package watchmux
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	clientwebsocket "k8s.io/client-go/transport/websocket"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 )
@@ -67,37 +65,27 @@ type result struct {
 }
 
 // Dial opens a bulk watch connection to the server cfg points at (a
-// kube-apiserver, which proxies to nodeproxy, or nodeproxy itself),
-// authenticating as cfg does: client certificate or bearer token.
+// kube-apiserver, which proxies to nodeproxy, or nodeproxy itself). The
+// upgrade goes through client-go's websocket transport, so it
+// authenticates as every client-go request does: client certificates,
+// bearer tokens and token files, exec credential plugins, impersonation.
+// A refused upgrade carries the server's Status when it sent one.
 func Dial(ctx context.Context, cfg *rest.Config) (*Client, error) {
-	tlsConfig, err := rest.TLSConfigFor(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("TLS configuration: %w", err)
-	}
-	header := http.Header{}
-	if cfg.BearerToken != "" {
-		header.Set("Authorization", "Bearer "+cfg.BearerToken)
-	}
-	u, err := url.Parse(strings.TrimSuffix(cfg.Host, "/") + Path + "?watch=1")
+	base, _, err := rest.DefaultServerUrlFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("server address %q: %w", cfg.Host, err)
 	}
-	u.Scheme = strings.Replace(u.Scheme, "http", "ws", 1)
-	return DialURL(ctx, u.String(), tlsConfig, header)
-}
-
-// DialURL opens a connection to the websocket URL u.
-func DialURL(ctx context.Context, u string, tlsConfig *tls.Config, header http.Header) (*Client, error) {
-	d := websocket.Dialer{
-		TLSClientConfig:  tlsConfig,
-		Subprotocols:     []string{v1alpha1.WatchSubprotocol},
-		HandshakeTimeout: 30 * time.Second,
-	}
-	ws, resp, err := d.DialContext(ctx, u, header)
+	rt, holder, err := clientwebsocket.RoundTripperFor(cfg)
 	if err != nil {
-		if resp != nil {
-			return nil, fmt.Errorf("bulk watch upgrade at %s: %s: %w", u, resp.Status, err)
-		}
+		return nil, fmt.Errorf("transport for %s: %w", base, err)
+	}
+	u := strings.TrimSuffix(base.String(), "/") + Path + "?watch=1"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("bulk watch request for %s: %w", u, err)
+	}
+	ws, err := clientwebsocket.Negotiate(rt, holder, req, v1alpha1.WatchSubprotocol)
+	if err != nil {
 		return nil, fmt.Errorf("bulk watch upgrade at %s: %w", u, err)
 	}
 	c := &Client{
@@ -295,10 +283,4 @@ func (c *Client) closeQuietly(id int64) {
 	c.writeMu.Lock()
 	_ = c.ws.WriteMessage(websocket.TextMessage, raw)
 	c.writeMu.Unlock()
-}
-
-// ErrClosed reports whether err says the connection has ended.
-func ErrClosed(err error) bool {
-	var ce *websocket.CloseError
-	return errors.As(err, &ce)
 }

@@ -42,5 +42,3 @@ func DefaultOptions() Options {
 		PingInterval: 30 * time.Second,
 	}
 }
-
-func timeFromNow(d time.Duration) time.Time { return time.Now().Add(d) }

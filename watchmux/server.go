@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/gorilla/websocket"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -88,7 +89,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.shutdown {
 		s.mu.Unlock()
 		msg := websocket.FormatCloseMessage(websocket.CloseTryAgainLater, "server shutting down; resubscribe elsewhere")
-		_ = ws.WriteControl(websocket.CloseMessage, msg, timeFromNow(s.opts.WriteTimeout))
+		_ = ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(s.opts.WriteTimeout))
 		ws.Close()
 		return
 	}
