@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -108,19 +107,6 @@ func clientset(t *testing.T, cfg *rest.Config, err error) kubernetes.Interface {
 	return c
 }
 
-// eventually polls check until it returns nil or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, check func(context.Context) error) {
-	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		last = check(ctx)
-		return last == nil, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: not within %s: %v", what, timeout, last)
-	}
-}
-
 func TestNodesReadOnlyWhatTheirPodsUseThroughKubeAPIServer(t *testing.T) {
 	run := runs.Add(1)
 	ns, pvName = fmt.Sprintf("e2e-%d", run), fmt.Sprintf("pv-a-%d", run)
@@ -132,7 +118,7 @@ func TestNodesReadOnlyWhatTheirPodsUseThroughKubeAPIServer(t *testing.T) {
 	nodeCfg, err := cp.NodeConfig("node-a")
 	nodeA := clientset(t, nodeCfg, err)
 
-	eventually(t, 30*time.Second, "node-a reads its pod's secret", func(ctx context.Context) error {
+	testserver.Eventually(t, 30*time.Second, "node-a reads its pod's secret", func(ctx context.Context) error {
 		_, err := nodeA.CoreV1().Secrets(ns).Get(ctx, "secret-a", metav1.GetOptions{})
 		return err
 	})
@@ -200,7 +186,7 @@ func TestNodesReadOnlyWhatTheirPodsUseThroughKubeAPIServer(t *testing.T) {
 	if err := admin.CoreV1().Pods(ns).Delete(ctx, "a", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "node-a loses its deleted pod's secret", func(ctx context.Context) error {
+	testserver.Eventually(t, 30*time.Second, "node-a loses its deleted pod's secret", func(ctx context.Context) error {
 		_, err := nodeA.CoreV1().Secrets(ns).Get(ctx, "secret-a", metav1.GetOptions{})
 		if apierrors.IsForbidden(err) {
 			return nil

@@ -18,7 +18,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -186,7 +185,7 @@ func TestBulkGetEndToEnd(t *testing.T) {
 	mine := request(op("secrets", ns, "metadata.name=secret-a"), op("configmaps", ns, "metadata.name=cm-a"), op("pods", ns, "spec.nodeName=node-a"))
 	// The cache trails kube-apiserver by a watch delivery: wait until
 	// nodeproxy has pod a.
-	eventually(t, 30*time.Second, "node-a's pod in the cache", func() error {
+	testserver.Eventually(t, 30*time.Second, "node-a's pod in the cache", func(context.Context) error {
 		code, out, status := direct(t, srv, admin).post(t, request(op("pods", ns, "metadata.name=a")))
 		if code != http.StatusCreated {
 			return fmt.Errorf("%d %v", code, status)
@@ -360,17 +359,4 @@ func tool(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return paths[name]
-}
-
-// eventually polls check until it returns nil or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		last = check()
-		return last == nil, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: not within %s: %v", what, timeout, last)
-	}
 }

@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodeproxy/nodeproxy/internal/testserver"
 )
 
 // BenchmarkHundredGETsVersusOneBulkGet fetches one node's 100 objects (50
@@ -80,16 +82,12 @@ func BenchmarkHundredGETsVersusOneBulkGet(b *testing.B) {
 		}
 	}
 	// Wait for nodeproxy to have the pod: until then node-a is refused.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if code, _, _ := bulkDirect.post(b, body); code == http.StatusCreated {
-			break
+	testserver.Eventually(b, 30*time.Second, "nodeproxy lets node-a read its pod's objects", func(context.Context) error {
+		if code, _, status := bulkDirect.post(b, body); code != http.StatusCreated {
+			return fmt.Errorf("%d: %v", code, status)
 		}
-		if time.Now().After(deadline) {
-			b.Fatal("nodeproxy never let node-a read its pod's objects")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	gets := func(rv string) {
 		for i := range 50 {
 			name := fmt.Sprintf("obj-%d", i)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+	"github.com/nodeproxy/nodeproxy/internal/testserver"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
 
@@ -73,7 +74,7 @@ func TestBulkWatchEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Until nodeproxy has pod a, node-a is refused: wait for it.
-	eventually(t, 30*time.Second, "node-a's pod in the cache", func() error {
+	testserver.Eventually(t, 30*time.Second, "node-a's pod in the cache", func(context.Context) error {
 		code, _, status := direct(t, srv, nodeA).post(t, request(op("secrets", ns, "metadata.name=secret-a")))
 		if code != http.StatusCreated {
 			return apierrors.FromObject(status)

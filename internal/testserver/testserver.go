@@ -220,3 +220,18 @@ func RunBehindWebhook(m *testing.M, cp **controlplane.ControlPlane, port *int) i
 			fmt.Sprintf("https://127.0.0.1:%d/authorize", *port), WebhookUser, false),
 	}, cp)
 }
+
+// Eventually polls check every 100 ms until it returns nil, and fails the
+// test with what and check's last error if the timeout passes first.
+// Caches, informers and aggregation all converge a moment after a write.
+func Eventually(t testing.TB, timeout time.Duration, what string, check func(context.Context) error) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		last = check(ctx)
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: not within %s: %v", what, timeout, last)
+	}
+}
