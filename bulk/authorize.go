@@ -48,7 +48,7 @@ func (g *Getter) authorize(ctx context.Context, u user.Info, q *query) error {
 	default:
 		decision, reason, err = g.delegated.Authorize(ctx, attrs)
 	}
-	observeDecision(q.store.Resource.Resource, decision == authorizer.DecisionAllow)
+	g.series[q.store].decision(decision == authorizer.DecisionAllow)
 	if decision == authorizer.DecisionAllow {
 		return nil
 	}

@@ -26,6 +26,7 @@ type Getter struct {
 	cache  *cache.Cache
 	graph  Reachability
 	stores map[metav1.GroupVersionResource]*cache.Store
+	series map[*cache.Store]*typeSeries
 	// nodes decides node identities against the graph; delegated asks
 	// kube-apiserver (SubjectAccessReview, cached) about everyone else.
 	nodes, delegated authorizer.Authorizer
@@ -36,10 +37,13 @@ type Getter struct {
 // delegated.
 func NewGetter(c *cache.Cache, g Reachability, nodes, delegated authorizer.Authorizer) *Getter {
 	stores := map[metav1.GroupVersionResource]*cache.Store{}
+	series := map[*cache.Store]*typeSeries{}
 	for _, gvr := range cache.Resources {
-		stores[metav1.GroupVersionResource{Group: gvr.Group, Version: gvr.Version, Resource: gvr.Resource}] = c.Store(gvr)
+		s := c.Store(gvr)
+		stores[metav1.GroupVersionResource{Group: gvr.Group, Version: gvr.Version, Resource: gvr.Resource}] = s
+		series[s] = newTypeSeries(gvr.Resource)
 	}
-	return &Getter{cache: c, graph: g, stores: stores, nodes: nodes, delegated: delegated}
+	return &Getter{cache: c, graph: g, stores: stores, series: series, nodes: nodes, delegated: delegated}
 }
 
 // Get validates every operation, authorizes every one, then answers them
@@ -77,7 +81,9 @@ func (g *Getter) Get(ctx context.Context, u user.Info, spec *v1alpha1.BulkGetOpe
 		results[i].Raw = buf[start:len(buf):len(buf)]
 	}
 	observeRequest(outcomeOK)
-	observeOperations(queries)
+	for _, q := range queries {
+		g.series[q.store].operations.Inc()
+	}
 	return results, nil
 }
 

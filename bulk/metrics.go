@@ -51,16 +51,26 @@ func RegisterMetrics() {
 
 func observeRequest(outcome string) { requests.WithLabelValues(outcome).Inc() }
 
-func observeOperations(qs []*query) {
-	for _, q := range qs {
-		operations.WithLabelValues(q.store.Resource.Resource).Inc()
+// typeSeries are one resource type's per-operation series, looked up once
+// per type: a request of 100 operations should not hash label values 200
+// times.
+type typeSeries struct {
+	operations, allowed, denied metrics.CounterMetric
+}
+
+func newTypeSeries(resource string) *typeSeries {
+	RegisterMetrics() // before WithLabelValues, which is a no-op until then
+	return &typeSeries{
+		operations: operations.WithLabelValues(resource),
+		allowed:    decisions.WithLabelValues(resource, "allow"),
+		denied:     decisions.WithLabelValues(resource, "deny"),
 	}
 }
 
-func observeDecision(resource string, allowed bool) {
-	d := "deny"
+func (s *typeSeries) decision(allowed bool) {
 	if allowed {
-		d = "allow"
+		s.allowed.Inc()
+	} else {
+		s.denied.Inc()
 	}
-	decisions.WithLabelValues(resource, d).Inc()
 }
