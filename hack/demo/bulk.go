@@ -1,36 +1,38 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nodeproxy/nodeproxy/internal/controlplane"
 )
 
-// bulkRequest is what a kubelet on node-a would ask for when web-0 starts:
-// its secret and configmap, and its own pods, in one request.
-const bulkRequest = `{
-  "apiVersion": "bulk.k8s.io/v1alpha1", "kind": "BulkGetOperation",
-  "spec": {"operations": [
-    {"resource": {"group": "", "version": "v1", "resource": "secrets"}, "namespace": "demo",
-     "options": {"fieldSelector": "metadata.name=db-password"}},
-    {"resource": {"group": "", "version": "v1", "resource": "configmaps"}, "namespace": "demo",
-     "options": {"fieldSelector": "metadata.name=web-config"}},
-    {"resource": {"group": "", "version": "v1", "resource": "pods"},
-     "options": {"fieldSelector": "spec.nodeName=%s"}}
-  ]}
-}`
+// bulkRequestFile is what a kubelet on node-a would ask for when web-0
+// starts: its secret and configmap, and its own pods, in one request. The
+// demo sends the documented example, so the example stays true.
+const bulkRequestFile = "docs/examples/bulkget.yaml"
 
-// showBulkGet posts bulkRequest through kube-apiserver's aggregator as
+// showBulkGet posts bulkRequestFile through kube-apiserver's aggregator as
 // node-a and as node-b, and prints what comes back: lists for node-a, a
 // 403 naming the refused operation for node-b.
 func showBulkGet(ctx context.Context, cp *controlplane.ControlPlane) error {
+	manifest, err := os.ReadFile(bulkRequestFile)
+	if err != nil {
+		return err
+	}
+	body, err := yaml.YAMLToJSON(manifest)
+	if err != nil {
+		return fmt.Errorf("%s: %w", bulkRequestFile, err)
+	}
 	for _, node := range []string{"node-a", "node-b"} {
 		cfg, err := cp.NodeConfig(node)
 		if err != nil {
@@ -40,8 +42,7 @@ func showBulkGet(ctx context.Context, cp *controlplane.ControlPlane) error {
 		if err != nil {
 			return err
 		}
-		body := fmt.Sprintf(bulkRequest, "node-a")
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.Host+"/apis/bulk.k8s.io/v1alpha1/bulkgetoperations", strings.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.Host+"/apis/bulk.k8s.io/v1alpha1/bulkgetoperations", bytes.NewReader(body))
 		if err != nil {
 			return err
 		}
