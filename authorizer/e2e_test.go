@@ -118,8 +118,14 @@ func TestNodesReadOnlyWhatTheirPodsUseThroughKubeAPIServer(t *testing.T) {
 	nodeCfg, err := cp.NodeConfig("node-a")
 	nodeA := clientset(t, nodeCfg, err)
 
-	testserver.Eventually(t, 30*time.Second, "node-a reads its pod's secret", func(ctx context.Context) error {
-		_, err := nodeA.CoreV1().Secrets(ns).Get(ctx, "secret-a", metav1.GetOptions{})
+	// The pod and the volume reach nodeproxy's graph through two watches,
+	// in either order: wait for the end of the longest path, the volume's
+	// secret, as well as for the pod's own secret.
+	testserver.Eventually(t, 30*time.Second, "node-a reads its pod's secret and its volume's secret", func(ctx context.Context) error {
+		if _, err := nodeA.CoreV1().Secrets(ns).Get(ctx, "secret-a", metav1.GetOptions{}); err != nil {
+			return err
+		}
+		_, err := nodeA.CoreV1().Secrets(ns).Get(ctx, "pv-secret-a", metav1.GetOptions{})
 		return err
 	})
 
