@@ -1,10 +1,12 @@
 package bulk
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -45,8 +47,8 @@ var (
 //   - fanout-p50-ms, fanout-p99-ms: from an update of the shared secret
 //     taken into the cache to its MODIFIED read by each connection;
 //
-//   - events/s: events delivered to the clients while the unique secrets
-//     change as fast as one writer can change them.
+//   - events/s: events delivered to the clients while the shared secret
+//     changes as fast as one writer can change it (median of 5 rounds).
 //
 //     go test ./bulk -run '^$' -bench BulkWatch -benchtime 1x
 func BenchmarkBulkWatch(b *testing.B) {
@@ -149,6 +151,13 @@ type benchClient struct {
 	ws       *websocket.Conn
 	modified atomic.Int64 // unix nanos of the shared secret's last MODIFIED
 	events   atomic.Int64
+	// lastError is the last ERROR event read, for the failure message.
+	lastError atomic.Value
+	// buf is reused for every message: the clients share the machine
+	// with the server, and what they allocated per message (gorilla's
+	// ReadMessage allocates each) was garbage the server's collector paid
+	// for too, halving the delivered events/s.
+	buf []byte
 }
 
 func benchmarkBulkWatch(b *testing.B, conns, perConn int) {
@@ -178,7 +187,7 @@ func benchmarkBulkWatch(b *testing.B, conns, perConn int) {
 		if err != nil {
 			b.Fatalf("connection %d: %v", i, err)
 		}
-		clients[i] = &benchClient{ws: ws}
+		clients[i] = &benchClient{ws: ws, buf: make([]byte, 0, 4096)}
 	}
 	connected := heap()
 
@@ -191,11 +200,13 @@ func benchmarkBulkWatch(b *testing.B, conns, perConn int) {
 		go func() {
 			defer readers.Done()
 			responses := 0
+			buf := c.buf
 			for {
-				_, data, err := c.ws.ReadMessage()
+				data, err := readInto(c.ws, buf)
 				if err != nil {
 					return
 				}
+				buf = data[:0]
 				if data[2] == 'r' { // {"response":...
 					if responses++; responses == perConn {
 						opened.Done()
@@ -203,7 +214,10 @@ func benchmarkBulkWatch(b *testing.B, conns, perConn int) {
 					continue
 				}
 				c.events.Add(1)
-				if strings.Contains(string(data[:min(len(data), 200)]), `"name":"shared"`) && strings.Contains(string(data[:40]), "MODIFIED") {
+				if bytes.Contains(data[:min(len(data), 40)], []byte(`"ERROR"`)) {
+					c.lastError.Store(string(data))
+				}
+				if bytes.Contains(data[:min(len(data), 200)], []byte(`"name":"shared"`)) && bytes.Contains(data[:40], []byte("MODIFIED")) {
 					c.modified.Store(time.Now().UnixNano())
 				}
 			}
@@ -251,32 +265,62 @@ func benchmarkBulkWatch(b *testing.B, conns, perConn int) {
 	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "fanout-p50-ms")
 	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "fanout-p99-ms")
 
-	// Sustained: 500 updates of the shared secret, back to back (fewer
-	// than a channel's queue holds, and than the change log holds), until
-	// every connection has read all of them.
-	const updates = 500
-	counts := make([]int64, len(clients))
-	for i, c := range clients {
-		counts[i] = c.events.Load()
-	}
-	start := time.Now()
-	for k := range updates {
-		update := &corev1.Secret{ObjectMeta: meta("kube-system", "shared"), Data: map[string][]byte{"ca.crt": []byte(value + fmt.Sprint("u", k))}}
-		f.add(b, update)
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for i, c := range clients {
-		for c.events.Load() < counts[i]+updates {
-			if time.Now().After(deadline) {
-				b.Fatalf("connection %d read %d of %d updates", i, c.events.Load()-counts[i], updates)
-			}
-			time.Sleep(time.Millisecond)
+	// Sustained: rounds of 500 updates of the shared secret, back to back
+	// (fewer than a channel's queue holds, and than the change log
+	// holds), each until every connection has read all of them. The
+	// median round is reported: the machine is shared and one round is
+	// a few seconds.
+	const updates, rounds = 500, 5
+	var rates []float64
+	for round := range rounds {
+		counts := make([]int64, len(clients))
+		for i, c := range clients {
+			counts[i] = c.events.Load()
 		}
+		start := time.Now()
+		for k := range updates {
+			update := &corev1.Secret{ObjectMeta: meta("kube-system", "shared"), Data: map[string][]byte{"ca.crt": []byte(value + fmt.Sprint("r", round, "u", k))}}
+			f.add(b, update)
+		}
+		deadline := time.Now().Add(2 * time.Minute)
+		for i, c := range clients {
+			for c.events.Load() < counts[i]+updates {
+				if time.Now().After(deadline) {
+					b.Fatalf("connection %d read %d of %d updates (last ERROR: %v)", i, c.events.Load()-counts[i], updates, c.lastError.Load())
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		rates = append(rates, float64(conns*updates)/time.Since(start).Seconds())
 	}
-	b.ReportMetric(float64(conns*updates)/time.Since(start).Seconds(), "events/s")
+	slices.Sort(rates)
+	b.ReportMetric(rates[len(rates)/2], "events/s")
 
 	for _, c := range clients {
 		c.ws.Close()
 	}
 	readers.Wait()
+}
+
+// readInto reads the next message into buf's storage (growing it when
+// the message does not fit) and returns it.
+func readInto(ws *websocket.Conn, buf []byte) ([]byte, error) {
+	_, r, err := ws.NextReader()
+	if err != nil {
+		return nil, err
+	}
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }

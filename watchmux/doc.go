@@ -25,7 +25,7 @@
 //	   |                            |
 //	   |    Handler.Open            | Sink.Send (never blocks)
 //	   v                            v
-//	responses ---------------> queue []*frame (under mu) --> writer --> websocket
+//	responses ---------------> queue []frame (under mu)  --> writer --> websocket
 //	                                                   ^          |
 //	                                            wake (cap 1)      '-- ping every PingInterval
 //
@@ -41,7 +41,7 @@
 //     channels or connections. Event frames point at the encoded object
 //     shared with the cache; fan-out copies nothing.
 //   - A write that takes longer than WriteTimeout ends the connection; a
-//     client silent for PingInterval+WriteTimeout too.
+//     client silent for two PingIntervals too.
 //   - Shutdown closes every channel with ERROR 503, then the connection
 //     with close code 1001 (going away), so clients resubscribe elsewhere.
 //

@@ -48,11 +48,15 @@ func (f *frame) writeTo(w io.Writer) error {
 	if _, err := w.Write(f.object); err != nil {
 		return err
 	}
-	_, err := w.Write([]byte{'}'})
+	_, err := w.Write(closeBrace)
 	return err
 }
 
-func responseFrame(r v1alpha1.WatchResponse) *frame {
+// closeBrace ends an event message; a variable, so writing it does not
+// allocate. Never modified.
+var closeBrace = []byte{'}'}
+
+func responseFrame(r v1alpha1.WatchResponse) frame {
 	if r.Error != nil {
 		r.Error = withTypeMeta(r.Error)
 	}
@@ -63,7 +67,7 @@ func responseFrame(r v1alpha1.WatchResponse) *frame {
 		klog.ErrorS(err, "Encoding a bulk watch response")
 		raw = fmt.Appendf(nil, `{"response":{"requestID":%d,"error":{"kind":"Status","apiVersion":"v1","status":"Failure","code":500}}}`, r.RequestID)
 	}
-	return &frame{raw: raw}
+	return frame{raw: raw}
 }
 
 // statusJSON encodes the object of an ERROR event.

@@ -30,6 +30,13 @@ var (
 		Namespace: "nodeproxy", Subsystem: "watchmux", Name: "frames_written_total",
 		Help: "Messages written to clients: events and responses.", StabilityLevel: metrics.ALPHA,
 	})
+	batchFrames = metrics.NewHistogram(&metrics.HistogramOpts{
+		Namespace: "nodeproxy", Subsystem: "watchmux", Name: "write_batch_frames",
+		Help: "Messages a connection's writer found queued when it woke and wrote in one batch: the depth of its queue. " +
+			"Batches near the channel queue limit mean a client close to falling behind.",
+		Buckets:        metrics.ExponentialBuckets(1, 4, 8), // 1 .. 16384
+		StabilityLevel: metrics.ALPHA,
+	})
 	writeTimeoutsTotal = metrics.NewCounter(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "watchmux", Name: "write_timeouts_total",
 		Help: "Connections closed because a write did not finish within the write timeout.", StabilityLevel: metrics.ALPHA,
@@ -42,7 +49,7 @@ var (
 // that k8s.io/apiserver serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(connectionsGauge, channelsGauge, requestsTotal, closedTotal, framesTotal, writeTimeoutsTotal)
+		legacyregistry.MustRegister(connectionsGauge, channelsGauge, requestsTotal, closedTotal, framesTotal, batchFrames, writeTimeoutsTotal)
 	})
 }
 
@@ -52,5 +59,6 @@ type counters struct {
 	requests      *metrics.CounterVec
 	closed        *metrics.CounterVec
 	written       metrics.CounterMetric
+	batch         metrics.ObserverMetric
 	writeTimeouts metrics.CounterMetric
 }

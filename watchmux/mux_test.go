@@ -461,3 +461,46 @@ func read(t *testing.T, ws *websocket.Conn) v1alpha1.ServerMessage {
 	}
 	return msg
 }
+
+// TestKeepalive: a client that answers pings stays connected across many
+// ping intervals without sending anything else; one that reads but never
+// answers is disconnected.
+func TestKeepalive(t *testing.T) {
+	o := DefaultOptions()
+	o.PingInterval = 50 * time.Millisecond
+	_, hs, _ := startServer(t, o)
+
+	live := rawDial(t, hs) // gorilla answers pings while it reads
+	dead := rawDial(t, hs)
+	dead.SetPingHandler(func(string) error { return nil })
+	liveErr, deadErr := make(chan error, 1), make(chan error, 1)
+	readUntilError := func(ws *websocket.Conn, errs chan<- error) {
+		for {
+			if _, _, err := ws.ReadMessage(); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}
+	go readUntilError(live, liveErr)
+	go readUntilError(dead, deadErr)
+
+	select {
+	case err := <-deadErr:
+		t.Logf("silent client disconnected: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a client that never answered a ping was still connected after 10s (200 ping intervals)")
+	}
+	// By now the live client has been pinged at least twice over.
+	select {
+	case err := <-liveErr:
+		t.Fatalf("a client answering pings was disconnected: %v", err)
+	default:
+	}
+	send(t, live, `{"id":1,"watch":{"selector":{"resource":{"version":"v1","resource":"count-0"}}}}`)
+	select {
+	case err := <-liveErr:
+		t.Fatalf("a client answering pings was disconnected: %v", err)
+	case <-time.After(3 * o.PingInterval):
+	}
+}

@@ -25,7 +25,7 @@ type Options struct {
 	// that long is disconnected.
 	WriteTimeout time.Duration
 	// PingInterval is how often the server pings; a client silent (no
-	// pong, no message) for PingInterval+WriteTimeout is disconnected.
+	// pong, no message) for two intervals is disconnected.
 	PingInterval time.Duration
 }
 

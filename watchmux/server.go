@@ -82,7 +82,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c := newConn(r.Context(), ws, s.handler, s.opts, &counters{
 		channels: channelsGauge, requests: requestsTotal, closed: closedTotal,
-		written: framesTotal, writeTimeouts: writeTimeoutsTotal,
+		written: framesTotal, batch: batchFrames, writeTimeouts: writeTimeoutsTotal,
 	})
 	c.batch = hijacker.conn
 	s.mu.Lock()
