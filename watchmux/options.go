@@ -16,7 +16,7 @@ type Options struct {
 	// ChannelQueue is how many events one channel may have waiting to be
 	// written. A channel that exceeds it gets ERROR 410 ("too slow") and is
 	// closed; it never holds back other channels or connections. Each
-	// waiting event costs about 48 bytes: the object's encoded bytes are
+	// waiting event costs about 80 bytes: the object's encoded bytes are
 	// shared with the cache.
 	ChannelQueue int
 	// ReadLimit is the largest message a client may send.

@@ -98,6 +98,7 @@ func TestServeRefusesBadInvocations(t *testing.T) {
 		{"certificate without key", []string{"serve", "--tls-cert-file=/tmp/x.crt"}, "--tls-cert-file and --tls-private-key-file must be given together"},
 		{"serving turned off", []string{"serve", "--secure-port=0"}, "--secure-port must not be 0"},
 		{"negative shutdown delay", []string{"serve", "--shutdown-delay-duration=-1s"}, "--shutdown-delay-duration must not be negative"},
+		{"zero channel queue", []string{"serve", "--watch-channel-queue=0"}, "--watch-channel-queue must be positive"},
 		{"unknown flag", []string{"serve", "--no-such-flag"}, "unknown flag: --no-such-flag"},
 		{"stray argument", []string{"serve", "extra"}, `unknown command "extra"`},
 	} {

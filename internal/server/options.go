@@ -13,7 +13,9 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	netutils "k8s.io/utils/net"
 
+	"github.com/nodeproxy/nodeproxy/bulk"
 	"github.com/nodeproxy/nodeproxy/cache"
+	"github.com/nodeproxy/nodeproxy/watchmux"
 
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 )
@@ -48,17 +50,24 @@ type Options struct {
 	ShutdownDelay time.Duration
 	// Cache sizes the object cache.
 	Cache cache.Options
+	// Watch bounds each bulk watch connection.
+	Watch watchmux.Options
+	// BookmarkInterval is how often bulk watch channels that asked for
+	// bookmarks get one.
+	BookmarkInterval time.Duration
 }
 
 // NewOptions returns the defaults of `nodeproxy serve`.
 func NewOptions() *Options {
 	o := &Options{
-		SecureServing:  genericoptions.NewSecureServingOptions().WithLoopback(),
-		Authentication: genericoptions.NewDelegatingAuthenticationOptions(),
-		Authorization:  genericoptions.NewDelegatingAuthorizationOptions(),
-		Logs:           logsapi.NewLoggingConfiguration(),
-		ConnectTimeout: 10 * time.Second,
-		Cache:          cache.Options{LogSize: cache.DefaultLogSize, EncodedEntries: cache.DefaultEncodedEntries},
+		SecureServing:    genericoptions.NewSecureServingOptions().WithLoopback(),
+		Authentication:   genericoptions.NewDelegatingAuthenticationOptions(),
+		Authorization:    genericoptions.NewDelegatingAuthorizationOptions(),
+		Logs:             logsapi.NewLoggingConfiguration(),
+		ConnectTimeout:   10 * time.Second,
+		Cache:            cache.Options{LogSize: cache.DefaultLogSize, EncodedEntries: cache.DefaultEncodedEntries},
+		Watch:            watchmux.DefaultOptions(),
+		BookmarkInterval: bulk.DefaultBookmarkInterval,
 	}
 	o.SecureServing.BindPort = DefaultSecurePort
 	// No default directory: without --cert-dir or --tls-cert-file the
@@ -89,6 +98,23 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 			"the log reaches gets 410 Expired and must relist.")
 	fs.IntVar(&o.Cache.EncodedEntries, "cache-encoded-entries", o.Cache.EncodedEntries,
 		"Encoded object versions kept so that an object many nodes read is serialized once.")
+
+	fs = fss.FlagSet("bulk watch")
+	fs.IntVar(&o.Watch.MaxChannels, "watch-max-channels", o.Watch.MaxChannels,
+		"Channels one connection may hold open; beyond it a watch request is refused with 429.")
+	fs.IntVar(&o.Watch.MaxPending, "watch-max-pending", o.Watch.MaxPending,
+		"Watch requests one connection may have being authorized and started at once; beyond it a request is refused with 429.")
+	fs.IntVar(&o.Watch.ChannelQueue, "watch-channel-queue", o.Watch.ChannelQueue,
+		"Events one channel may have waiting to be written (about 80 bytes each; objects are shared). "+
+			"A channel past it is closed with ERROR 410 and its client resubscribes.")
+	fs.Int64Var(&o.Watch.ReadLimit, "watch-read-limit", o.Watch.ReadLimit,
+		"Largest message, in bytes, a client may send; a larger one closes the connection (1009).")
+	fs.DurationVar(&o.Watch.WriteTimeout, "watch-write-timeout", o.Watch.WriteTimeout,
+		"A write to a client that takes longer ends its connection.")
+	fs.DurationVar(&o.Watch.PingInterval, "watch-ping-interval", o.Watch.PingInterval,
+		"How often the server pings each connection; a client silent for two intervals is disconnected.")
+	fs.DurationVar(&o.BookmarkInterval, "watch-bookmark-interval", o.BookmarkInterval,
+		"How often channels that asked for bookmarks (allowWatchBookmarks) get one.")
 
 	fs = fss.FlagSet("lifecycle")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay-duration", o.ShutdownDelay,
@@ -140,6 +166,22 @@ func (o *Options) Validate() error {
 	}
 	if o.Cache.EncodedEntries <= 0 {
 		errs = append(errs, fmt.Errorf("--cache-encoded-entries must be positive, got %d", o.Cache.EncodedEntries))
+	}
+	for _, f := range []struct {
+		flag  string
+		value int64
+	}{
+		{"--watch-max-channels", int64(o.Watch.MaxChannels)},
+		{"--watch-max-pending", int64(o.Watch.MaxPending)},
+		{"--watch-channel-queue", int64(o.Watch.ChannelQueue)},
+		{"--watch-read-limit", o.Watch.ReadLimit},
+		{"--watch-write-timeout", int64(o.Watch.WriteTimeout)},
+		{"--watch-ping-interval", int64(o.Watch.PingInterval)},
+		{"--watch-bookmark-interval", int64(o.BookmarkInterval)},
+	} {
+		if f.value <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", f.flag))
+		}
 	}
 	if err := logsapi.Validate(o.Logs, utilfeature.DefaultFeatureGate, nil); len(err) > 0 {
 		errs = append(errs, err.ToAggregate())

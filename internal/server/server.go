@@ -56,8 +56,8 @@ func (c *Config) New() (*Server, error) {
 	if err := installBulkAPI(generic, getter); err != nil {
 		return nil, err
 	}
-	watcher := bulk.NewWatcher(getter, g, bulk.DefaultBookmarkInterval)
-	watchServer := watchmux.NewServer(watcher, watchmux.DefaultOptions())
+	watcher := bulk.NewWatcher(getter, g, c.BookmarkInterval)
+	watchServer := watchmux.NewServer(watcher, c.Watch)
 	c.router.watch.Store(watchServer)
 
 	// Ready only once every type has been listed into the cache and the
