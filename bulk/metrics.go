@@ -32,6 +32,13 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
 
+	reauthorizations = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "bulk_watch",
+		Name:           "reauthorizations_total",
+		Help:           "Open channels of users other than nodes authorized again, by result: allowed, denied (the channel was closed with 403), error (kept until the next round).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
 	decisions = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace:      "nodeproxy",
 		Subsystem:      "bulk_get",
@@ -46,7 +53,7 @@ var (
 // RegisterMetrics registers the bulk API's metrics with the legacy
 // registry that k8s.io/apiserver serves on /metrics.
 func RegisterMetrics() {
-	registerOnce.Do(func() { legacyregistry.MustRegister(requests, operations, decisions) })
+	registerOnce.Do(func() { legacyregistry.MustRegister(requests, operations, decisions, reauthorizations) })
 }
 
 func observeRequest(outcome string) { requests.WithLabelValues(outcome).Inc() }

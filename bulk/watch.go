@@ -31,11 +31,29 @@ const DefaultBookmarkInterval = time.Minute
 // get operation, sends the initial state from a snapshot, then hands the
 // channel to its type's dispatcher. A node's channel on a named object is
 // also registered for revocation: when the graph says the node no longer
-// reaches the object, the channel ends with ERROR 403.
+// reaches the object, the channel ends with ERROR 403. Channels of other
+// users are authorized again every ReauthorizeInterval and end with ERROR
+// 403 once refused.
 type Watcher struct {
-	getter      *Getter
-	dispatchers map[*cache.Store]*dispatcher
-	revocations *revocations
+	getter       *Getter
+	dispatchers  map[*cache.Store]*dispatcher
+	revocations  *revocations
+	reauthorizer *reauthorizer
+}
+
+// WatcherOptions tune a Watcher.
+type WatcherOptions struct {
+	// BookmarkInterval is how often channels that allow bookmarks get
+	// one.
+	BookmarkInterval time.Duration
+	// ReauthorizeInterval is how often the channels of users other than
+	// nodes are authorized again.
+	ReauthorizeInterval time.Duration
+}
+
+// DefaultWatcherOptions returns the defaults.
+func DefaultWatcherOptions() WatcherOptions {
+	return WatcherOptions{BookmarkInterval: DefaultBookmarkInterval, ReauthorizeInterval: DefaultReauthorizeInterval}
 }
 
 // Observable is the graph's change notification; *graph.Graph is one.
@@ -45,10 +63,11 @@ type Observable interface {
 
 // NewWatcher serves channels from g's cache, revoking them on g's graph
 // changes.
-func NewWatcher(g *Getter, changes Observable, bookmarkInterval time.Duration) *Watcher {
-	w := &Watcher{getter: g, dispatchers: map[*cache.Store]*dispatcher{}, revocations: newRevocations()}
+func NewWatcher(g *Getter, changes Observable, o WatcherOptions) *Watcher {
+	w := &Watcher{getter: g, dispatchers: map[*cache.Store]*dispatcher{}, revocations: newRevocations(),
+		reauthorizer: newReauthorizer(g, o.ReauthorizeInterval)}
 	for _, s := range g.stores {
-		w.dispatchers[s] = newDispatcher(s, g.cache.Encoder(), bookmarkInterval)
+		w.dispatchers[s] = newDispatcher(s, g.cache.Encoder(), o.BookmarkInterval)
 	}
 	changes.Observe(w.revocations.observe)
 	return w
@@ -59,12 +78,9 @@ func NewWatcher(g *Getter, changes Observable, bookmarkInterval time.Duration) *
 func (w *Watcher) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, d := range w.dispatchers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d.run(ctx)
-		}()
+		wg.Go(func() { d.run(ctx) })
 	}
+	wg.Go(func() { w.reauthorizer.run(ctx) })
 	wg.Wait()
 }
 
@@ -100,6 +116,13 @@ func (w *Watcher) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 			return nil, &st
 		}
 		return nil, &apierrors.NewInternalError(err).ErrStatus
+	}
+	if !isNode {
+		// Other users' rights live in RBAC (or whatever kube-apiserver
+		// delegates to), which tells nobody when it changes: ask again
+		// from time to time.
+		w.reauthorizer.add(s, u)
+		sink.OnClose(func() { w.reauthorizer.remove(s) })
 	}
 	return func() { w.start(s, d) }, nil
 }

@@ -61,7 +61,7 @@ func BenchmarkBulkWatch(b *testing.B) {
 // the benchmark ends. Requests are served as admin, or as the node named
 // in the X-Bench-Node header (no authentication: this is in-process).
 func benchServer(b *testing.B, f *fixture, conns int) (string, *tls.Config) {
-	w := NewWatcher(f.getter, f.graph, time.Minute)
+	w := NewWatcher(f.getter, f.graph, DefaultWatcherOptions())
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	go w.Run(ctx)

@@ -3,6 +3,7 @@ package bulk
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/utils/ptr"
 
@@ -94,7 +96,7 @@ func (r *recorder) wait(t *testing.T, n int) []string {
 func watcherFixture(t *testing.T) (*fixture, *Watcher) {
 	t.Helper()
 	f := newFixture(t, 64)
-	w := NewWatcher(f.getter, f.graph, 50*time.Millisecond)
+	w := NewWatcher(f.getter, f.graph, WatcherOptions{BookmarkInterval: 50 * time.Millisecond, ReauthorizeInterval: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go w.Run(ctx)
@@ -224,5 +226,60 @@ func TestWatchRefusesBadSelectors(t *testing.T) {
 				t.Fatalf("got %+v, want 422 with %q", refused, tc.want)
 			}
 		})
+	}
+}
+
+// TestOtherUsersChannelsAreAuthorizedAgain: a channel of a user other than
+// a node lives as long as the delegated authorizer allows it; an error
+// keeps it until the next round; a node's channels are never asked about.
+func TestOtherUsersChannelsAreAuthorizedAgain(t *testing.T) {
+	f, w := watcherFixture(t)
+	f.add(t, secret("a", "s1"))
+	secrets := open(t, w, admin, getOp("secrets", "a", metav1.ListOptions{}))
+	configmaps := open(t, w, admin, getOp("configmaps", "a", metav1.ListOptions{}))
+	pods := open(t, w, nodeA, getOp("pods", "", metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"}))
+	if got := secrets.wait(t, 1); got[0] != "ADDED s1" {
+		t.Fatalf("initial state %v", got)
+	}
+	ctx := context.Background()
+	reauthorized := func() int {
+		w.reauthorizer.mu.Lock()
+		defer w.reauthorizer.mu.Unlock()
+		return len(w.reauthorizer.streams)
+	}
+	if n := reauthorized(); n != 2 {
+		t.Fatalf("%d channels to authorize again, want admin's 2 (not the node's)", n)
+	}
+
+	w.reauthorizer.round(ctx)
+	delegated := f.getter.delegated
+	f.getter.delegated = authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+		return authorizer.DecisionNoOpinion, "", errors.New("kube-apiserver unreachable")
+	})
+	w.reauthorizer.round(ctx)
+	f.getter.delegated = delegated
+	for _, r := range []*recorder{secrets, configmaps, pods} {
+		r.mu.Lock()
+		if r.closed {
+			t.Errorf("closed while allowed, or on an authorizer error: %v", r.events)
+		}
+		r.mu.Unlock()
+	}
+
+	f.mu.Lock()
+	f.allow = func(a authorizer.Attributes) bool { return a.GetResource() != "secrets" }
+	f.mu.Unlock()
+	w.reauthorizer.round(ctx)
+	got := secrets.wait(t, 2)
+	if !strings.HasPrefix(got[1], "ERROR 403 access lost") || !strings.Contains(got[1], `cannot watch secrets in namespace "a"`) {
+		t.Errorf("after RBAC stopped allowing it: %v", got)
+	}
+	configmaps.mu.Lock()
+	if configmaps.closed {
+		t.Errorf("a channel still allowed was closed: %v", configmaps.events)
+	}
+	configmaps.mu.Unlock()
+	if n := reauthorized(); n != 1 {
+		t.Errorf("%d channels left to authorize again, want 1", n)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,20 +28,7 @@ var (
 // operator sees of the command (exit codes, messages, signals), so they run
 // the real program, against a real control plane.
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "nodeproxy-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = filepath.Join(dir, "nodeproxy")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build nodeproxy: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := controlplane.RunTests(m, controlplane.Options{}, &cp)
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(controlplane.RunTestsWithNodeproxy(m, controlplane.Options{}, &cp, &bin))
 }
 
 // run runs nodeproxy with args and returns its combined output and exit

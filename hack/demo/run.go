@@ -3,11 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -45,40 +42,13 @@ func run(ctx context.Context, o demoOptions) error {
 		cp.Stop()
 	}()
 
-	step("Installing nodeproxy's namespace, ServiceAccount and RBAC from manifests/")
-	manifests := []string{"namespace.yaml", "serviceaccount.yaml", "rbac-delegation.yaml", "rbac-informers.yaml", "rbac-webhook.yaml", "rbac-bulk.yaml"}
-	for i, m := range manifests {
-		manifests[i] = filepath.Join("manifests", m)
-	}
-	if err := cp.ApplyFiles(ctx, manifests...); err != nil {
-		return err
-	}
-
-	files, err := writeCredentials(cp)
+	step("Starting nodeproxy serve as the nodeproxy ServiceAccount, with its RBAC from manifests/")
+	np, err := cp.StartNodeproxy(ctx, o.nodeproxy, ports[0])
 	if err != nil {
 		return err
 	}
-
-	step("Starting nodeproxy serve as the nodeproxy ServiceAccount")
-	np, err := controlplane.StartProcess("nodeproxy", o.nodeproxy, []string{
-		"serve",
-		"--kubeconfig=" + files.nodeproxyKubeconfig,
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(ports[0]),
-		"--tls-cert-file=" + files.servingCert,
-		"--tls-private-key-file=" + files.servingKey,
-	}, filepath.Join(cp.Dir, "nodeproxy.log"))
-	if err != nil {
-		return err
-	}
-	defer np.Stop()
-	admin, err := adminClient(files)
-	if err != nil {
-		return err
-	}
-	if err := controlplane.WaitReady(ctx, np, admin, url+"/readyz"); err != nil {
-		return err
-	}
+	defer np.Process.Stop()
+	files, admin := np.Files, np.Admin
 
 	step("Registering bulk.k8s.io/v1alpha1 with kube-apiserver's aggregator (manifests/apiservice.yaml)")
 	if err := cp.RegisterAPIService(ctx, filepath.Join("manifests", "apiservice.yaml"), ports[0]); err != nil {
@@ -122,7 +92,7 @@ func run(ctx context.Context, o demoOptions) error {
     curl --cacert %[5]s %[1]s/readyz?verbose
     kubectl --kubeconfig %[8]s get pods -A -o wide
     kubectl --kubeconfig %[8]s create -o yaml -f docs/examples/bulkget.yaml
-`, url, filepath.Join(cp.Dir, "nodeproxy.log"), cp.URL, cp.Dir, files.ca, files.adminCert, files.adminKey, files.adminKubeconfig)
+`, url, filepath.Join(cp.Dir, "nodeproxy.log"), cp.URL, cp.Dir, files.CA, files.AdminCert, files.AdminKey, files.AdminKubeconfig)
 	var timeUp <-chan time.Time
 	if o.duration > 0 {
 		fmt.Printf("\n    Stopping by itself in %s.\n", o.duration)
@@ -136,61 +106,6 @@ func run(ctx context.Context, o demoOptions) error {
 	case <-timeUp:
 		return nil
 	}
-}
-
-// credentials are the files the demo writes into the control plane's
-// directory for nodeproxy and for the person trying it.
-type credentials struct {
-	ca                      string
-	servingCert, servingKey string
-	adminCert, adminKey     string
-	adminKubeconfig         string
-	nodeproxyKubeconfig     string
-}
-
-func writeCredentials(cp *controlplane.ControlPlane) (*credentials, error) {
-	c := &credentials{ca: cp.ServingCA.CertPath}
-	serving, err := cp.ServingCA.ServingCert(cp.Dir, "nodeproxy-serving")
-	if err != nil {
-		return nil, err
-	}
-	c.servingCert, c.servingKey = serving.CertPath, serving.KeyPath
-	admin, err := cp.ClientCA.ClientCert("demo-admin", []string{"system:masters"}, cp.Dir, "demo-admin")
-	if err != nil {
-		return nil, err
-	}
-	c.adminCert, c.adminKey = admin.CertPath, admin.KeyPath
-	c.adminKubeconfig = filepath.Join(cp.Dir, "admin.kubeconfig")
-	if err := controlplane.WriteKubeconfig(cp.AdminConfig(), c.adminKubeconfig); err != nil {
-		return nil, err
-	}
-	// A client certificate named as the ServiceAccount is, to RBAC, that
-	// ServiceAccount: the manifests' bindings apply to it unchanged.
-	sa, err := cp.UserConfig("system:serviceaccount:nodeproxy:nodeproxy", "system:serviceaccounts", "system:serviceaccounts:nodeproxy")
-	if err != nil {
-		return nil, err
-	}
-	c.nodeproxyKubeconfig = filepath.Join(cp.Dir, "nodeproxy.kubeconfig")
-	if err := controlplane.WriteKubeconfig(sa, c.nodeproxyKubeconfig); err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-func adminClient(c *credentials) (*http.Client, error) {
-	pair, err := tls.LoadX509KeyPair(c.adminCert, c.adminKey)
-	if err != nil {
-		return nil, fmt.Errorf("admin certificate: %w", err)
-	}
-	pool := x509.NewCertPool()
-	ca, err := os.ReadFile(c.ca)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", c.ca, err)
-	}
-	pool.AppendCertsFromPEM(ca)
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}},
-	}}, nil
 }
 
 // printObjectCounts prints nodeproxy_cache_objects from /metrics once

@@ -279,6 +279,9 @@ func (cp *ControlPlane) EnsureNamespace(ctx context.Context, ns string) error {
 	return nil
 }
 
+// APIServer is the kube-apiserver process.
+func (cp *ControlPlane) APIServer() *Process { return cp.apiserver }
+
 // Stop ends kube-apiserver, then etcd, and removes Dir. It is safe to call
 // more than once and on a partly started control plane.
 func (cp *ControlPlane) Stop() {

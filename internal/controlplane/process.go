@@ -68,6 +68,9 @@ func StartProcess(name, bin string, args []string, logPath string) (*Process, er
 	return p, nil
 }
 
+// Pid is the process's identifier, for reading its resource usage.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // Exited reports whether the process has ended, and how.
 func (p *Process) Exited() (bool, error) {
 	select {

@@ -32,3 +32,20 @@ func RunTests(m *testing.M, opts Options, cp **ControlPlane) int {
 	*cp = started
 	return m.Run()
 }
+
+// RunTestsWithNodeproxy is RunTests for packages that run nodeproxy as its
+// own process: it also builds the nodeproxy binary and stores its path in
+// *bin.
+func RunTestsWithNodeproxy(m *testing.M, opts Options, cp **ControlPlane, bin *string) int {
+	dir, err := os.MkdirTemp("", "nodeproxy-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if *bin, err = BuildNodeproxy(context.Background(), dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return RunTests(m, opts, cp)
+}

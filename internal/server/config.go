@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"time"
 
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/openapi"
+	"github.com/nodeproxy/nodeproxy/bulk"
 	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
@@ -29,9 +29,9 @@ type Config struct {
 	// Kube is the configuration the cache's watches use.
 	Kube  *rest.Config
 	Cache cache.Options
-	// Watch and BookmarkInterval are the bulk watch's limits.
-	Watch            watchmux.Options
-	BookmarkInterval time.Duration
+	// Watch and Watcher tune the bulk watch.
+	Watch   watchmux.Options
+	Watcher bulk.WatcherOptions
 	// router hands bulk watch upgrades to the watch server New makes.
 	router *upgradeRouter
 	// ClientCASources counts the CA sources client certificates are
@@ -92,7 +92,7 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 	if o.Authentication.RequestHeader.ClientCAFile != "" || lookup {
 		sources++
 	}
-	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, Watch: o.Watch, BookmarkInterval: o.BookmarkInterval, ClientCASources: sources, router: router}, nil
+	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, Watch: o.Watch, Watcher: o.Watcher, ClientCASources: sources, router: router}, nil
 }
 
 func (o *Options) kubeConfig() (*rest.Config, error) {

@@ -52,22 +52,21 @@ type Options struct {
 	Cache cache.Options
 	// Watch bounds each bulk watch connection.
 	Watch watchmux.Options
-	// BookmarkInterval is how often bulk watch channels that asked for
-	// bookmarks get one.
-	BookmarkInterval time.Duration
+	// Watcher tunes the bulk watch's bookmarks and re-authorization.
+	Watcher bulk.WatcherOptions
 }
 
 // NewOptions returns the defaults of `nodeproxy serve`.
 func NewOptions() *Options {
 	o := &Options{
-		SecureServing:    genericoptions.NewSecureServingOptions().WithLoopback(),
-		Authentication:   genericoptions.NewDelegatingAuthenticationOptions(),
-		Authorization:    genericoptions.NewDelegatingAuthorizationOptions(),
-		Logs:             logsapi.NewLoggingConfiguration(),
-		ConnectTimeout:   10 * time.Second,
-		Cache:            cache.Options{LogSize: cache.DefaultLogSize, EncodedEntries: cache.DefaultEncodedEntries},
-		Watch:            watchmux.DefaultOptions(),
-		BookmarkInterval: bulk.DefaultBookmarkInterval,
+		SecureServing:  genericoptions.NewSecureServingOptions().WithLoopback(),
+		Authentication: genericoptions.NewDelegatingAuthenticationOptions(),
+		Authorization:  genericoptions.NewDelegatingAuthorizationOptions(),
+		Logs:           logsapi.NewLoggingConfiguration(),
+		ConnectTimeout: 10 * time.Second,
+		Cache:          cache.Options{LogSize: cache.DefaultLogSize, EncodedEntries: cache.DefaultEncodedEntries},
+		Watch:          watchmux.DefaultOptions(),
+		Watcher:        bulk.DefaultWatcherOptions(),
 	}
 	o.SecureServing.BindPort = DefaultSecurePort
 	// No default directory: without --cert-dir or --tls-cert-file the
@@ -113,8 +112,11 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"A write to a client that takes longer ends its connection.")
 	fs.DurationVar(&o.Watch.PingInterval, "watch-ping-interval", o.Watch.PingInterval,
 		"How often the server pings each connection; a client silent for two intervals is disconnected.")
-	fs.DurationVar(&o.BookmarkInterval, "watch-bookmark-interval", o.BookmarkInterval,
+	fs.DurationVar(&o.Watcher.BookmarkInterval, "watch-bookmark-interval", o.Watcher.BookmarkInterval,
 		"How often channels that asked for bookmarks (allowWatchBookmarks) get one.")
+	fs.DurationVar(&o.Watcher.ReauthorizeInterval, "watch-reauthorize-interval", o.Watcher.ReauthorizeInterval,
+		"How often the open channels of users other than nodes are authorized again (a node's channels end the moment the graph says it lost access); "+
+			"a channel no longer allowed ends with ERROR 403.")
 
 	fs = fss.FlagSet("lifecycle")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay-duration", o.ShutdownDelay,
@@ -177,7 +179,8 @@ func (o *Options) Validate() error {
 		{"--watch-read-limit", o.Watch.ReadLimit},
 		{"--watch-write-timeout", int64(o.Watch.WriteTimeout)},
 		{"--watch-ping-interval", int64(o.Watch.PingInterval)},
-		{"--watch-bookmark-interval", int64(o.BookmarkInterval)},
+		{"--watch-bookmark-interval", int64(o.Watcher.BookmarkInterval)},
+		{"--watch-reauthorize-interval", int64(o.Watcher.ReauthorizeInterval)},
 	} {
 		if f.value <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", f.flag))

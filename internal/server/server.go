@@ -56,7 +56,7 @@ func (c *Config) New() (*Server, error) {
 	if err := installBulkAPI(generic, getter); err != nil {
 		return nil, err
 	}
-	watcher := bulk.NewWatcher(getter, g, c.BookmarkInterval)
+	watcher := bulk.NewWatcher(getter, g, c.Watcher)
 	watchServer := watchmux.NewServer(watcher, c.Watch)
 	c.router.watch.Store(watchServer)
 

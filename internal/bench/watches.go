@@ -1,0 +1,610 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+	"github.com/nodeproxy/nodeproxy/internal/controlplane"
+	"github.com/nodeproxy/nodeproxy/watchmux"
+)
+
+// WatchShape is the workload of CompareWatches: every node runs one pod
+// that uses SecretsPerNode secrets of its own and its namespace's shared
+// secret (as every pod mounts its namespace's kube-root-ca.crt), and its
+// kubelet watches each of them.
+type WatchShape struct {
+	Nodes          int
+	SecretsPerNode int
+	Namespaces     int
+	// ObjectSize is the bytes of data in each secret.
+	ObjectSize int
+	// SharedUpdates is how often each namespace's shared secret is
+	// updated in the update phase; each node's first own secret is
+	// updated once besides.
+	SharedUpdates int
+	// Idle is how long the watches stay open with nothing changing.
+	Idle time.Duration
+}
+
+// DefaultWatchShape is 500 nodes x 30 watches: 15,000 watches, what this
+// project's 2-core development machine holds with both servers, etcd and
+// the clients on it.
+func DefaultWatchShape() WatchShape {
+	return WatchShape{Nodes: 500, SecretsPerNode: 29, Namespaces: 10, ObjectSize: 1024, SharedUpdates: 10, Idle: 10 * time.Second}
+}
+
+// Validate refuses shapes that cannot be built, naming the field.
+func (s WatchShape) Validate() error {
+	var errs []error
+	for _, f := range []struct {
+		name  string
+		value int
+	}{{"nodes", s.Nodes}, {"secrets per node", s.SecretsPerNode}, {"namespaces", s.Namespaces}, {"object size", s.ObjectSize}} {
+		if f.value <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %d", f.name, f.value))
+		}
+	}
+	if s.Namespaces > s.Nodes {
+		errs = append(errs, fmt.Errorf("namespaces (%d) must not outnumber nodes (%d): each namespace holds at least one node's pod", s.Namespaces, s.Nodes))
+	}
+	if s.SharedUpdates < 0 {
+		errs = append(errs, fmt.Errorf("shared updates must not be negative, got %d", s.SharedUpdates))
+	}
+	if s.Idle < 0 {
+		errs = append(errs, fmt.Errorf("idle must not be negative, got %s", s.Idle))
+	}
+	return errors.Join(errs...)
+}
+
+// Watches is the number of watches (or channels) of the whole workload.
+func (s WatchShape) Watches() int { return s.Nodes * (s.SecretsPerNode + 1) }
+
+// ServerFigures are one server's costs in one way of watching.
+type ServerFigures struct {
+	// OpenCPU is CPU time spent from the first watch request until every
+	// watch had its initial state; IdleCPU over WatchShape.Idle after
+	// that; UpdateCPU from the first update until every watcher had every
+	// update.
+	OpenCPU, IdleCPU, UpdateCPU time.Duration
+	// RSSBefore is resident memory before the watches opened, RSSOpen
+	// with them open (after the updates).
+	RSSBefore, RSSOpen int64
+	// Goroutines before and with the watches open.
+	GoroutinesBefore, GoroutinesOpen int
+}
+
+// WayResult is one way of watching measured.
+type WayResult struct {
+	Way string
+	// OpenTook is from the first request until every watch had its
+	// initial state; UpdateTook from the first update until every
+	// watcher had every update.
+	OpenTook, UpdateTook time.Duration
+	// Events is the MODIFIED events the watchers received in the update
+	// phase: Nodes x (SharedUpdates+1) when nothing is lost.
+	Events int64
+	// APIServerWatches is kube-apiserver's open WATCH requests
+	// (apiserver_longrunning_requests) with the watches open, and before
+	// (its own informers', nodeproxy's cache's); Channels nodeproxy's open
+	// channels.
+	APIServerWatches, APIServerWatchesBefore, Channels int
+	APIServer, Nodeproxy                               ServerFigures
+}
+
+// WatchComparison is the result of CompareWatches.
+type WatchComparison struct {
+	Shape WatchShape
+	// Nodeproxy: one websocket per node to nodeproxy. StatusQuo: one
+	// watch per object on kube-apiserver.
+	Nodeproxy, StatusQuo WayResult
+}
+
+// Target is what CompareWatches measures: a control plane with nodeproxy
+// serving in front of it, both processes on this machine.
+type Target struct {
+	ControlPlane *controlplane.ControlPlane
+	Nodeproxy    *controlplane.Nodeproxy
+}
+
+// CompareWatches builds shape's workload through kube-apiserver, then
+// opens the same watches twice: first as one bulk watch connection per
+// node to nodeproxy, then as one watch per object on kube-apiserver. Each
+// way goes through the same phases (open, idle, update, close) while the
+// CPU time and memory of both servers are read from /proc and their
+// goroutines from /metrics. nodeproxy's way runs first: a Go process's
+// resident memory hardly shrinks after a peak, and kube-apiserver's peak
+// comes with the status quo.
+//
+// Progress lines go to log.
+func CompareWatches(ctx context.Context, t Target, shape WatchShape, log io.Writer) (*WatchComparison, error) {
+	if err := shape.Validate(); err != nil {
+		return nil, err
+	}
+	c := &comparison{Target: t, shape: shape, log: log}
+	if err := c.setUp(ctx); err != nil {
+		return nil, err
+	}
+	result := &WatchComparison{Shape: shape}
+	var err error
+	if result.Nodeproxy, err = c.measure(ctx, "nodeproxy: one bulk watch per node", c.openNodeproxy); err != nil {
+		return nil, err
+	}
+	if result.StatusQuo, err = c.measure(ctx, "kube-apiserver: one watch per object", c.openAPIServer); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+type comparison struct {
+	Target
+	shape WatchShape
+	log   io.Writer
+
+	admin     kubernetes.Interface
+	apiClient *http.Client // to kube-apiserver's /metrics
+	prefix    string       // of this run's namespaces
+	round     int          // update phase counter, so every update changes data
+}
+
+func (c *comparison) logf(format string, args ...any) {
+	fmt.Fprintf(c.log, format+"\n", args...)
+}
+
+func (c *comparison) namespace(node int) string {
+	return fmt.Sprintf("%s-%d", c.prefix, node%c.shape.Namespaces)
+}
+
+func nodeName(node int) string { return fmt.Sprintf("node-%d", node) }
+
+func (c *comparison) secretName(node, j int) string { return fmt.Sprintf("node-%d-secret-%d", node, j) }
+
+const sharedSecret = "shared"
+
+// setUp creates the namespaces, secrets and pods, and waits until
+// nodeproxy's cache holds them.
+func (c *comparison) setUp(ctx context.Context) error {
+	admin := c.ControlPlane.AdminConfig()
+	var err error
+	if c.admin, err = kubernetes.NewForConfig(admin); err != nil {
+		return err
+	}
+	if c.apiClient, err = rest.HTTPClientFor(admin); err != nil {
+		return err
+	}
+	c.prefix = fmt.Sprintf("versus-%d", time.Now().Unix()%100000)
+	started := time.Now()
+	for ns := range c.shape.Namespaces {
+		if err := c.ControlPlane.EnsureNamespace(ctx, fmt.Sprintf("%s-%d", c.prefix, ns)); err != nil {
+			return err
+		}
+	}
+	data := map[string][]byte{"data": []byte(strings.Repeat("x", c.shape.ObjectSize))}
+	var creates []func(context.Context) error
+	for ns := range c.shape.Namespaces {
+		creates = append(creates, c.createSecret(fmt.Sprintf("%s-%d", c.prefix, ns), sharedSecret, data))
+	}
+	for node := range c.shape.Nodes {
+		for j := range c.shape.SecretsPerNode {
+			creates = append(creates, c.createSecret(c.namespace(node), c.secretName(node, j), data))
+		}
+		creates = append(creates, c.createPod(node))
+	}
+	if err := parallel(ctx, 16, creates); err != nil {
+		return err
+	}
+	c.logf("created %d secrets and %d pods in %d namespaces in %s", c.shape.Namespaces+c.shape.Nodes*c.shape.SecretsPerNode,
+		c.shape.Nodes, c.shape.Namespaces, time.Since(started).Round(time.Second))
+
+	// nodeproxy refuses a node's channel until its graph has the pod:
+	// wait until its cache has caught up with what was created.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		m, err := Scrape(ctx, c.Nodeproxy.Admin, c.Nodeproxy.URL+"/metrics")
+		if err != nil {
+			return err
+		}
+		pods, secrets := m.Sum("nodeproxy_cache_objects", "resource", "pods"), m.Sum("nodeproxy_cache_objects", "resource", "secrets")
+		if int(pods) >= c.shape.Nodes && int(secrets) >= c.shape.Namespaces+c.shape.Nodes*c.shape.SecretsPerNode {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nodeproxy's cache holds %v pods and %v secrets 2 minutes after they were created", pods, secrets)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (c *comparison) createSecret(ns, name string, data map[string][]byte) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := c.admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}, metav1.CreateOptions{})
+		return err
+	}
+}
+
+func (c *comparison) createPod(node int) func(context.Context) error {
+	ns := c.namespace(node)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("pod-%d", node)},
+		Spec: corev1.PodSpec{
+			NodeName:   nodeName(node),
+			Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
+			Volumes:    []corev1.Volume{secretVolume("shared", sharedSecret)},
+		},
+	}
+	for j := range c.shape.SecretsPerNode {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, secretVolume(fmt.Sprintf("s%d", j), c.secretName(node, j)))
+	}
+	return func(ctx context.Context) error {
+		_, err := c.admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		return err
+	}
+}
+
+func secretVolume(name, secret string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}}
+}
+
+// parallel runs fs on workers goroutines and returns the first error.
+func parallel(ctx context.Context, workers int, fs []func(context.Context) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	work := make(chan func(context.Context) error)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for f := range work {
+				if err := f(ctx); err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+	for _, f := range fs {
+		select {
+		case work <- f:
+		case <-ctx.Done():
+		}
+	}
+	close(work)
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// tally is what the watchers of one way report.
+type tally struct {
+	synced   atomic.Int64 // watches that have had their initial state
+	modified atomic.Int64
+	errMu    sync.Mutex
+	err      error
+}
+
+func (t *tally) fail(err error) {
+	t.errMu.Lock()
+	defer t.errMu.Unlock()
+	if t.err == nil {
+		t.err = err
+	}
+}
+
+func (t *tally) failed() error {
+	t.errMu.Lock()
+	defer t.errMu.Unlock()
+	return t.err
+}
+
+// waitFor polls until count reaches want, a watcher fails, or a minute
+// passes without progress.
+func (t *tally) waitFor(ctx context.Context, what string, count *atomic.Int64, want int64) error {
+	last, lastMoved := count.Load(), time.Now()
+	for {
+		n := count.Load()
+		if n >= want {
+			return nil
+		}
+		if err := t.failed(); err != nil {
+			return err
+		}
+		if n != last {
+			last, lastMoved = n, time.Now()
+		} else if time.Since(lastMoved) > time.Minute {
+			return fmt.Errorf("%s: stuck at %d of %d for a minute", what, n, want)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// sample is both servers' usage and goroutines at one moment.
+type sample struct {
+	apiserver, nodeproxy         Usage
+	apiGoroutines, npGoroutines  int
+	apiserverWatches, npChannels int
+}
+
+func (c *comparison) sample(ctx context.Context) (sample, error) {
+	var s sample
+	var err error
+	if s.apiserver, err = ReadUsage(c.ControlPlane.APIServer().Pid()); err != nil {
+		return s, err
+	}
+	if s.nodeproxy, err = ReadUsage(c.Nodeproxy.Process.Pid()); err != nil {
+		return s, err
+	}
+	api, err := Scrape(ctx, c.apiClient, c.ControlPlane.URL+"/metrics")
+	if err != nil {
+		return s, err
+	}
+	np, err := Scrape(ctx, c.Nodeproxy.Admin, c.Nodeproxy.URL+"/metrics")
+	if err != nil {
+		return s, err
+	}
+	s.apiGoroutines, s.npGoroutines = int(api.Sum("go_goroutines")), int(np.Sum("go_goroutines"))
+	s.apiserverWatches = int(api.Sum("apiserver_longrunning_requests", "verb", "WATCH"))
+	s.npChannels = int(np.Sum("nodeproxy_watchmux_channels"))
+	return s, nil
+}
+
+// opener opens every node's watches, reporting to t, and returns what
+// closes them all.
+type opener func(ctx context.Context, t *tally) (closeAll func(), err error)
+
+func (c *comparison) measure(ctx context.Context, way string, open opener) (WayResult, error) {
+	r := WayResult{Way: way}
+	c.logf("%s: opening %d watches for %d nodes", way, c.shape.Watches(), c.shape.Nodes)
+	before, err := c.sample(ctx)
+	if err != nil {
+		return r, err
+	}
+	t := &tally{}
+	started := time.Now()
+	closeAll, err := open(ctx, t)
+	if closeAll != nil {
+		defer closeAll()
+	}
+	if err != nil {
+		return r, fmt.Errorf("%s: %w", way, err)
+	}
+	if err := t.waitFor(ctx, way+": initial state", &t.synced, int64(c.shape.Watches())); err != nil {
+		return r, err
+	}
+	r.OpenTook = time.Since(started)
+	opened, err := c.sample(ctx)
+	if err != nil {
+		return r, err
+	}
+	c.logf("%s: open in %s; idling %s", way, r.OpenTook.Round(time.Millisecond), c.shape.Idle)
+	select {
+	case <-ctx.Done():
+		return r, ctx.Err()
+	case <-time.After(c.shape.Idle):
+	}
+	idled, err := c.sample(ctx)
+	if err != nil {
+		return r, err
+	}
+	if err := t.failed(); err != nil {
+		return r, err
+	}
+
+	want := int64(c.shape.Nodes * (c.shape.SharedUpdates + 1))
+	c.logf("%s: %d updates, %d events to deliver", way, c.shape.Namespaces*c.shape.SharedUpdates+c.shape.Nodes, want)
+	started = time.Now()
+	if err := c.update(ctx); err != nil {
+		return r, err
+	}
+	if err := t.waitFor(ctx, way+": updates", &t.modified, want); err != nil {
+		return r, err
+	}
+	r.UpdateTook = time.Since(started)
+	updated, err := c.sample(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.Events = t.modified.Load()
+	r.APIServerWatches, r.APIServerWatchesBefore, r.Channels = updated.apiserverWatches, before.apiserverWatches, updated.npChannels
+	r.APIServer = ServerFigures{
+		OpenCPU: opened.apiserver.CPU - before.apiserver.CPU, IdleCPU: idled.apiserver.CPU - opened.apiserver.CPU,
+		UpdateCPU: updated.apiserver.CPU - idled.apiserver.CPU, RSSBefore: before.apiserver.RSS, RSSOpen: updated.apiserver.RSS,
+		GoroutinesBefore: before.apiGoroutines, GoroutinesOpen: updated.apiGoroutines,
+	}
+	r.Nodeproxy = ServerFigures{
+		OpenCPU: opened.nodeproxy.CPU - before.nodeproxy.CPU, IdleCPU: idled.nodeproxy.CPU - opened.nodeproxy.CPU,
+		UpdateCPU: updated.nodeproxy.CPU - idled.nodeproxy.CPU, RSSBefore: before.nodeproxy.RSS, RSSOpen: updated.nodeproxy.RSS,
+		GoroutinesBefore: before.npGoroutines, GoroutinesOpen: updated.npGoroutines,
+	}
+	c.logf("%s: updates delivered in %s", way, r.UpdateTook.Round(time.Millisecond))
+	return r, nil
+}
+
+// update changes every namespace's shared secret SharedUpdates times and
+// each node's first own secret once.
+func (c *comparison) update(ctx context.Context) error {
+	c.round++
+	var updates []func(context.Context) error
+	for ns := range c.shape.Namespaces {
+		// One writer per shared secret: concurrent updates of one
+		// object would conflict.
+		updates = append(updates, func(ctx context.Context) error {
+			for k := range c.shape.SharedUpdates {
+				if err := c.updateSecret(fmt.Sprintf("%s-%d", c.prefix, ns), sharedSecret, fmt.Sprintf("round %d update %d", c.round, k))(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	for node := range c.shape.Nodes {
+		updates = append(updates, c.updateSecret(c.namespace(node), c.secretName(node, 0), fmt.Sprintf("round %d", c.round)))
+	}
+	return parallel(ctx, 8, updates)
+}
+
+func (c *comparison) updateSecret(ns, name, value string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		s, err := c.admin.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Data["update"] = []byte(value)
+		_, err = c.admin.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{})
+		return err
+	}
+}
+
+// watched lists the secrets node's kubelet watches: namespace and name.
+func (c *comparison) watched(node int) [][2]string {
+	ns := c.namespace(node)
+	out := [][2]string{{ns, sharedSecret}}
+	for j := range c.shape.SecretsPerNode {
+		out = append(out, [2]string{ns, c.secretName(node, j)})
+	}
+	return out
+}
+
+// openAPIServer opens, for every node, one watch per secret on
+// kube-apiserver with the node's credentials, as a kubelet's
+// watch-based secret manager does: a field selector on the name, the
+// initial state streamed (sendInitialEvents), bookmarks allowed. Each
+// node's watches share one HTTP/2 connection, as a kubelet's do.
+func (c *comparison) openAPIServer(ctx context.Context, t *tally) (func(), error) {
+	// The watches live on watchCtx, not on the context parallel hands
+	// each opener, which ends when parallel returns.
+	watchCtx, cancel := context.WithCancel(ctx)
+	var watchers sync.WaitGroup
+	closeAll := func() { cancel(); watchers.Wait() }
+	var opens []func(context.Context) error
+	for node := range c.shape.Nodes {
+		opens = append(opens, func(context.Context) error {
+			ctx := watchCtx
+			cfg, err := c.ControlPlane.NodeConfig(nodeName(node))
+			if err != nil {
+				return err
+			}
+			kube, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			for _, ref := range c.watched(node) {
+				w, err := kube.CoreV1().Secrets(ref[0]).Watch(ctx, metav1.ListOptions{
+					FieldSelector:        "metadata.name=" + ref[1],
+					AllowWatchBookmarks:  true,
+					SendInitialEvents:    ptr.To(true),
+					ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+				})
+				if err != nil {
+					return fmt.Errorf("%s watching secret %s/%s: %w", nodeName(node), ref[0], ref[1], err)
+				}
+				watchers.Go(func() {
+					defer w.Stop()
+					for ev := range w.ResultChan() {
+						switch ev.Type {
+						case watch.Bookmark:
+							if s, ok := ev.Object.(*corev1.Secret); ok && s.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
+								t.synced.Add(1)
+							}
+						case watch.Modified:
+							t.modified.Add(1)
+						case watch.Error:
+							t.fail(fmt.Errorf("%s's watch of secret %s/%s: %v", nodeName(node), ref[0], ref[1], ev.Object))
+							return
+						}
+					}
+					if ctx.Err() == nil {
+						t.fail(fmt.Errorf("%s's watch of secret %s/%s ended", nodeName(node), ref[0], ref[1]))
+					}
+				})
+			}
+			return nil
+		})
+	}
+	return closeAll, parallel(ctx, 16, opens)
+}
+
+// openNodeproxy opens, for every node, one websocket to nodeproxy with the
+// node's credentials and a channel per secret, with the same options.
+func (c *comparison) openNodeproxy(ctx context.Context, t *tally) (func(), error) {
+	var mu sync.Mutex
+	var clients []*watchmux.Client
+	var readers sync.WaitGroup
+	closed := make(chan struct{})
+	closeAll := func() {
+		close(closed)
+		mu.Lock()
+		for _, cl := range clients {
+			_ = cl.Close()
+		}
+		mu.Unlock()
+		readers.Wait()
+	}
+	secrets := metav1.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	var opens []func(context.Context) error
+	for node := range c.shape.Nodes {
+		opens = append(opens, func(context.Context) error {
+			cfg, err := c.Nodeproxy.NodeConfig(nodeName(node))
+			if err != nil {
+				return err
+			}
+			cl, err := watchmux.Dial(ctx, cfg)
+			if err != nil {
+				return fmt.Errorf("%s: %w", nodeName(node), err)
+			}
+			mu.Lock()
+			clients = append(clients, cl)
+			mu.Unlock()
+			for _, ref := range c.watched(node) {
+				ch, err := cl.Watch(ctx, v1alpha1.GetOperation{Resource: secrets, Namespace: ref[0], Options: metav1.ListOptions{
+					FieldSelector:       "metadata.name=" + ref[1],
+					AllowWatchBookmarks: true,
+					SendInitialEvents:   ptr.To(true),
+				}})
+				if err != nil {
+					return fmt.Errorf("%s watching secret %s/%s: %w", nodeName(node), ref[0], ref[1], err)
+				}
+				readers.Go(func() {
+					for ev := range ch.Events {
+						switch ev.Type {
+						case watch.Bookmark:
+							if strings.Contains(string(ev.Object), metav1.InitialEventsAnnotationKey) {
+								t.synced.Add(1)
+							}
+						case watch.Modified:
+							t.modified.Add(1)
+						case watch.Error:
+							t.fail(fmt.Errorf("%s's channel on secret %s/%s: %s", nodeName(node), ref[0], ref[1], ev.Status.Message))
+							return
+						}
+					}
+					select {
+					case <-closed:
+					default:
+						t.fail(fmt.Errorf("%s's channel on secret %s/%s ended", nodeName(node), ref[0], ref[1]))
+					}
+				})
+			}
+			return nil
+		})
+	}
+	return closeAll, parallel(ctx, 16, opens)
+}

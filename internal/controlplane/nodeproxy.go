@@ -1,0 +1,166 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// NodeproxyManifests are the files of manifests/ a nodeproxy process needs
+// from kube-apiserver: its identity, and the RBAC for delegated
+// authentication and authorization, its cache's watches, the webhook and
+// the bulk API.
+var NodeproxyManifests = []string{"namespace.yaml", "serviceaccount.yaml", "rbac-delegation.yaml", "rbac-informers.yaml", "rbac-webhook.yaml", "rbac-bulk.yaml"}
+
+// Nodeproxy is a `nodeproxy serve` process in front of a control plane,
+// serving on 127.0.0.1 with a certificate from the control plane's
+// ServingCA.
+type Nodeproxy struct {
+	// URL is https://127.0.0.1:<port>.
+	URL     string
+	Process *Process
+	// Files are the credentials written for it and for a person trying
+	// it, in the control plane's directory.
+	Files NodeproxyFiles
+	// Admin is an HTTPS client of a system:masters member that trusts
+	// the serving certificate.
+	Admin *http.Client
+	cp    *ControlPlane
+}
+
+// NodeproxyFiles are paths of PEM files and kubeconfigs.
+type NodeproxyFiles struct {
+	CA                      string
+	ServingCert, ServingKey string
+	AdminCert, AdminKey     string
+	AdminKubeconfig         string
+	// NodeproxyKubeconfig is what nodeproxy runs with: a client
+	// certificate named as its ServiceAccount, which RBAC treats as that
+	// ServiceAccount.
+	NodeproxyKubeconfig string
+}
+
+// StartNodeproxy applies NodeproxyManifests from the repository's
+// manifests/, starts bin serve on port with args appended, and returns
+// once its /readyz answers 200 (its cache has synced). The caller stops
+// the process.
+func (cp *ControlPlane) StartNodeproxy(ctx context.Context, bin string, port int, args ...string) (*Nodeproxy, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	manifests := make([]string, len(NodeproxyManifests))
+	for i, m := range NodeproxyManifests {
+		manifests[i] = filepath.Join(root, "manifests", m)
+	}
+	if err := cp.ApplyFiles(ctx, manifests...); err != nil {
+		return nil, err
+	}
+	files, err := cp.writeNodeproxyFiles()
+	if err != nil {
+		return nil, err
+	}
+	admin, err := httpsClient(files)
+	if err != nil {
+		return nil, err
+	}
+	np := &Nodeproxy{URL: "https://127.0.0.1:" + strconv.Itoa(port), Files: *files, Admin: admin, cp: cp}
+	np.Process, err = StartProcess("nodeproxy", bin, append([]string{
+		"serve",
+		"--kubeconfig=" + files.NodeproxyKubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + files.ServingCert,
+		"--tls-private-key-file=" + files.ServingKey,
+	}, args...), filepath.Join(cp.Dir, "nodeproxy.log"))
+	if err != nil {
+		return nil, err
+	}
+	if err := WaitReady(ctx, np.Process, admin, np.URL+"/readyz"); err != nil {
+		np.Process.Stop()
+		return nil, err
+	}
+	return np, nil
+}
+
+// NodeConfig returns a client configuration for node's kubelet talking to
+// nodeproxy directly, over mTLS with a certificate from the control
+// plane's ClientCA (which nodeproxy trusts through
+// extension-apiserver-authentication).
+func (np *Nodeproxy) NodeConfig(node string) (*rest.Config, error) {
+	cfg, err := np.cp.NodeConfig(node)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Host = np.URL
+	return cfg, nil
+}
+
+func (cp *ControlPlane) writeNodeproxyFiles() (*NodeproxyFiles, error) {
+	f := &NodeproxyFiles{CA: cp.ServingCA.CertPath}
+	serving, err := cp.ServingCA.ServingCert(cp.Dir, "nodeproxy-serving")
+	if err != nil {
+		return nil, err
+	}
+	f.ServingCert, f.ServingKey = serving.CertPath, serving.KeyPath
+	admin, err := cp.ClientCA.ClientCert("nodeproxy-admin", []string{"system:masters"}, cp.Dir, "nodeproxy-admin")
+	if err != nil {
+		return nil, err
+	}
+	f.AdminCert, f.AdminKey = admin.CertPath, admin.KeyPath
+	f.AdminKubeconfig = filepath.Join(cp.Dir, "admin.kubeconfig")
+	if err := WriteKubeconfig(cp.AdminConfig(), f.AdminKubeconfig); err != nil {
+		return nil, err
+	}
+	sa, err := cp.UserConfig("system:serviceaccount:nodeproxy:nodeproxy", "system:serviceaccounts", "system:serviceaccounts:nodeproxy")
+	if err != nil {
+		return nil, err
+	}
+	f.NodeproxyKubeconfig = filepath.Join(cp.Dir, "nodeproxy.kubeconfig")
+	if err := WriteKubeconfig(sa, f.NodeproxyKubeconfig); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func httpsClient(f *NodeproxyFiles) (*http.Client, error) {
+	pair, err := tls.LoadX509KeyPair(f.AdminCert, f.AdminKey)
+	if err != nil {
+		return nil, fmt.Errorf("admin certificate: %w", err)
+	}
+	ca, err := os.ReadFile(f.CA)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", f.CA, err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}},
+	}}, nil
+}
+
+// BuildNodeproxy builds cmd/nodeproxy into dir and returns the binary's
+// path: tests and benchmarks that run nodeproxy as its own process, as
+// operators do, build it from the tree under test.
+func BuildNodeproxy(ctx context.Context, dir string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "nodeproxy")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/nodeproxy")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build nodeproxy: %w\n%s", err, out)
+	}
+	return bin, nil
+}
