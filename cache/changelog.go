@@ -103,14 +103,30 @@ func (l *changeLog) since(rv, seq uint64) ([]*Event, error) {
 }
 
 // first finds the number of the first change after rv, checking that the
-// ring still holds every change after rv.
+// ring still holds every change after rv among the first seq.
+//
+// The writer may have appended past seq since the caller took its
+// snapshot, overwriting the oldest slots of [oldest(seq), seq): what
+// counts is the oldest change still held, found by a search over the
+// slots (valid ones form the top of the range; the writer only ever
+// overwrites the oldest). Measuring from oldest(seq) instead made every
+// reader of a snapshot older than the latest write see ErrExpired once
+// the ring was full: each dispatcher then expired all its channels.
 func (l *changeLog) first(rv, seq uint64) (uint64, error) {
 	lo := l.oldest(seq)
+	held := lo + uint64(sort.Search(int(seq-lo), func(k int) bool {
+		_, ok := l.event(lo + uint64(k))
+		return ok
+	}))
 	floor := l.startRV
-	if lo > 0 {
-		e, ok := l.event(lo)
-		if !ok {
+	if held > 0 {
+		if held == seq {
+			// Every slot overwritten: the caller is a whole ring behind.
 			return 0, ErrExpired
+		}
+		e, ok := l.event(held)
+		if !ok {
+			return 0, ErrExpired // overwritten meanwhile
 		}
 		floor = e.PrevRV
 	}
@@ -119,8 +135,8 @@ func (l *changeLog) first(rv, seq uint64) (uint64, error) {
 	}
 	// Changes are in increasing resourceVersion order.
 	var readErr error
-	n := sort.Search(int(seq-lo), func(k int) bool {
-		e, ok := l.event(lo + uint64(k))
+	n := sort.Search(int(seq-held), func(k int) bool {
+		e, ok := l.event(held + uint64(k))
 		if !ok {
 			readErr = ErrExpired
 			return true
@@ -130,7 +146,7 @@ func (l *changeLog) first(rv, seq uint64) (uint64, error) {
 	if readErr != nil {
 		return 0, readErr
 	}
-	return lo + uint64(n), nil
+	return held + uint64(n), nil
 }
 
 // at returns the state at rv: the snapshot after the last change at or
@@ -149,12 +165,9 @@ func (l *changeLog) at(rv, seq uint64) (*Snapshot, error) {
 		}
 		return nil, ErrExpired
 	}
-	if i == l.oldest(seq) {
-		return nil, ErrExpired // the change before i is overwritten
-	}
 	e, ok := l.event(i - 1)
 	if !ok {
-		return nil, ErrExpired
+		return nil, ErrExpired // the change before i is overwritten
 	}
 	return e.after, nil
 }

@@ -74,6 +74,9 @@ func (s *Snapshot) Next() <-chan struct{} { return s.next }
 // longer holds all of them (rv is older than the log's window, the store
 // relisted since, or the log wrapped while the caller read).
 func (s *Snapshot) Changes(rv uint64) ([]*Event, error) {
+	if rv >= s.RV {
+		return nil, nil // nothing after rv here, whatever the ring holds now
+	}
 	return s.log.since(rv, s.seq)
 }
 

@@ -152,3 +152,62 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		t.Error("encoded entries 0 accepted")
 	}
 }
+
+// TestAnOlderSnapshotReadsTheLogWhileTheWriterMovesOn: a reader holding a
+// snapshot asks for the changes after a version the log still holds
+// while the writer has appended more since the snapshot, overwriting the
+// ring's oldest slots. The changes it needs are all there: it must get
+// them, not ErrExpired (which would make every watch of the type relist).
+func TestAnOlderSnapshotReadsTheLogWhileTheWriterMovesOn(t *testing.T) {
+	const size = 4
+	s := newStore(served[1], size) // secrets
+	if err := s.Replace(nil, "1"); err != nil {
+		t.Fatal(err)
+	}
+	update := func(rv uint64) {
+		t.Helper()
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "s", ResourceVersion: strconv.FormatUint(rv, 10)}}
+		if err := s.Update(secret); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for rv := uint64(2); rv <= 11; rv++ { // 10 changes: the ring of 4 has wrapped
+		update(rv)
+	}
+	snap := s.Snapshot() // at 11, the log holding 8..11
+	for rv := uint64(12); rv <= 13; rv++ {
+		update(rv) // overwrites the slots of 8 and 9
+	}
+	for _, tc := range []struct {
+		from uint64
+		want []uint64 // resourceVersions of the changes, or nil for ErrExpired
+	}{
+		{from: 10, want: []uint64{11}},
+		{from: 9, want: []uint64{10, 11}},
+		{from: 11, want: []uint64{}},
+		{from: 8, want: nil}, // 9 is overwritten
+		{from: 5, want: nil},
+	} {
+		events, err := snap.Changes(tc.from)
+		if tc.want == nil {
+			if !errors.Is(err, ErrExpired) {
+				t.Errorf("changes after %d: %v, %v; want ErrExpired", tc.from, events, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("changes after %d of the snapshot at %d: %v", tc.from, snap.RV, err)
+			continue
+		}
+		got := []uint64{}
+		for _, e := range events {
+			got = append(got, e.RV)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("changes after %d: %v, want %v", tc.from, got, tc.want)
+		}
+	}
+	if at, err := snap.At(10); err != nil || at.RV != 10 {
+		t.Errorf("state at 10 from the older snapshot: %v, %v", at, err)
+	}
+}
