@@ -102,51 +102,43 @@ func (l *changeLog) since(rv, seq uint64) ([]*Event, error) {
 	return out, nil
 }
 
-// first finds the number of the first change after rv, checking that the
-// ring still holds every change after rv among the first seq.
+// first finds the number of the first change after rv among the first
+// seq, checking that the ring still holds every change after rv.
 //
-// The writer may have appended past seq since the caller took its
-// snapshot, overwriting the oldest slots of [oldest(seq), seq): what
-// counts is the oldest change still held, found by a search over the
-// slots (valid ones form the top of the range; the writer only ever
-// overwrites the oldest). Measuring from oldest(seq) instead made every
-// reader of a snapshot older than the latest write see ErrExpired once
-// the ring was full: each dispatcher then expired all its channels.
+// The writer keeps appending while readers read, overwriting the oldest
+// slots, so the search never anchors at the bottom of the ring (which may
+// go at any moment): it looks for the first held change after rv, counting
+// overwritten slots as older than rv, then proves nothing between rv and
+// that change was lost. Anchoring at the oldest slot made every reader see
+// ErrExpired whenever the writer was busy, and each bulk watch dispatcher
+// then expired all its channels.
 func (l *changeLog) first(rv, seq uint64) (uint64, error) {
 	lo := l.oldest(seq)
-	held := lo + uint64(sort.Search(int(seq-lo), func(k int) bool {
-		_, ok := l.event(lo + uint64(k))
-		return ok
+	// A slot, once overwritten, stays so: the predicate only ever turns
+	// from true to false under the search, at the bottom, which is the
+	// case the checks below catch.
+	i := lo + uint64(sort.Search(int(seq-lo), func(k int) bool {
+		e, ok := l.event(lo + uint64(k))
+		return ok && e.RV > rv
 	}))
-	floor := l.startRV
-	if held > 0 {
-		if held == seq {
-			// Every slot overwritten: the caller is a whole ring behind.
+	if i == 0 {
+		// Every change is after rv: rv must not predate the log.
+		if rv < l.startRV {
 			return 0, ErrExpired
 		}
-		e, ok := l.event(held)
-		if !ok {
-			return 0, ErrExpired // overwritten meanwhile
+		return 0, nil
+	}
+	if _, ok := l.event(i - 1); ok {
+		return i, nil // held, so at or before rv: nothing in between
+	}
+	// The change before i is overwritten. Nothing was lost if the store
+	// was already at rv or past it when change i came.
+	if i < seq {
+		if e, ok := l.event(i); ok && rv >= e.PrevRV {
+			return i, nil
 		}
-		floor = e.PrevRV
 	}
-	if rv < floor {
-		return 0, ErrExpired
-	}
-	// Changes are in increasing resourceVersion order.
-	var readErr error
-	n := sort.Search(int(seq-held), func(k int) bool {
-		e, ok := l.event(held + uint64(k))
-		if !ok {
-			readErr = ErrExpired
-			return true
-		}
-		return e.RV > rv
-	})
-	if readErr != nil {
-		return 0, readErr
-	}
-	return held + uint64(n), nil
+	return 0, ErrExpired
 }
 
 // at returns the state at rv: the snapshot after the last change at or
