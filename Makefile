@@ -8,7 +8,7 @@ TESTFLAGS ?= -race -count=1 -timeout 30m
 # How long `make test` fuzzes the bulk watch request decoder beyond its seeds.
 FUZZTIME ?= 10s
 
-.PHONY: all build tools generate verify-codegen test demo vet clean help
+.PHONY: all build tools generate verify-codegen test demo bench vet clean help
 
 all: build
 
@@ -39,6 +39,9 @@ test: tools verify-codegen vet ## run every test, with the race detector, agains
 
 demo: tools build ## start a local control plane with nodeproxy in front of it (Ctrl-C stops it)
 	$(GO) run ./hack/demo --nodeproxy=bin/nodeproxy $(DEMOFLAGS)
+
+bench: build ## nodeproxy bench on the in-tree Node authorizer's benchmark shape (100k pods; BENCHFLAGS to change it)
+	bin/nodeproxy bench $(BENCHFLAGS)
 
 clean: ## remove build output (the tools cache stays; see docs/operations.md)
 	rm -rf bin

@@ -6,9 +6,7 @@ import (
 	"github.com/spf13/cobra"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
-	"k8s.io/component-base/term"
 
 	"github.com/nodeproxy/nodeproxy/internal/server"
 )
@@ -45,11 +43,5 @@ func newServeCommand() *cobra.Command {
 			return srv.Run(ctx)
 		},
 	}
-	fss := o.Flags()
-	for _, fs := range fss.FlagSets {
-		cmd.Flags().AddFlagSet(fs)
-	}
-	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
-	cliflag.SetUsageAndHelpFunc(cmd, fss, cols)
-	return cmd
+	return withFlags(cmd, o.Flags())
 }

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	cliflag "k8s.io/component-base/cli/flag"
+
+	"github.com/nodeproxy/nodeproxy/internal/bench"
+	"github.com/nodeproxy/nodeproxy/internal/workload"
+)
+
+// benchOptions are the flags of `nodeproxy bench`.
+type benchOptions struct {
+	shape         workload.Shape
+	phaseDuration time.Duration
+	output        string
+}
+
+func newBenchOptions() *benchOptions {
+	return &benchOptions{shape: workload.ReferenceShape(), phaseDuration: 2 * time.Second, output: "table"}
+}
+
+func (o *benchOptions) flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	fs := fss.FlagSet("cluster shape")
+	s := &o.shape
+	fs.IntVar(&s.Nodes, "nodes", s.Nodes, "Nodes.")
+	fs.IntVar(&s.PodsPerNode, "pods-per-node", s.PodsPerNode, "Pods bound to each node.")
+	fs.IntVar(&s.Namespaces, "namespaces", s.Namespaces, "Namespaces the pods are spread over.")
+	fs.IntVar(&s.UniqueSecretsPerPod, "secrets-per-pod", s.UniqueSecretsPerPod, "Secrets only one pod uses, per pod.")
+	fs.IntVar(&s.UniqueConfigMapsPerPod, "configmaps-per-pod", s.UniqueConfigMapsPerPod, "ConfigMaps only one pod uses, per pod.")
+	fs.IntVar(&s.UniquePVCsPerPod, "pvcs-per-pod", s.UniquePVCsPerPod, "PersistentVolumeClaims per pod, each bound to its own PersistentVolume with a secret.")
+	fs.IntVar(&s.SharedSecretsPerPod, "shared-secrets-per-pod", s.SharedSecretsPerPod, "Secrets each pod picks among its namespace's shared ones.")
+	fs.IntVar(&s.SharedSecretsPerNamespace, "shared-secrets-per-namespace", s.SharedSecretsPerNamespace,
+		"Shared secrets per namespace; 0 means as many as --shared-secrets-per-pod.")
+	fs.IntVar(&s.AttachmentsPerNode, "attachments-per-node", s.AttachmentsPerNode, "VolumeAttachments per node.")
+	fs.Int64Var(&s.Seed, "seed", s.Seed, "Seed of the choice of shared objects.")
+
+	fs = fss.FlagSet("run")
+	fs.DurationVar(&o.phaseDuration, "phase-duration", o.phaseDuration, "How long each timed phase of a scenario runs.")
+	fs.StringVar(&o.output, "output", o.output, "table (for people) or json (for machines), on stdout.")
+	return fss
+}
+
+func (o *benchOptions) validate() error {
+	errs := []error{o.shape.Validate()}
+	s := o.shape
+	if s.SharedSecretsPerNamespace > 0 && s.SharedSecretsPerPod > s.SharedSecretsPerNamespace {
+		errs = append(errs, fmt.Errorf("--shared-secrets-per-pod (%d) must not exceed --shared-secrets-per-namespace (%d): a pod picks among its namespace's",
+			s.SharedSecretsPerPod, s.SharedSecretsPerNamespace))
+	}
+	if s.Namespaces > s.PodsPerNode*s.Nodes && s.Nodes > 0 && s.PodsPerNode > 0 {
+		errs = append(errs, fmt.Errorf("--namespaces (%d) must not outnumber the pods (%d)", s.Namespaces, s.PodsPerNode*s.Nodes))
+	}
+	if o.phaseDuration <= 0 {
+		errs = append(errs, fmt.Errorf("--phase-duration must be positive, got %s", o.phaseDuration))
+	}
+	if o.output != "table" && o.output != "json" {
+		errs = append(errs, fmt.Errorf("--output must be table or json, got %s", o.output))
+	}
+	return errors.Join(errs...)
+}
+
+func newBenchCommand() *cobra.Command {
+	o := newBenchOptions()
+	long := "Measure nodeproxy on a synthetic cluster of the given shape, in this process (no cluster needed), " +
+		"and print a summary. Scenarios (all when none is named):\n"
+	for _, s := range bench.Scenarios {
+		long += fmt.Sprintf("  %-8s %s\n", s.Name, s.Help)
+	}
+	cmd := &cobra.Command{
+		Use:   "bench [scenario...]",
+		Short: "Benchmark nodeproxy on a synthetic cluster",
+		Long:  long,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.validate(); err != nil {
+				return fmt.Errorf("invalid flags: %w", err)
+			}
+			scenarios, err := bench.Lookup(args)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runBench(ctx, o, scenarios, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	return withFlags(cmd, o.flags())
+}
+
+// benchReport is the JSON output.
+type benchReport struct {
+	Shape   workload.Shape  `json:"shape"`
+	Results []*bench.Result `json:"results"`
+}
+
+func runBench(ctx context.Context, o *benchOptions, scenarios []bench.Scenario, out, progress io.Writer) error {
+	started := time.Now()
+	cluster, err := workload.Generate(o.shape)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(progress, "generated %d nodes, %d pods, %d volumes in %s\n", len(cluster.Nodes), len(cluster.Pods), len(cluster.PVs),
+		time.Since(started).Round(time.Millisecond))
+	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Progress: progress}
+	report := benchReport{Shape: o.shape}
+	var runErr error
+	for _, s := range scenarios {
+		r, err := s.Run(ctx, env)
+		if r != nil {
+			report.Results = append(report.Results, r)
+		}
+		if err != nil {
+			runErr = fmt.Errorf("%s: %w", s.Name, err)
+			break
+		}
+	}
+	if o.output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(report); err != nil {
+			return err
+		}
+	} else if err := writeBenchTable(out, report); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted (%w): the results above are partial", context.Cause(ctx))
+	}
+	return runErr
+}
+
+func writeBenchTable(w io.Writer, r benchReport) error {
+	s := r.Shape
+	fmt.Fprintf(w, "cluster: %d nodes x %d pods in %d namespaces\n", s.Nodes, s.PodsPerNode, s.Namespaces)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, res := range r.Results {
+		title := res.Scenario
+		if res.Partial {
+			title += " (partial: interrupted)"
+		}
+		fmt.Fprintf(tw, "\n%s\t\t\t\t\n", title)
+		for _, f := range res.Figures {
+			fmt.Fprintf(tw, "  %s\t%s %s\t\t\t\n", f.Name, humanNumber(f.Value), f.Unit)
+		}
+		if len(res.Latencies) > 0 {
+			fmt.Fprintf(tw, "  latency (µs)\tp50\tp99\tmax\tcount\n")
+			for _, l := range res.Latencies {
+				fmt.Fprintf(tw, "  %s\t%.2f\t%.2f\t%.2f\t%d\n", l.Name, l.P50, l.P99, l.Max, l.Count)
+			}
+		}
+	}
+	return tw.Flush()
+}
+
+// humanNumber prints large numbers with thousands separators and small
+// ones with a few significant digits.
+func humanNumber(v float64) string {
+	if v >= 1000 {
+		s := fmt.Sprintf("%.0f", v)
+		out := ""
+		for i, c := range s {
+			if i > 0 && (len(s)-i)%3 == 0 {
+				out += ","
+			}
+			out += string(c)
+		}
+		return out
+	}
+	return fmt.Sprintf("%.3g", v)
+}

@@ -1,0 +1,103 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nodeproxy/nodeproxy/internal/workload"
+)
+
+// Scenario is one named measurement of `nodeproxy bench`.
+type Scenario struct {
+	Name string
+	// Help is one line for --help.
+	Help string
+	// Run measures env's cluster. On cancellation it returns what it has
+	// measured so far with Partial set, and ctx's error.
+	Run func(ctx context.Context, env *Env) (*Result, error)
+}
+
+// Env is what scenarios share: the generated cluster and where progress
+// goes.
+type Env struct {
+	Shape   workload.Shape
+	Cluster *workload.Cluster
+	// PhaseDuration is how long each timed phase runs.
+	PhaseDuration time.Duration
+	Progress      io.Writer
+}
+
+func (e *Env) progressf(format string, args ...any) {
+	if e.Progress != nil {
+		fmt.Fprintf(e.Progress, format+"\n", args...)
+	}
+}
+
+// Scenarios are the scenarios in the order `nodeproxy bench` runs them
+// when none is named.
+var Scenarios = []Scenario{authzScenario, graphScenario}
+
+// Lookup returns the scenarios named, or all of them for none; an unknown
+// name is an error that lists the known ones.
+func Lookup(names []string) ([]Scenario, error) {
+	if len(names) == 0 {
+		return Scenarios, nil
+	}
+	var out []Scenario
+	for _, n := range names {
+		i := slices.IndexFunc(Scenarios, func(s Scenario) bool { return s.Name == n })
+		if i < 0 {
+			known := make([]string, len(Scenarios))
+			for j, s := range Scenarios {
+				known[j] = s.Name
+			}
+			return nil, fmt.Errorf("unknown scenario %s: known scenarios are %s", n, strings.Join(known, ", "))
+		}
+		out = append(out, Scenarios[i])
+	}
+	return out, nil
+}
+
+// Result is what one scenario measured.
+type Result struct {
+	Scenario  string    `json:"scenario"`
+	Figures   []Figure  `json:"figures"`
+	Latencies []Latency `json:"latencies,omitempty"`
+	// Partial is set when the run was interrupted: the figures cover
+	// what was measured until then.
+	Partial bool `json:"partial,omitempty"`
+}
+
+// Figure is one number.
+type Figure struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	Unit  string  `json:"unit"`
+}
+
+// Latency is a distribution of durations, in microseconds.
+type Latency struct {
+	Name  string  `json:"name"`
+	Count int     `json:"count"`
+	P50   float64 `json:"p50_us"`
+	P99   float64 `json:"p99_us"`
+	Max   float64 `json:"max_us"`
+	// Samples are kept for charts, not written to JSON.
+	Samples []time.Duration `json:"-"`
+}
+
+// latencyOf summarizes samples (sorting them).
+func latencyOf(name string, samples []time.Duration) Latency {
+	l := Latency{Name: name, Count: len(samples), Samples: samples}
+	if len(samples) == 0 {
+		return l
+	}
+	slices.Sort(samples)
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
+	l.P50, l.P99, l.Max = us(samples[len(samples)/2]), us(samples[len(samples)*99/100]), us(samples[len(samples)-1])
+	return l
+}

@@ -1,0 +1,51 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodeproxy/nodeproxy/internal/workload"
+)
+
+// TestScenariosInProcess runs every in-process scenario on a small
+// cluster under the race detector: each must measure something, and an
+// interrupted run must come back marked partial with what it had.
+func TestScenariosInProcess(t *testing.T) {
+	shape := workload.Shape{Nodes: 10, PodsPerNode: 4, Namespaces: 3, UniqueSecretsPerPod: 1, UniqueConfigMapsPerPod: 1,
+		UniquePVCsPerPod: 1, SharedSecretsPerPod: 1, SharedSecretsPerNamespace: 2, AttachmentsPerNode: 1, Seed: 1}
+	c, err := workload.Generate(shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &Env{Shape: shape, Cluster: c, PhaseDuration: 50 * time.Millisecond}
+	for _, s := range Scenarios {
+		t.Run(s.Name, func(t *testing.T) {
+			r, err := s.Run(context.Background(), env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Partial || len(r.Figures) == 0 || len(r.Latencies) == 0 {
+				t.Fatalf("%+v", r)
+			}
+			for _, l := range r.Latencies {
+				if l.Count == 0 || l.P50 <= 0 || l.P99 < l.P50 || l.Max < l.P99 {
+					t.Errorf("latency %+v", l)
+				}
+			}
+
+			ctx, cancel := context.WithCancel(context.Background())
+			interrupted := *env
+			interrupted.PhaseDuration = time.Hour
+			time.AfterFunc(100*time.Millisecond, cancel)
+			r, err = s.Run(ctx, &interrupted)
+			if err == nil || r == nil || !r.Partial {
+				t.Errorf("interrupted: %+v, %v; want a partial result and the cancellation", r, err)
+			}
+		})
+	}
+	if _, err := Lookup([]string{"authz", "nosuch"}); err == nil || !strings.Contains(err.Error(), "known scenarios are authz, graph") {
+		t.Errorf("unknown scenario: %v", err)
+	}
+}
