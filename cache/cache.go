@@ -110,6 +110,24 @@ type Cache struct {
 // New builds a cache of every Watched resource, read from kube-apiserver
 // through client. Nothing runs until Start.
 func New(client kubernetes.Interface, opts Options) (*Cache, error) {
+	c, err := NewDetached(opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range append(slices.Clone(served), graphOnly...) {
+		lw := toolscache.ToListWatcherWithWatchListSemantics(
+			toolscache.NewListWatchFromClient(r.client(client), r.gvr.Resource, "", fields.Everything()), client)
+		c.reflectors = append(c.reflectors, toolscache.NewReflectorWithOptions(lw, r.example, c.stores[r.gvr],
+			toolscache.ReflectorOptions{Name: "nodeproxy-cache/" + r.gvr.Resource}))
+	}
+	return c, nil
+}
+
+// NewDetached returns a cache with no reflectors: its stores are written
+// by hand (Replace, then Add, Update, Delete), as a reflector would write
+// them. `nodeproxy bench` feeds it a generated cluster this way; Start
+// does nothing.
+func NewDetached(opts Options) (*Cache, error) {
 	if opts.LogSize <= 0 {
 		return nil, fmt.Errorf("change log size must be positive, got %d", opts.LogSize)
 	}
@@ -120,12 +138,7 @@ func New(client kubernetes.Interface, opts Options) (*Cache, error) {
 	RegisterMetrics()
 	c := &Cache{stores: map[schema.GroupVersionResource]*Store{}, encoder: enc}
 	for _, r := range append(slices.Clone(served), graphOnly...) {
-		s := newStore(r, opts.LogSize)
-		lw := toolscache.ToListWatcherWithWatchListSemantics(
-			toolscache.NewListWatchFromClient(r.client(client), r.gvr.Resource, "", fields.Everything()), client)
-		c.reflectors = append(c.reflectors, toolscache.NewReflectorWithOptions(lw, r.example, s,
-			toolscache.ReflectorOptions{Name: "nodeproxy-cache/" + r.gvr.Resource}))
-		c.stores[r.gvr] = s
+		c.stores[r.gvr] = newStore(r, opts.LogSize)
 	}
 	return c, nil
 }

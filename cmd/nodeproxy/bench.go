@@ -22,12 +22,13 @@ import (
 // benchOptions are the flags of `nodeproxy bench`.
 type benchOptions struct {
 	shape         workload.Shape
+	watch         bench.WatchLoad
 	phaseDuration time.Duration
 	output        string
 }
 
 func newBenchOptions() *benchOptions {
-	return &benchOptions{shape: workload.ReferenceShape(), phaseDuration: 2 * time.Second, output: "table"}
+	return &benchOptions{shape: workload.ReferenceShape(), watch: bench.DefaultWatchLoad(), phaseDuration: 2 * time.Second, output: "table"}
 }
 
 func (o *benchOptions) flags() cliflag.NamedFlagSets {
@@ -46,6 +47,13 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 	fs.IntVar(&s.AttachmentsPerNode, "attachments-per-node", s.AttachmentsPerNode, "VolumeAttachments per node.")
 	fs.Int64Var(&s.Seed, "seed", s.Seed, "Seed of the choice of shared objects.")
 
+	fs = fss.FlagSet("watchers")
+	w := &o.watch
+	fs.IntVar(&w.Nodes, "watch-nodes", w.Nodes, "Nodes holding a bulk watch websocket (at most --nodes).")
+	fs.IntVar(&w.ChannelsPerNode, "channels-per-node", w.ChannelsPerNode, "Channels per node: the secrets and configmaps its pods use, first pod first, up to this many.")
+	fs.IntVar(&w.ObjectSize, "object-size", w.ObjectSize, "Bytes of data in each secret and configmap.")
+	fs.IntVar(&w.Updates, "updates", w.Updates, "Back-to-back updates per sustained round (at most 1000: a channel queues 1024 events).")
+
 	fs = fss.FlagSet("run")
 	fs.DurationVar(&o.phaseDuration, "phase-duration", o.phaseDuration, "How long each timed phase of a scenario runs.")
 	fs.StringVar(&o.output, "output", o.output, "table (for people) or json (for machines), on stdout.")
@@ -61,6 +69,18 @@ func (o *benchOptions) validate() error {
 	}
 	if s.Namespaces > s.PodsPerNode*s.Nodes && s.Nodes > 0 && s.PodsPerNode > 0 {
 		errs = append(errs, fmt.Errorf("--namespaces (%d) must not outnumber the pods (%d)", s.Namespaces, s.PodsPerNode*s.Nodes))
+	}
+	w := o.watch
+	for _, f := range []struct {
+		name  string
+		value int
+	}{{"--watch-nodes", w.Nodes}, {"--channels-per-node", w.ChannelsPerNode}, {"--object-size", w.ObjectSize}, {"--updates", w.Updates}} {
+		if f.value <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %d", f.name, f.value))
+		}
+	}
+	if w.Updates > 1000 {
+		errs = append(errs, fmt.Errorf("--updates must be at most 1000, got %d: more would overflow a channel's queue and close it", w.Updates))
 	}
 	if o.phaseDuration <= 0 {
 		errs = append(errs, fmt.Errorf("--phase-duration must be positive, got %s", o.phaseDuration))
@@ -112,7 +132,7 @@ func runBench(ctx context.Context, o *benchOptions, scenarios []bench.Scenario, 
 	}
 	fmt.Fprintf(progress, "generated %d nodes, %d pods, %d volumes in %s\n", len(cluster.Nodes), len(cluster.Pods), len(cluster.PVs),
 		time.Since(started).Round(time.Millisecond))
-	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Progress: progress}
+	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, Progress: progress}
 	report := benchReport{Shape: o.shape}
 	var runErr error
 	for _, s := range scenarios {

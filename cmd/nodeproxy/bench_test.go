@@ -12,7 +12,7 @@ import (
 )
 
 // small is a cluster shape that generates in milliseconds.
-var small = []string{"--nodes=20", "--pods-per-node=5", "--namespaces=4", "--attachments-per-node=2", "--phase-duration=200ms"}
+var small = []string{"--nodes=20", "--pods-per-node=5", "--namespaces=4", "--attachments-per-node=2", "--watch-nodes=10", "--channels-per-node=4", "--updates=50", "--phase-duration=200ms"}
 
 func TestBenchReportsEveryScenario(t *testing.T) {
 	out, code := run(t, 2*time.Minute, append([]string{"bench", "--output=json"}, small...)...)
@@ -65,8 +65,8 @@ func TestBenchReportsEveryScenario(t *testing.T) {
 			}
 		}
 	}
-	if strings.Join(scenarios, ",") != "authz,graph" {
-		t.Errorf("scenarios %v, want authz,graph", scenarios)
+	if strings.Join(scenarios, ",") != "authz,graph,fanout" {
+		t.Errorf("scenarios %v, want authz,graph,fanout", scenarios)
 	}
 }
 
@@ -81,9 +81,11 @@ func TestBenchRefusesBadInvocations(t *testing.T) {
 		{"more shared per pod than exist", []string{"bench", "--shared-secrets-per-pod=3", "--shared-secrets-per-namespace=2"},
 			"--shared-secrets-per-pod (3) must not exceed --shared-secrets-per-namespace (2)"},
 		{"more namespaces than pods", []string{"bench", "--nodes=1", "--pods-per-node=2", "--namespaces=5"}, "--namespaces (5) must not outnumber the pods (2)"},
-		{"unknown scenario", []string{"bench", "--nodes=2", "--pods-per-node=2", "--namespaces=1", "nosuch"}, "unknown scenario nosuch: known scenarios are authz, graph"},
+		{"unknown scenario", []string{"bench", "--nodes=2", "--pods-per-node=2", "--namespaces=1", "nosuch"}, "unknown scenario nosuch: known scenarios are authz, graph, fanout"},
 		{"unknown output", []string{"bench", "--output=xml"}, "--output must be table or json"},
 		{"zero phase", []string{"bench", "--phase-duration=0s"}, "--phase-duration must be positive"},
+		{"too many updates", []string{"bench", "--updates=5000"}, "--updates must be at most 1000"},
+		{"zero object size", []string{"bench", "--object-size=0"}, "--object-size must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()

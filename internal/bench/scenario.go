@@ -28,7 +28,9 @@ type Env struct {
 	Cluster *workload.Cluster
 	// PhaseDuration is how long each timed phase runs.
 	PhaseDuration time.Duration
-	Progress      io.Writer
+	// Watch is who watches in the watch scenarios.
+	Watch    WatchLoad
+	Progress io.Writer
 }
 
 func (e *Env) progressf(format string, args ...any) {
@@ -39,7 +41,7 @@ func (e *Env) progressf(format string, args ...any) {
 
 // Scenarios are the scenarios in the order `nodeproxy bench` runs them
 // when none is named.
-var Scenarios = []Scenario{authzScenario, graphScenario}
+var Scenarios = []Scenario{authzScenario, graphScenario, fanoutScenario}
 
 // Lookup returns the scenarios named, or all of them for none; an unknown
 // name is an error that lists the known ones.

@@ -19,7 +19,11 @@ func TestScenariosInProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &Env{Shape: shape, Cluster: c, PhaseDuration: 50 * time.Millisecond}
+	env := &Env{Shape: shape, Cluster: c, PhaseDuration: 50 * time.Millisecond,
+		Watch: WatchLoad{Nodes: 5, ChannelsPerNode: 3, ObjectSize: 64, Updates: 20}}
+	// Each scenario is interrupted once it announces this phase, which
+	// would run an hour.
+	longPhase := map[string]string{"authz": "in-process decisions", "graph": "pod writes", "fanout": "single updates"}
 	for _, s := range Scenarios {
 		t.Run(s.Name, func(t *testing.T) {
 			r, err := s.Run(context.Background(), env)
@@ -36,16 +40,31 @@ func TestScenariosInProcess(t *testing.T) {
 			}
 
 			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
 			interrupted := *env
 			interrupted.PhaseDuration = time.Hour
-			time.AfterFunc(100*time.Millisecond, cancel)
+			interrupted.Progress = cancelOn{longPhase[s.Name], cancel}
 			r, err = s.Run(ctx, &interrupted)
 			if err == nil || r == nil || !r.Partial {
 				t.Errorf("interrupted: %+v, %v; want a partial result and the cancellation", r, err)
 			}
 		})
 	}
-	if _, err := Lookup([]string{"authz", "nosuch"}); err == nil || !strings.Contains(err.Error(), "known scenarios are authz, graph") {
+	if _, err := Lookup([]string{"authz", "nosuch"}); err == nil || !strings.Contains(err.Error(), "known scenarios are authz, graph, fanout") {
 		t.Errorf("unknown scenario: %v", err)
 	}
+}
+
+// cancelOn is a progress writer that cancels once a line contains marker,
+// a moment after: the phase has started.
+type cancelOn struct {
+	marker string
+	cancel context.CancelFunc
+}
+
+func (c cancelOn) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), c.marker) {
+		time.AfterFunc(100*time.Millisecond, c.cancel)
+	}
+	return len(p), nil
 }

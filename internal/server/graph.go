@@ -12,10 +12,10 @@ import (
 	"github.com/nodeproxy/nodeproxy/graph"
 )
 
-// feedGraph makes the graph hear of every change to the types it is built
+// FeedGraph makes the graph hear of every change to the types it is built
 // from before the cache shows the change to anyone: a node that saw its
 // pod in a list finds the graph already lets it read what the pod uses.
-func feedGraph(c *cache.Cache, g *graph.Graph) error {
+func FeedGraph(c *cache.Cache, g *graph.Graph) error {
 	handlers := map[string]toolscache.ResourceEventHandler{
 		"pods":              g.PodHandler(),
 		"persistentvolumes": g.PVHandler(),

@@ -44,7 +44,7 @@ func (c *Config) New() (*Server, error) {
 		return nil, fmt.Errorf("generic API server: %w", err)
 	}
 	g := graph.New()
-	if err := feedGraph(objects, g); err != nil {
+	if err := FeedGraph(objects, g); err != nil {
 		return nil, err
 	}
 	graph.RegisterMetrics()
