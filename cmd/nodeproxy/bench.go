@@ -23,12 +23,13 @@ import (
 type benchOptions struct {
 	shape         workload.Shape
 	watch         bench.WatchLoad
+	revokeRate    int
 	phaseDuration time.Duration
 	output        string
 }
 
 func newBenchOptions() *benchOptions {
-	return &benchOptions{shape: workload.ReferenceShape(), watch: bench.DefaultWatchLoad(), phaseDuration: 2 * time.Second, output: "table"}
+	return &benchOptions{shape: workload.ReferenceShape(), watch: bench.DefaultWatchLoad(), revokeRate: 200, phaseDuration: 2 * time.Second, output: "table"}
 }
 
 func (o *benchOptions) flags() cliflag.NamedFlagSets {
@@ -54,6 +55,8 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 	fs.IntVar(&w.ObjectSize, "object-size", w.ObjectSize, "Bytes of data in each secret and configmap.")
 	fs.IntVar(&w.Updates, "updates", w.Updates, "Back-to-back updates per sustained round (at most 1000: a channel queues 1024 events).")
 
+	fs.IntVar(&o.revokeRate, "revoke-rate", o.revokeRate, "Pod deletions per second in the revoke scenario.")
+
 	fs = fss.FlagSet("run")
 	fs.DurationVar(&o.phaseDuration, "phase-duration", o.phaseDuration, "How long each timed phase of a scenario runs.")
 	fs.StringVar(&o.output, "output", o.output, "table (for people) or json (for machines), on stdout.")
@@ -74,7 +77,7 @@ func (o *benchOptions) validate() error {
 	for _, f := range []struct {
 		name  string
 		value int
-	}{{"--watch-nodes", w.Nodes}, {"--channels-per-node", w.ChannelsPerNode}, {"--object-size", w.ObjectSize}, {"--updates", w.Updates}} {
+	}{{"--watch-nodes", w.Nodes}, {"--channels-per-node", w.ChannelsPerNode}, {"--object-size", w.ObjectSize}, {"--updates", w.Updates}, {"--revoke-rate", o.revokeRate}} {
 		if f.value <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", f.name, f.value))
 		}
@@ -132,7 +135,7 @@ func runBench(ctx context.Context, o *benchOptions, scenarios []bench.Scenario, 
 	}
 	fmt.Fprintf(progress, "generated %d nodes, %d pods, %d volumes in %s\n", len(cluster.Nodes), len(cluster.Pods), len(cluster.PVs),
 		time.Since(started).Round(time.Millisecond))
-	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, Progress: progress}
+	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, RevokeRate: o.revokeRate, Progress: progress}
 	report := benchReport{Shape: o.shape}
 	var runErr error
 	for _, s := range scenarios {

@@ -87,7 +87,9 @@ type watchClient struct {
 	// last one arrived (unix nanoseconds).
 	targetEvents, lastTarget atomic.Int64
 	errors                   atomic.Int64
-	buf                      []byte
+	// forbiddenAt is when an ERROR 403 ended target (unix nanoseconds).
+	forbiddenAt atomic.Int64
+	buf         []byte
 }
 
 func runFanout(ctx context.Context, env *Env) (*Result, error) {
@@ -277,6 +279,9 @@ func (c *watchClient) read() {
 		id, _ := strconv.ParseInt(string(rest[:end]), 10, 64)
 		if bytes.HasPrefix(rest[end:], []byte(`,"type":"ERROR"`)) {
 			c.errors.Add(1)
+			if id == c.target && bytes.Contains(data, []byte(`"code":403`)) {
+				c.forbiddenAt.Store(time.Now().UnixNano())
+			}
 			continue
 		}
 		if id == c.target {

@@ -29,8 +29,10 @@ type Env struct {
 	// PhaseDuration is how long each timed phase runs.
 	PhaseDuration time.Duration
 	// Watch is who watches in the watch scenarios.
-	Watch    WatchLoad
-	Progress io.Writer
+	Watch WatchLoad
+	// RevokeRate is pod deletions per second in the revoke scenario.
+	RevokeRate int
+	Progress   io.Writer
 }
 
 func (e *Env) progressf(format string, args ...any) {
@@ -41,7 +43,7 @@ func (e *Env) progressf(format string, args ...any) {
 
 // Scenarios are the scenarios in the order `nodeproxy bench` runs them
 // when none is named.
-var Scenarios = []Scenario{authzScenario, graphScenario, fanoutScenario}
+var Scenarios = []Scenario{authzScenario, graphScenario, fanoutScenario, revokeScenario}
 
 // Lookup returns the scenarios named, or all of them for none; an unknown
 // name is an error that lists the known ones.

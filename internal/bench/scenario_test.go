@@ -20,10 +20,10 @@ func TestScenariosInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := &Env{Shape: shape, Cluster: c, PhaseDuration: 50 * time.Millisecond,
-		Watch: WatchLoad{Nodes: 5, ChannelsPerNode: 3, ObjectSize: 64, Updates: 20}}
+		Watch: WatchLoad{Nodes: 5, ChannelsPerNode: 3, ObjectSize: 64, Updates: 20}, RevokeRate: 1000}
 	// Each scenario is interrupted once it announces this phase, which
 	// would run an hour.
-	longPhase := map[string]string{"authz": "in-process decisions", "graph": "pod writes", "fanout": "single updates"}
+	longPhase := map[string]string{"authz": "in-process decisions", "graph": "pod writes", "fanout": "single updates", "revoke": "deleting"}
 	for _, s := range Scenarios {
 		t.Run(s.Name, func(t *testing.T) {
 			r, err := s.Run(context.Background(), env)
@@ -43,6 +43,7 @@ func TestScenariosInProcess(t *testing.T) {
 			defer cancel()
 			interrupted := *env
 			interrupted.PhaseDuration = time.Hour
+			interrupted.RevokeRate = 1 // seconds per deletion
 			interrupted.Progress = cancelOn{longPhase[s.Name], cancel}
 			r, err = s.Run(ctx, &interrupted)
 			if err == nil || r == nil || !r.Partial {
@@ -50,7 +51,7 @@ func TestScenariosInProcess(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Lookup([]string{"authz", "nosuch"}); err == nil || !strings.Contains(err.Error(), "known scenarios are authz, graph, fanout") {
+	if _, err := Lookup([]string{"authz", "nosuch"}); err == nil || !strings.Contains(err.Error(), "known scenarios are authz, graph, fanout, revoke") {
 		t.Errorf("unknown scenario: %v", err)
 	}
 }
