@@ -84,6 +84,11 @@ func run(ctx context.Context, o demoOptions) error {
 		return err
 	}
 
+	step("A kubelet's bulk watch: one websocket, a channel per object, closed when access is lost")
+	if err := showBulkWatch(ctx, cp, kube); err != nil {
+		return err
+	}
+
 	step("Look around (the files are removed when the demo stops)")
 	fmt.Printf(`    nodeproxy:       %[1]s   (log: %[2]s)
     kube-apiserver:  %[3]s   (logs in %[4]s)
