@@ -98,6 +98,14 @@ func showBulkWatch(ctx context.Context, cp *controlplane.ControlPlane, kube kube
 		return err
 	}
 
+	fmt.Println("    admin creates pod demo/web-1 on node-a")
+	if _, err := kube.CoreV1().Pods(demoNamespace).Create(ctx, pod("web-1", "node-a"), metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if err := until("the new pod", func(ev labelled) bool { return ev.Type == watch.Added }); err != nil {
+		return err
+	}
+
 	fmt.Println("    admin updates secret demo/db-password")
 	secret, err := kube.CoreV1().Secrets(demoNamespace).Get(ctx, "db-password", metav1.GetOptions{})
 	if err != nil {
