@@ -40,8 +40,12 @@ test: tools verify-codegen vet ## run every test, with the race detector, agains
 demo: tools build ## start a local control plane with nodeproxy in front of it (Ctrl-C stops it)
 	$(GO) run ./hack/demo --nodeproxy=bin/nodeproxy $(DEMOFLAGS)
 
-bench: build ## nodeproxy bench on the in-tree Node authorizer's benchmark shape (100k pods; BENCHFLAGS to change it)
-	bin/nodeproxy bench $(BENCHFLAGS)
+# What `make bench` runs: every scenario, apiserver included (it starts a
+# local control plane, as make demo does).
+BENCHSCENARIOS ?= authz graph fanout revoke apiserver
+
+bench: tools build ## nodeproxy bench: the in-tree Node authorizer's shape (100k pods) and kube-apiserver side by side (~2 min; BENCHFLAGS, BENCHSCENARIOS)
+	bin/nodeproxy bench $(BENCHFLAGS) $(BENCHSCENARIOS)
 
 clean: ## remove build output (the tools cache stays; see docs/operations.md)
 	rm -rf bin

@@ -16,6 +16,7 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 
 	"github.com/nodeproxy/nodeproxy/internal/bench"
+	"github.com/nodeproxy/nodeproxy/internal/controlplane"
 	"github.com/nodeproxy/nodeproxy/internal/workload"
 )
 
@@ -97,7 +98,7 @@ func (o *benchOptions) validate() error {
 func newBenchCommand() *cobra.Command {
 	o := newBenchOptions()
 	long := "Measure nodeproxy on a synthetic cluster of the given shape, in this process (no cluster needed), " +
-		"and print a summary. Scenarios (all when none is named):\n"
+		"and print a summary. Scenarios (all but apiserver when none is named):\n"
 	for _, s := range bench.Scenarios {
 		long += fmt.Sprintf("  %-8s %s\n", s.Name, s.Help)
 	}
@@ -135,7 +136,8 @@ func runBench(ctx context.Context, o *benchOptions, scenarios []bench.Scenario, 
 	}
 	fmt.Fprintf(progress, "generated %d nodes, %d pods, %d volumes in %s\n", len(cluster.Nodes), len(cluster.Pods), len(cluster.PVs),
 		time.Since(started).Round(time.Millisecond))
-	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, RevokeRate: o.revokeRate, Progress: progress}
+	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, RevokeRate: o.revokeRate,
+		StartTarget: startLocalTarget(progress), Progress: progress}
 	report := benchReport{Shape: o.shape}
 	var runErr error
 	for _, s := range scenarios {
@@ -201,4 +203,31 @@ func humanNumber(v float64) string {
 		return out
 	}
 	return fmt.Sprintf("%.3g", v)
+}
+
+// startLocalTarget starts the control plane of `make demo` (etcd and
+// kube-apiserver built from this checkout's hack/tools, Node and RBAC
+// authorizers) and this very binary as `nodeproxy serve` in front of it.
+func startLocalTarget(progress io.Writer) bench.StartTarget {
+	return func(ctx context.Context) (bench.Target, func(), error) {
+		self, err := os.Executable()
+		if err != nil {
+			return bench.Target{}, nil, fmt.Errorf("find this binary to run it as nodeproxy serve: %w", err)
+		}
+		cp, err := controlplane.Start(ctx, controlplane.Options{Log: progress})
+		if err != nil {
+			return bench.Target{}, nil, fmt.Errorf("start a local control plane (run from a checkout of nodeproxy; make tools builds it): %w", err)
+		}
+		ports, err := controlplane.FreePorts(1)
+		if err != nil {
+			cp.Stop()
+			return bench.Target{}, nil, err
+		}
+		np, err := cp.StartNodeproxy(ctx, self, ports[0])
+		if err != nil {
+			cp.Stop()
+			return bench.Target{}, nil, err
+		}
+		return bench.Target{ControlPlane: cp, Nodeproxy: np}, func() { np.Process.Stop(); cp.Stop() }, nil
+	}
 }

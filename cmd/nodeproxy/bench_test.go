@@ -81,7 +81,7 @@ func TestBenchRefusesBadInvocations(t *testing.T) {
 		{"more shared per pod than exist", []string{"bench", "--shared-secrets-per-pod=3", "--shared-secrets-per-namespace=2"},
 			"--shared-secrets-per-pod (3) must not exceed --shared-secrets-per-namespace (2)"},
 		{"more namespaces than pods", []string{"bench", "--nodes=1", "--pods-per-node=2", "--namespaces=5"}, "--namespaces (5) must not outnumber the pods (2)"},
-		{"unknown scenario", []string{"bench", "--nodes=2", "--pods-per-node=2", "--namespaces=1", "nosuch"}, "unknown scenario nosuch: known scenarios are authz, graph, fanout, revoke"},
+		{"unknown scenario", []string{"bench", "--nodes=2", "--pods-per-node=2", "--namespaces=1", "nosuch"}, "unknown scenario nosuch: known scenarios are authz, graph, fanout, revoke, apiserver"},
 		{"unknown output", []string{"bench", "--output=xml"}, "--output must be table or json"},
 		{"zero phase", []string{"bench", "--phase-duration=0s"}, "--phase-duration must be positive"},
 		{"too many updates", []string{"bench", "--updates=5000"}, "--updates must be at most 1000"},

@@ -19,6 +19,9 @@ type Scenario struct {
 	// Run measures env's cluster. On cancellation it returns what it has
 	// measured so far with Partial set, and ctx's error.
 	Run func(ctx context.Context, env *Env) (*Result, error)
+	// NeedsControlPlane scenarios run only when named: they start
+	// kube-apiserver and etcd (Env.StartTarget).
+	NeedsControlPlane bool
 }
 
 // Env is what scenarios share: the generated cluster and where progress
@@ -32,7 +35,10 @@ type Env struct {
 	Watch WatchLoad
 	// RevokeRate is pod deletions per second in the revoke scenario.
 	RevokeRate int
-	Progress   io.Writer
+	// StartTarget starts a control plane with nodeproxy in front, for
+	// scenarios that need one.
+	StartTarget StartTarget
+	Progress    io.Writer
 }
 
 func (e *Env) progressf(format string, args ...any) {
@@ -43,13 +49,19 @@ func (e *Env) progressf(format string, args ...any) {
 
 // Scenarios are the scenarios in the order `nodeproxy bench` runs them
 // when none is named.
-var Scenarios = []Scenario{authzScenario, graphScenario, fanoutScenario, revokeScenario}
+var Scenarios = []Scenario{authzScenario, graphScenario, fanoutScenario, revokeScenario, apiserverScenario}
 
-// Lookup returns the scenarios named, or all of them for none; an unknown
-// name is an error that lists the known ones.
+// Lookup returns the scenarios named, or for none every one that runs
+// in-process; an unknown name is an error that lists the known ones.
 func Lookup(names []string) ([]Scenario, error) {
 	if len(names) == 0 {
-		return Scenarios, nil
+		var out []Scenario
+		for _, s := range Scenarios {
+			if !s.NeedsControlPlane {
+				out = append(out, s)
+			}
+		}
+		return out, nil
 	}
 	var out []Scenario
 	for _, n := range names {

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -186,7 +187,9 @@ func (c *comparison) setUp(ctx context.Context) error {
 	if c.apiClient, err = rest.HTTPClientFor(admin); err != nil {
 		return err
 	}
-	c.prefix = fmt.Sprintf("versus-%d", time.Now().Unix()%100000)
+	// Unique per run: runs share a control plane in tests and in a
+	// developer's cluster.
+	c.prefix = "versus-" + utilrand.String(6)
 	started := time.Now()
 	for ns := range c.shape.Namespaces {
 		if err := c.ControlPlane.EnsureNamespace(ctx, fmt.Sprintf("%s-%d", c.prefix, ns)); err != nil {

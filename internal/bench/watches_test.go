@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodeproxy/nodeproxy/internal/controlplane"
 )
@@ -126,5 +127,36 @@ func BenchmarkCompareWatches(b *testing.B) {
 		b.ReportMetric(ratio(sq.APIServer.UpdateCPU.Seconds(), with.APIServer.UpdateCPU.Seconds(), with.Nodeproxy.UpdateCPU.Seconds()), "update-cpu-ratio")
 		b.ReportMetric(ratio(float64(sq.APIServer.RSSOpen), float64(with.APIServer.RSSOpen), float64(with.Nodeproxy.RSSOpen)), "rss-ratio")
 		b.ReportMetric(float64(sq.APIServerWatches)/float64(max(with.APIServerWatches, 1)), "apiserver-watch-ratio")
+	}
+}
+
+// TestAPIServerScenario runs the apiserver scenario small against the
+// harness's control plane, with nodeproxy started as the scenario starts
+// it.
+func TestAPIServerScenario(t *testing.T) {
+	env := &Env{
+		PhaseDuration: 10 * time.Millisecond,
+		Watch:         WatchLoad{Nodes: 4, ChannelsPerNode: 3, ObjectSize: 64, Updates: 10},
+		StartTarget: func(context.Context) (Target, func(), error) {
+			np := startNodeproxy(t)
+			return Target{ControlPlane: cp, Nodeproxy: np}, func() {}, nil
+		},
+	}
+	r, err := apiserverScenario.Run(context.Background(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	figures := map[string]float64{}
+	for _, f := range r.Figures {
+		figures[f.Name] = f.Value
+	}
+	if got := figures["channels on nodeproxy"]; got != 12 {
+		t.Errorf("channels on nodeproxy = %v, want 4 nodes x 3", got)
+	}
+	if figures["watches on kube-apiserver, status quo"] < figures["watches on kube-apiserver, with nodeproxy"]+12 {
+		t.Errorf("the status quo added fewer than 12 watches on kube-apiserver: %v", figures)
+	}
+	if _, err := (&Scenario{Run: runAPIServer}).Run(context.Background(), &Env{Watch: env.Watch}); err == nil {
+		t.Error("ran without a control plane to start")
 	}
 }
