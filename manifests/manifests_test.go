@@ -14,11 +14,12 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeproxy/nodeproxy/internal/controlplane"
+	"github.com/nodeproxy/nodeproxy/internal/testserver"
 )
 
 var cp *controlplane.ControlPlane
 
-func TestMain(m *testing.M) { os.Exit(controlplane.RunTests(m, controlplane.Options{}, &cp)) }
+func TestMain(m *testing.M) { os.Exit(testserver.RunTests(m, controlplane.Options{}, &cp)) }
 
 // notApplied are files here that are not cluster objects.
 var notApplied = []string{"kustomization.yaml", "kube-apiserver-authorization-config.yaml"}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodeproxy/nodeproxy/internal/controlplane"
+	"github.com/nodeproxy/nodeproxy/internal/testserver"
 )
 
 var (
@@ -28,7 +29,7 @@ var (
 // operator sees of the command (exit codes, messages, signals), so they run
 // the real program, against a real control plane.
 func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunTestsWithNodeproxy(m, controlplane.Options{}, &cp, &bin))
+	os.Exit(testserver.RunTestsWithNodeproxy(m, controlplane.Options{}, &cp, &bin))
 }
 
 // run runs nodeproxy with args and returns its combined output and exit

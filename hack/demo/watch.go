@@ -58,7 +58,9 @@ func showBulkWatch(ctx context.Context, cp *controlplane.ControlPlane, kube kube
 	core := func(resource string) metav1.GroupVersionResource {
 		return metav1.GroupVersionResource{Version: "v1", Resource: resource}
 	}
-	byName := func(name string) metav1.ListOptions { return metav1.ListOptions{FieldSelector: "metadata.name=" + name} }
+	byName := func(name string) metav1.ListOptions {
+		return metav1.ListOptions{FieldSelector: "metadata.name=" + name}
+	}
 	for _, c := range []struct {
 		label string
 		sel   v1alpha1.GetOperation

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nodeproxy/nodeproxy/internal/controlplane"
+	"github.com/nodeproxy/nodeproxy/internal/testserver"
 )
 
 var (
@@ -20,7 +21,7 @@ var (
 // default authorizers (Node, then RBAC): the status quo a kubelet's watches
 // are measured against.
 func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunTestsWithNodeproxy(m, controlplane.Options{}, &cp, &bin))
+	os.Exit(testserver.RunTestsWithNodeproxy(m, controlplane.Options{}, &cp, &bin))
 }
 
 // startNodeproxy runs nodeproxy serve in front of the control plane until

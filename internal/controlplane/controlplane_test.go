@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -25,8 +26,18 @@ import (
 
 var cp *ControlPlane
 
+// TestMain starts the control plane under test itself: the shared helper
+// (testserver.RunTests) imports this package.
 func TestMain(m *testing.M) {
-	os.Exit(RunTests(m, Options{}, &cp))
+	started, err := Start(context.Background(), Options{Log: os.Stderr})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "start control plane: %v\n", err)
+		os.Exit(1)
+	}
+	cp = started
+	code := m.Run()
+	started.Stop()
+	os.Exit(code)
 }
 
 func clientFor(t *testing.T, cfg *rest.Config) kubernetes.Interface {

@@ -24,7 +24,7 @@ import (
 var cp *controlplane.ControlPlane
 
 func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunTests(m, controlplane.Options{}, &cp))
+	os.Exit(testserver.RunTests(m, controlplane.Options{}, &cp))
 }
 
 func get(c *http.Client, url string) (int, string, error) {

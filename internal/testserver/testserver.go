@@ -214,7 +214,7 @@ func RunBehindWebhook(m *testing.M, cp **controlplane.ControlPlane, port *int) i
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	return controlplane.RunTests(m, controlplane.Options{
+	return RunTests(m, controlplane.Options{
 		AuthorizationFor: controlplane.WebhookAuthorization(
 			filepath.Join(root, "manifests", "kube-apiserver-authorization-config.yaml"),
 			fmt.Sprintf("https://127.0.0.1:%d/authorize", *port), WebhookUser, false),

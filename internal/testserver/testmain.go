@@ -1,10 +1,12 @@
-package controlplane
+package testserver
 
 import (
 	"context"
 	"fmt"
 	"os"
 	"testing"
+
+	"github.com/nodeproxy/nodeproxy/internal/controlplane"
 )
 
 // RunTests starts one control plane for a test package, stores it in *cp,
@@ -14,16 +16,16 @@ import (
 //	var cp *controlplane.ControlPlane
 //
 //	func TestMain(m *testing.M) {
-//		os.Exit(controlplane.RunTests(m, controlplane.Options{}, &cp))
+//		os.Exit(testserver.RunTests(m, controlplane.Options{}, &cp))
 //	}
 //
 // If the test binary dies instead (a panic, -timeout), the kernel kills
-// both processes; see StartProcess.
-func RunTests(m *testing.M, opts Options, cp **ControlPlane) int {
+// both processes; see controlplane.StartProcess.
+func RunTests(m *testing.M, opts controlplane.Options, cp **controlplane.ControlPlane) int {
 	if opts.Log == nil {
 		opts.Log = os.Stderr
 	}
-	started, err := Start(context.Background(), opts)
+	started, err := controlplane.Start(context.Background(), opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "start control plane: %v\n", err)
 		return 1
@@ -36,14 +38,14 @@ func RunTests(m *testing.M, opts Options, cp **ControlPlane) int {
 // RunTestsWithNodeproxy is RunTests for packages that run nodeproxy as its
 // own process: it also builds the nodeproxy binary and stores its path in
 // *bin.
-func RunTestsWithNodeproxy(m *testing.M, opts Options, cp **ControlPlane, bin *string) int {
+func RunTestsWithNodeproxy(m *testing.M, opts controlplane.Options, cp **controlplane.ControlPlane, bin *string) int {
 	dir, err := os.MkdirTemp("", "nodeproxy-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if *bin, err = BuildNodeproxy(context.Background(), dir); err != nil {
+	if *bin, err = controlplane.BuildNodeproxy(context.Background(), dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
