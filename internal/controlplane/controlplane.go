@@ -79,7 +79,7 @@ type ControlPlane struct {
 // Start builds the binaries if they are missing, starts etcd and
 // kube-apiserver, and returns when kube-apiserver's /readyz says ok. On
 // error nothing is left running.
-func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
+func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
@@ -87,6 +87,22 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// FreePorts releases the ports it finds before etcd and kube-apiserver
+	// bind them, so another process (a parallel test package's control
+	// plane) may take one in between; then start over on other ports.
+	for attempt := 1; ; attempt++ {
+		cp, err := start(ctx, opts, bins)
+		if err == nil || attempt == startAttempts || !strings.Contains(err.Error(), "address already in use") {
+			return cp, err
+		}
+		fmt.Fprintf(opts.Log, "a port was taken before the control plane bound it; starting over on other ports\n")
+	}
+}
+
+// startAttempts bounds Start's retries on a port taken under it.
+const startAttempts = 3
+
+func start(ctx context.Context, opts Options, bins Binaries) (_ *ControlPlane, err error) {
 	began := time.Now()
 	dir, err := os.MkdirTemp("", "nodeproxy-controlplane-")
 	if err != nil {
