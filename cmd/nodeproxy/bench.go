@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -124,21 +125,31 @@ func newBenchCommand() *cobra.Command {
 
 // benchReport is the JSON output.
 type benchReport struct {
-	Shape   workload.Shape  `json:"shape"`
+	// Shape is the generated cluster's; absent when no in-process
+	// scenario ran.
+	Shape   *workload.Shape `json:"shape,omitempty"`
 	Results []*bench.Result `json:"results"`
 }
 
 func runBench(ctx context.Context, o *benchOptions, scenarios []bench.Scenario, out, progress io.Writer) error {
 	started := time.Now()
-	cluster, err := workload.Generate(o.shape)
-	if err != nil {
-		return err
+	// The in-process scenarios share one generated cluster; apiserver
+	// builds its own through kube-apiserver.
+	var cluster *workload.Cluster
+	if slices.ContainsFunc(scenarios, func(s bench.Scenario) bool { return !s.NeedsControlPlane }) {
+		var err error
+		if cluster, err = workload.Generate(o.shape); err != nil {
+			return err
+		}
+		fmt.Fprintf(progress, "generated %d nodes, %d pods, %d volumes in %s\n", len(cluster.Nodes), len(cluster.Pods), len(cluster.PVs),
+			time.Since(started).Round(time.Millisecond))
 	}
-	fmt.Fprintf(progress, "generated %d nodes, %d pods, %d volumes in %s\n", len(cluster.Nodes), len(cluster.Pods), len(cluster.PVs),
-		time.Since(started).Round(time.Millisecond))
 	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, RevokeRate: o.revokeRate,
 		StartTarget: startLocalTarget(progress), Progress: progress}
-	report := benchReport{Shape: o.shape}
+	report := benchReport{}
+	if cluster != nil {
+		report.Shape = &o.shape
+	}
 	var runErr error
 	for _, s := range scenarios {
 		r, err := s.Run(ctx, env)
@@ -166,8 +177,9 @@ func runBench(ctx context.Context, o *benchOptions, scenarios []bench.Scenario, 
 }
 
 func writeBenchTable(w io.Writer, r benchReport) error {
-	s := r.Shape
-	fmt.Fprintf(w, "cluster: %d nodes x %d pods in %d namespaces\n", s.Nodes, s.PodsPerNode, s.Namespaces)
+	if s := r.Shape; s != nil {
+		fmt.Fprintf(w, "cluster: %d nodes x %d pods in %d namespaces\n", s.Nodes, s.PodsPerNode, s.Namespaces)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, res := range r.Results {
 		title := res.Scenario
