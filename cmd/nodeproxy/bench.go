@@ -145,7 +145,7 @@ func runBench(ctx context.Context, o *benchOptions, scenarios []bench.Scenario, 
 			time.Since(started).Round(time.Millisecond))
 	}
 	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, RevokeRate: o.revokeRate,
-		StartTarget: startLocalTarget(progress), Progress: progress}
+		StartTarget: startLocalTarget(progress), Progress: progress, Bar: progressBars(progress)}
 	report := benchReport{}
 	if cluster != nil {
 		report.Shape = &o.shape

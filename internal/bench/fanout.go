@@ -122,7 +122,7 @@ func runFanout(ctx context.Context, env *Env) (*Result, error) {
 		return nil, fmt.Errorf("fanout: the watching nodes' pods use no secret: nothing to update")
 	}
 
-	env.progressf("fanout: %d nodes connecting", nodes)
+	bar := env.phase(nodes, "fanout: %d nodes connecting", nodes)
 	base := heapInUse()
 	dialer := websocket.Dialer{TLSClientConfig: p.TLS, Subprotocols: []string{v1alpha1.WatchSubprotocol}}
 	clients := make([]*watchClient, nodes)
@@ -133,11 +133,13 @@ func runFanout(ctx context.Context, env *Env) (*Result, error) {
 		}
 		defer ws.Close()
 		clients[n] = &watchClient{ws: ws, buf: make([]byte, 0, load.ObjectSize+512)}
+		bar.Add(1)
 	}
+	bar.Done()
 	connected := heapInUse()
 
 	channels := 0
-	env.progressf("fanout: opening the channels (%d secret channels on %s/%s)", counts[target], target.namespace, target.name)
+	bar = env.phase(nodes, "fanout: opening the channels (%d on %s/%s)", counts[target], target.namespace, target.name)
 	var readers sync.WaitGroup
 	defer readers.Wait()
 	defer func() {
@@ -179,7 +181,9 @@ func runFanout(ctx context.Context, env *Env) (*Result, error) {
 		}
 		channels += len(subs[n])
 		readers.Go(func() { c.read() })
+		bar.Add(1)
 	}
+	bar.Done()
 	opened := heapInUse()
 	r.Figures = append(r.Figures,
 		Figure{Name: "connections", Value: float64(nodes), Unit: ""},

@@ -35,7 +35,7 @@ func runRevoke(ctx context.Context, env *Env) (*Result, error) {
 	}
 	defer p.stop()
 
-	env.progressf("revoke: %d nodes each watching a secret only its first pod uses", nodes)
+	bar := env.phase(nodes, "revoke: %d nodes each watching a secret only its first pod uses", nodes)
 	dialer := websocket.Dialer{TLSClientConfig: p.TLS, Subprotocols: []string{v1alpha1.WatchSubprotocol}}
 	clients := make([]*watchClient, 0, nodes)
 	var readers sync.WaitGroup
@@ -79,9 +79,12 @@ func runRevoke(ctx context.Context, env *Env) (*Result, error) {
 		}
 		c.target = msg.Response.Channel
 		readers.Go(func() { c.read() })
+		bar.Add(1)
 	}
+	bar.Done()
 
-	env.progressf("revoke: deleting %d pods at %d/s", nodes, env.RevokeRate)
+	bar = env.phase(nodes, "revoke: deleting %d pods at %d/s", nodes, env.RevokeRate)
+	defer bar.Done()
 	interval := time.Second / time.Duration(env.RevokeRate)
 	deleted := make([]time.Time, 0, nodes)
 	start := time.Now()
@@ -96,6 +99,7 @@ func runRevoke(ctx context.Context, env *Env) (*Result, error) {
 		if err := p.deletePod(env.Cluster.Pods[n*env.Shape.PodsPerNode]); err != nil {
 			return nil, err
 		}
+		bar.Add(1)
 	}
 	var took []time.Duration
 	deadline := time.Now().Add(time.Minute)

@@ -39,6 +39,32 @@ type Env struct {
 	// scenarios that need one.
 	StartTarget StartTarget
 	Progress    io.Writer
+	// Bar, when set, shows a phase of total steps as it advances (a
+	// progress bar on a terminal); nil means the phase's line in Progress
+	// is all.
+	Bar func(total int, what string) Counter
+}
+
+// Counter follows a phase of known length.
+type Counter interface {
+	Add(n int)
+	// Done ends the display, whether or not every step was counted.
+	Done()
+}
+
+type noCounter struct{}
+
+func (noCounter) Add(int) {}
+func (noCounter) Done()   {}
+
+// phase announces a phase of total steps and returns what counts them.
+func (e *Env) phase(total int, format string, args ...any) Counter {
+	what := fmt.Sprintf(format, args...)
+	if e.Bar == nil {
+		e.progressf("%s", what)
+		return noCounter{}
+	}
+	return e.Bar(total, what)
 }
 
 func (e *Env) progressf(format string, args ...any) {
