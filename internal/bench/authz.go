@@ -15,6 +15,7 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -48,10 +49,10 @@ func questions(s workload.Shape, c *workload.Cluster, n int) []question {
 		node := &user.DefaultInfo{Name: "system:node:" + own.Spec.NodeName, Groups: []string{user.NodesGroup}}
 		before := len(qs)
 		for _, p := range []struct {
-			pod   int
+			pod   *corev1.Pod
 			allow bool
-		}{{(i * s.PodsPerNode) % len(c.Pods), true}, {((i + 1) * s.PodsPerNode) % len(c.Pods), own.Spec.NodeName == other.Spec.NodeName}} {
-			pod := c.Pods[p.pod]
+		}{{own, true}, {other, own.Spec.NodeName == other.Spec.NodeName}} {
+			pod := p.pod
 			for _, v := range pod.Spec.Volumes {
 				a := authorizer.AttributesRecord{User: node, Verb: "get", ResourceRequest: true, APIVersion: "v1", Namespace: pod.Namespace}
 				switch {
@@ -106,7 +107,7 @@ func runAuthz(ctx context.Context, env *Env) (*Result, error) {
 		r.Figures = append(r.Figures, Figure{Name: "in-process decisions, 1 goroutine", Value: float64(n.count) / n.seconds, Unit: "/s"})
 	}
 	if err != nil {
-		return partial(ctx, r, err)
+		return interrupted(ctx, r, err)
 	}
 	procs := runtime.GOMAXPROCS(0)
 	env.progressf("authz: in-process decisions for %s, %d goroutines", env.PhaseDuration, procs)
@@ -119,7 +120,7 @@ func runAuthz(ctx context.Context, env *Env) (*Result, error) {
 		r.Figures = append(r.Figures, Figure{Name: fmt.Sprintf("in-process decisions, %d goroutines", procs), Value: float64(n.count) / n.seconds, Unit: "/s"})
 	}
 	if err != nil {
-		return partial(ctx, r, err)
+		return interrupted(ctx, r, err)
 	}
 	samples := make([]time.Duration, 0, 100000)
 	for i := range cap(samples) {
@@ -164,7 +165,7 @@ func runAuthz(ctx context.Context, env *Env) (*Result, error) {
 		r.Latencies = append(r.Latencies, latencyOf("webhook review over HTTPS", webhook))
 	}
 	if err != nil {
-		return partial(ctx, r, err)
+		return interrupted(ctx, r, err)
 	}
 	return r, nil
 }
@@ -248,13 +249,3 @@ func untilDeadline(ctx context.Context, d time.Duration, workers, chunk int, f f
 }
 
 var errPhaseDone = fmt.Errorf("phase done")
-
-// partial marks r as interrupted when ctx has ended (err is then its
-// cause, a signal's for Ctrl-C), and passes err on.
-func partial(ctx context.Context, r *Result, err error) (*Result, error) {
-	if ctx.Err() != nil {
-		r.Partial = true
-		return r, err
-	}
-	return nil, err
-}

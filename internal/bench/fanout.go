@@ -1,22 +1,13 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/gorilla/websocket"
-
-	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/internal/workload"
 )
 
@@ -78,20 +69,6 @@ func subscriptions(s workload.Shape, c *workload.Cluster, n, max int) []subscrip
 	return out
 }
 
-// watchClient is one node's websocket: it reads everything, and notes
-// when each event of its target channel arrived.
-type watchClient struct {
-	ws     *websocket.Conn
-	target int64 // channel of the most watched secret; 0 if not subscribed
-	// targetEvents counts events read on target; lastTarget is when the
-	// last one arrived (unix nanoseconds).
-	targetEvents, lastTarget atomic.Int64
-	errors                   atomic.Int64
-	// forbiddenAt is when an ERROR 403 ended target (unix nanoseconds).
-	forbiddenAt atomic.Int64
-	buf         []byte
-}
-
 func runFanout(ctx context.Context, env *Env) (*Result, error) {
 	r := &Result{Scenario: "fanout"}
 	load := env.Watch
@@ -122,17 +99,22 @@ func runFanout(ctx context.Context, env *Env) (*Result, error) {
 		return nil, fmt.Errorf("fanout: the watching nodes' pods use no secret: nothing to update")
 	}
 
+	var readers sync.WaitGroup
+	defer readers.Wait() // after the connections close, below
+	clients := make([]*watchClient, 0, nodes)
+	defer func() {
+		for _, c := range clients {
+			c.ws.Close()
+		}
+	}()
 	bar := env.phase(nodes, "fanout: %d nodes connecting", nodes)
 	base := heapInUse()
-	dialer := websocket.Dialer{TLSClientConfig: p.TLS, Subprotocols: []string{v1alpha1.WatchSubprotocol}}
-	clients := make([]*watchClient, nodes)
-	for n := range clients {
-		ws, _, err := dialer.DialContext(ctx, p.URL, http.Header{"X-Bench-Node": {workload.NodeName(n)}})
+	for n := range nodes {
+		c, err := dialNode(ctx, p, n, load.ObjectSize+512)
 		if err != nil {
-			return partialOr(ctx, r, fmt.Errorf("fanout: node %d: %w", n, err))
+			return interrupted(ctx, r, fmt.Errorf("fanout: %w", err))
 		}
-		defer ws.Close()
-		clients[n] = &watchClient{ws: ws, buf: make([]byte, 0, load.ObjectSize+512)}
+		clients = append(clients, c)
 		bar.Add(1)
 	}
 	bar.Done()
@@ -140,44 +122,9 @@ func runFanout(ctx context.Context, env *Env) (*Result, error) {
 
 	channels := 0
 	bar = env.phase(nodes, "fanout: opening the channels (%d on %s/%s)", counts[target], target.namespace, target.name)
-	var readers sync.WaitGroup
-	defer readers.Wait()
-	defer func() {
-		for _, c := range clients {
-			c.ws.Close()
-		}
-	}()
 	for n, c := range clients {
-		targetRequest := int64(-1)
-		for i, s := range subs[n] {
-			if s == target {
-				targetRequest = int64(i)
-			}
-			req, _ := json.Marshal(v1alpha1.WatchRequest{ID: int64(i), Watch: &v1alpha1.Watch{Selector: v1alpha1.GetOperation{
-				Resource:  metav1GVR(s.resource),
-				Namespace: s.namespace,
-				Options:   fieldSelector(s.name),
-			}}})
-			if err := c.ws.WriteMessage(websocket.TextMessage, req); err != nil {
-				return partialOr(ctx, r, fmt.Errorf("fanout: node %d: %w", n, err))
-			}
-		}
-		// Responses first: the channel of the target, and every refusal.
-		for range subs[n] {
-			data, err := readMessage(c.ws, &c.buf)
-			if err != nil {
-				return partialOr(ctx, r, fmt.Errorf("fanout: node %d: %w", n, err))
-			}
-			var msg v1alpha1.ServerMessage
-			if err := json.Unmarshal(data, &msg); err != nil || msg.Response == nil {
-				return nil, fmt.Errorf("fanout: node %d: expected a response, got %.200s", n, data)
-			}
-			if msg.Response.Error != nil {
-				return nil, fmt.Errorf("fanout: node %d refused a channel it should have: %s", n, msg.Response.Error.Message)
-			}
-			if msg.Response.RequestID == targetRequest {
-				c.target = msg.Response.Channel
-			}
+		if err := c.subscribe(subs[n], target); err != nil {
+			return interrupted(ctx, r, fmt.Errorf("fanout: node %d: %w", n, err))
 		}
 		channels += len(subs[n])
 		readers.Go(func() { c.read() })
@@ -215,7 +162,7 @@ func runFanout(ctx context.Context, env *Env) (*Result, error) {
 			return nil, err
 		}
 		if err := waitAll(ctx, subscribers, want); err != nil {
-			return partialOr(ctx, r, err)
+			return interrupted(ctx, r, err)
 		}
 		for _, c := range subscribers {
 			took = append(took, time.Duration(c.lastTarget.Load()-start.UnixNano()))
@@ -242,7 +189,7 @@ func runFanout(ctx context.Context, env *Env) (*Result, error) {
 			}
 		}
 		if err := waitAll(ctx, subscribers, want); err != nil {
-			return partialOr(ctx, r, err)
+			return interrupted(ctx, r, err)
 		}
 		rates = append(rates, float64(len(subscribers)*load.Updates)/time.Since(start).Seconds())
 	}
@@ -259,65 +206,9 @@ func runFanout(ctx context.Context, env *Env) (*Result, error) {
 	}
 	runtime.KeepAlive(clients)
 	if ctx.Err() != nil {
-		return partial(ctx, r, context.Cause(ctx))
+		return interrupted(ctx, r, ctx.Err())
 	}
 	return r, nil
-}
-
-// read counts events until the connection ends.
-func (c *watchClient) read() {
-	prefix := []byte(`{"channel":`)
-	for {
-		data, err := readMessage(c.ws, &c.buf)
-		if err != nil {
-			return
-		}
-		if !bytes.HasPrefix(data, prefix) {
-			continue
-		}
-		rest := data[len(prefix):]
-		end := bytes.IndexByte(rest, ',')
-		if end < 0 {
-			continue
-		}
-		id, _ := strconv.ParseInt(string(rest[:end]), 10, 64)
-		if bytes.HasPrefix(rest[end:], []byte(`,"type":"ERROR"`)) {
-			c.errors.Add(1)
-			if id == c.target && bytes.Contains(data, []byte(`"code":403`)) {
-				c.forbiddenAt.Store(time.Now().UnixNano())
-			}
-			continue
-		}
-		if id == c.target {
-			c.lastTarget.Store(time.Now().UnixNano())
-			c.targetEvents.Add(1)
-		}
-	}
-}
-
-// readMessage reads the next message into *buf's storage, growing it when
-// needed: the clients share the machine with the server, and a message
-// allocated per read would be garbage the server's collector pays for.
-func readMessage(ws *websocket.Conn, buf *[]byte) ([]byte, error) {
-	_, r, err := ws.NextReader()
-	if err != nil {
-		return nil, err
-	}
-	b := (*buf)[:0]
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			*buf = b
-			return b, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
 }
 
 // waitAll waits until each subscriber has read want[i] target events, for
@@ -336,12 +227,4 @@ func waitAll(ctx context.Context, subscribers []*watchClient, want []int64) erro
 		}
 	}
 	return nil
-}
-
-// partialOr returns r marked partial if ctx has ended, else err alone.
-func partialOr(ctx context.Context, r *Result, err error) (*Result, error) {
-	if ctx.Err() != nil {
-		return partial(ctx, r, context.Cause(ctx))
-	}
-	return nil, err
 }

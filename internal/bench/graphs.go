@@ -77,7 +77,7 @@ func runGraph(ctx context.Context, env *Env) (*Result, error) {
 	r.Latencies = append(r.Latencies, latencyOf(fmt.Sprintf("pod write under %d readers", readers), writes))
 	r.Figures = append(r.Figures, Figure{Name: "reads during the writes", Value: float64(total) / env.PhaseDuration.Seconds(), Unit: "/s"})
 	if err := ctx.Err(); err != nil {
-		return partial(ctx, r, err)
+		return interrupted(ctx, r, err)
 	}
 	return r, nil
 }

@@ -2,17 +2,10 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/gorilla/websocket"
-
-	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
-	"github.com/nodeproxy/nodeproxy/internal/workload"
 )
 
 var revokeScenario = Scenario{
@@ -35,49 +28,35 @@ func runRevoke(ctx context.Context, env *Env) (*Result, error) {
 	}
 	defer p.stop()
 
-	bar := env.phase(nodes, "revoke: %d nodes each watching a secret only its first pod uses", nodes)
-	dialer := websocket.Dialer{TLSClientConfig: p.TLS, Subprotocols: []string{v1alpha1.WatchSubprotocol}}
-	clients := make([]*watchClient, 0, nodes)
 	var readers sync.WaitGroup
-	defer readers.Wait()
+	defer readers.Wait() // after the connections close, below
+	clients := make([]*watchClient, 0, nodes)
 	defer func() {
 		for _, c := range clients {
 			c.ws.Close()
 		}
 	}()
+	bar := env.phase(nodes, "revoke: %d nodes each watching a secret only its first pod uses", nodes)
 	for n := range nodes {
 		first := env.Cluster.Pods[n*env.Shape.PodsPerNode]
-		var secret string
+		own := subscription{resource: "secrets", namespace: first.Namespace}
 		for _, v := range first.Spec.Volumes {
 			if v.Secret != nil && !strings.HasSuffix(v.Secret.SecretName, "-shared") {
-				secret = v.Secret.SecretName
+				own.name = v.Secret.SecretName
 				break
 			}
 		}
-		if secret == "" {
+		if own.name == "" {
 			return nil, fmt.Errorf("revoke: pods use no secret of their own (--secrets-per-pod=0): nothing to revoke")
 		}
-		ws, _, err := dialer.DialContext(ctx, p.URL, http.Header{"X-Bench-Node": {workload.NodeName(n)}})
+		c, err := dialNode(ctx, p, n, 1024)
 		if err != nil {
-			return partialOr(ctx, r, fmt.Errorf("revoke: node %d: %w", n, err))
+			return interrupted(ctx, r, fmt.Errorf("revoke: %w", err))
 		}
-		c := &watchClient{ws: ws, buf: make([]byte, 0, 1024)}
 		clients = append(clients, c)
-		req, _ := json.Marshal(v1alpha1.WatchRequest{ID: 1, Watch: &v1alpha1.Watch{Selector: v1alpha1.GetOperation{
-			Resource: metav1GVR("secrets"), Namespace: first.Namespace, Options: fieldSelector(secret),
-		}}})
-		if err := ws.WriteMessage(websocket.TextMessage, req); err != nil {
-			return partialOr(ctx, r, fmt.Errorf("revoke: node %d: %w", n, err))
+		if err := c.subscribe([]subscription{own}, own); err != nil {
+			return interrupted(ctx, r, fmt.Errorf("revoke: node %d: %w", n, err))
 		}
-		data, err := readMessage(ws, &c.buf)
-		if err != nil {
-			return partialOr(ctx, r, fmt.Errorf("revoke: node %d: %w", n, err))
-		}
-		var msg v1alpha1.ServerMessage
-		if err := json.Unmarshal(data, &msg); err != nil || msg.Response == nil || msg.Response.Error != nil {
-			return nil, fmt.Errorf("revoke: node %d: its channel on %s/%s was not opened: %.300s", n, first.Namespace, secret, data)
-		}
-		c.target = msg.Response.Channel
 		readers.Go(func() { c.read() })
 		bar.Add(1)
 	}
@@ -107,7 +86,7 @@ func runRevoke(ctx context.Context, env *Env) (*Result, error) {
 		for clients[n].forbiddenAt.Load() == 0 {
 			if ctx.Err() != nil {
 				r.Latencies = append(r.Latencies, latencyOf("pod deletion to ERROR 403", took))
-				return partial(ctx, r, context.Cause(ctx))
+				return interrupted(ctx, r, ctx.Err())
 			}
 			if time.Now().After(deadline) {
 				return nil, fmt.Errorf("revoke: node %d read no ERROR 403 within a minute of its pod's deletion", n)
@@ -120,7 +99,7 @@ func runRevoke(ctx context.Context, env *Env) (*Result, error) {
 		Figure{Name: "deletion rate achieved", Value: float64(len(deleted)) / time.Since(start).Seconds(), Unit: "/s"})
 	r.Latencies = append(r.Latencies, latencyOf("pod deletion to ERROR 403", took))
 	if ctx.Err() != nil {
-		return partial(ctx, r, context.Cause(ctx))
+		return interrupted(ctx, r, ctx.Err())
 	}
 	return r, nil
 }

@@ -143,3 +143,14 @@ func latencyOf(name string, samples []time.Duration) Latency {
 	l.P50, l.P99, l.Max = us(samples[len(samples)/2]), us(samples[len(samples)*99/100]), us(samples[len(samples)-1])
 	return l
 }
+
+// interrupted ends a scenario that failed with err: when ctx has ended
+// (Ctrl-C), with r marked partial and ctx's cause; otherwise with err
+// alone, nothing measured being worth showing.
+func interrupted(ctx context.Context, r *Result, err error) (*Result, error) {
+	if ctx.Err() != nil {
+		r.Partial = true
+		return r, context.Cause(ctx)
+	}
+	return nil, err
+}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
@@ -266,30 +267,15 @@ func secretVolume(name, secret string) corev1.Volume {
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}}
 }
 
-// parallel runs fs on workers goroutines and returns the first error.
+// parallel runs fs, at most workers at a time, and returns the first
+// error; the context the functions get ends when parallel returns.
 func parallel(ctx context.Context, workers int, fs []func(context.Context) error) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	work := make(chan func(context.Context) error)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for f := range work {
-				if err := f(ctx); err != nil {
-					cancel(err)
-				}
-			}
-		})
-	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
 	for _, f := range fs {
-		select {
-		case work <- f:
-		case <-ctx.Done():
-		}
+		g.Go(func() error { return f(ctx) })
 	}
-	close(work)
-	wg.Wait()
-	return context.Cause(ctx)
+	return g.Wait()
 }
 
 // tally is what the watchers of one way report.

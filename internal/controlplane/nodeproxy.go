@@ -2,11 +2,8 @@ package controlplane
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -69,9 +66,13 @@ func (cp *ControlPlane) StartNodeproxy(ctx context.Context, bin string, port int
 	if err != nil {
 		return nil, err
 	}
-	admin, err := httpsClient(files)
+	// A client of nodeproxy, not of kube-apiserver: only the TLS
+	// settings of this configuration are used.
+	admin, err := rest.HTTPClientFor(&rest.Config{Timeout: 10 * time.Second, TLSClientConfig: rest.TLSClientConfig{
+		CAFile: files.CA, CertFile: files.AdminCert, KeyFile: files.AdminKey,
+	}})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("admin client of nodeproxy: %w", err)
 	}
 	np := &Nodeproxy{URL: "https://127.0.0.1:" + strconv.Itoa(port), Files: *files, Admin: admin, cp: cp}
 	np.Process, err = StartProcess("nodeproxy", bin, append([]string{
@@ -130,22 +131,6 @@ func (cp *ControlPlane) writeNodeproxyFiles() (*NodeproxyFiles, error) {
 		return nil, err
 	}
 	return f, nil
-}
-
-func httpsClient(f *NodeproxyFiles) (*http.Client, error) {
-	pair, err := tls.LoadX509KeyPair(f.AdminCert, f.AdminKey)
-	if err != nil {
-		return nil, fmt.Errorf("admin certificate: %w", err)
-	}
-	ca, err := os.ReadFile(f.CA)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", f.CA, err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}},
-	}}, nil
 }
 
 // BuildNodeproxy builds cmd/nodeproxy into dir and returns the binary's
