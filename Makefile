@@ -45,7 +45,7 @@ demo: tools build ## start a local control plane with nodeproxy in front of it (
 BENCHSCENARIOS ?= authz graph fanout revoke apiserver
 
 bench: tools build ## nodeproxy bench: the in-tree Node authorizer's shape (100k pods) and kube-apiserver side by side (~2.5 min; BENCHFLAGS, BENCHSCENARIOS)
-	bin/nodeproxy bench $(BENCHFLAGS) $(BENCHSCENARIOS)
+	bin/nodeproxy bench --chart bin/bench.svg $(BENCHFLAGS) $(BENCHSCENARIOS)
 
 clean: ## remove build output (the tools cache stays; see docs/operations.md)
 	rm -rf bin

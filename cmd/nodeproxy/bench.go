@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
 	cliflag "k8s.io/component-base/cli/flag"
 
 	"github.com/nodeproxy/nodeproxy/internal/bench"
@@ -28,6 +29,10 @@ type benchOptions struct {
 	revokeRate    int
 	phaseDuration time.Duration
 	output        string
+	chart         string
+	// kubeconfig, when set, points the scenarios at that cluster instead
+	// of nodeproxy in this process.
+	kubeconfig string
 }
 
 func newBenchOptions() *benchOptions {
@@ -59,9 +64,16 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 
 	fs.IntVar(&o.revokeRate, "revoke-rate", o.revokeRate, "Pod deletions per second in the revoke scenario.")
 
+	fs = fss.FlagSet("target")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "Measure the cluster this kubeconfig reaches, with nodeproxy registered as its bulk.k8s.io APIService "+
+		"(for example make demo's), instead of nodeproxy in this process. Objects are created through the API in namespaces and simulated nodes "+
+		"labelled bench.nodeproxy.io/run, removed at the end; nodes are played by impersonation, so the kubeconfig's user must be allowed to impersonate. "+
+		"Runs bulkget and apiserver.")
+
 	fs = fss.FlagSet("run")
 	fs.DurationVar(&o.phaseDuration, "phase-duration", o.phaseDuration, "How long each timed phase of a scenario runs.")
 	fs.StringVar(&o.output, "output", o.output, "table (for people) or json (for machines), on stdout.")
+	fs.StringVar(&o.chart, "chart", o.chart, "Also write the latency distributions as an SVG chart to this file, one panel per scenario (also after an interrupted run).")
 	return fss
 }
 
@@ -90,16 +102,23 @@ func (o *benchOptions) validate() error {
 	if o.phaseDuration <= 0 {
 		errs = append(errs, fmt.Errorf("--phase-duration must be positive, got %s", o.phaseDuration))
 	}
+	if o.kubeconfig != "" {
+		if _, err := os.Stat(o.kubeconfig); err != nil {
+			errs = append(errs, fmt.Errorf("--kubeconfig: %w", err))
+		}
+	}
 	if o.output != "table" && o.output != "json" {
 		errs = append(errs, fmt.Errorf("--output must be table or json, got %s", o.output))
 	}
+	errs = append(errs, validateChartPath(o.chart))
 	return errors.Join(errs...)
 }
 
 func newBenchCommand() *cobra.Command {
 	o := newBenchOptions()
 	long := "Measure nodeproxy on a synthetic cluster of the given shape, in this process (no cluster needed), " +
-		"and print a summary. Scenarios (all but apiserver when none is named):\n"
+		"or with --kubeconfig a cluster it fronts, and print a summary. Scenarios (when none is named, those that run in-process; " +
+		"with --kubeconfig, those that take it: bulkget and apiserver):\n"
 	for _, s := range bench.Scenarios {
 		long += fmt.Sprintf("  %-8s %s\n", s.Name, s.Help)
 	}
@@ -111,7 +130,7 @@ func newBenchCommand() *cobra.Command {
 			if err := o.validate(); err != nil {
 				return fmt.Errorf("invalid flags: %w", err)
 			}
-			scenarios, err := bench.Lookup(args)
+			scenarios, err := bench.Lookup(args, o.kubeconfig != "")
 			if err != nil {
 				return err
 			}
@@ -133,10 +152,11 @@ type benchReport struct {
 
 func runBench(ctx context.Context, o *benchOptions, scenarios []bench.Scenario, out, progress io.Writer) error {
 	started := time.Now()
-	// The in-process scenarios share one generated cluster; apiserver
-	// builds its own through kube-apiserver.
+	// The in-process scenarios share one generated cluster; those against
+	// a cluster build their own workload through kube-apiserver.
+	inProcess := func(s bench.Scenario) bool { return o.kubeconfig == "" && s.InProcess() }
 	var cluster *workload.Cluster
-	if slices.ContainsFunc(scenarios, func(s bench.Scenario) bool { return !s.NeedsControlPlane }) {
+	if slices.ContainsFunc(scenarios, inProcess) {
 		var err error
 		if cluster, err = workload.Generate(o.shape); err != nil {
 			return err
@@ -145,14 +165,51 @@ func runBench(ctx context.Context, o *benchOptions, scenarios []bench.Scenario, 
 			time.Since(started).Round(time.Millisecond))
 	}
 	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, RevokeRate: o.revokeRate,
-		StartTarget: startLocalTarget(progress), Progress: progress, Bar: progressBars(progress)}
+		Progress: progress, Bar: progressBars(progress)}
+	// The cluster the scenarios that need one share: the kubeconfig's, or
+	// a local control plane started for the first of them.
+	var target *bench.Target
+	stopTarget := func() {}
+	defer func() { stopTarget() }()
+	connect := func() (bench.Target, error) {
+		if target != nil {
+			return *target, nil
+		}
+		var t bench.Target
+		if o.kubeconfig != "" {
+			cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+			if err != nil {
+				return t, fmt.Errorf("--kubeconfig %s: %w", o.kubeconfig, err)
+			}
+			if t, err = bench.KubeconfigTarget(cfg); err != nil {
+				return t, err
+			}
+		} else {
+			fmt.Fprintln(progress, "starting etcd, kube-apiserver (Node and RBAC authorizers) and nodeproxy serve")
+			var err error
+			if t, stopTarget, err = startLocalTarget(ctx, progress); err != nil {
+				stopTarget = func() {}
+				return t, err
+			}
+		}
+		target = &t
+		return t, nil
+	}
 	report := benchReport{}
 	if cluster != nil {
 		report.Shape = &o.shape
 	}
 	var runErr error
 	for _, s := range scenarios {
-		r, err := s.Run(ctx, env)
+		var r *bench.Result
+		var err error
+		if inProcess(s) {
+			r, err = s.Run(ctx, env)
+		} else if t, cerr := connect(); cerr != nil {
+			err = cerr
+		} else {
+			r, err = s.RunAgainst(ctx, env, t)
+		}
 		if r != nil {
 			report.Results = append(report.Results, r)
 		}
@@ -170,10 +227,12 @@ func runBench(ctx context.Context, o *benchOptions, scenarios []bench.Scenario, 
 	} else if err := writeBenchTable(out, report); err != nil {
 		return err
 	}
+	// The chart too covers what was measured before an interruption.
+	chartErr := writeBenchChart(o.chart, report.Results)
 	if ctx.Err() != nil {
-		return fmt.Errorf("interrupted (%w): the results above are partial", context.Cause(ctx))
+		return errors.Join(fmt.Errorf("interrupted (%w): the results above are partial", context.Cause(ctx)), chartErr)
 	}
-	return runErr
+	return errors.Join(runErr, chartErr)
 }
 
 func writeBenchTable(w io.Writer, r benchReport) error {
@@ -220,26 +279,30 @@ func humanNumber(v float64) string {
 // startLocalTarget starts the control plane of `make demo` (etcd and
 // kube-apiserver built from this checkout's hack/tools, Node and RBAC
 // authorizers) and this very binary as `nodeproxy serve` in front of it.
-func startLocalTarget(progress io.Writer) bench.StartTarget {
-	return func(ctx context.Context) (bench.Target, func(), error) {
-		self, err := os.Executable()
-		if err != nil {
-			return bench.Target{}, nil, fmt.Errorf("find this binary to run it as nodeproxy serve: %w", err)
-		}
-		cp, err := controlplane.Start(ctx, controlplane.Options{Log: progress})
-		if err != nil {
-			return bench.Target{}, nil, fmt.Errorf("start a local control plane (run from a checkout of nodeproxy; make tools builds it): %w", err)
-		}
-		ports, err := controlplane.FreePorts(1)
-		if err != nil {
-			cp.Stop()
-			return bench.Target{}, nil, err
-		}
-		np, err := cp.StartNodeproxy(ctx, self, ports[0])
-		if err != nil {
-			cp.Stop()
-			return bench.Target{}, nil, err
-		}
-		return bench.Target{ControlPlane: cp, Nodeproxy: np}, func() { np.Process.Stop(); cp.Stop() }, nil
+func startLocalTarget(ctx context.Context, progress io.Writer) (bench.Target, func(), error) {
+	self, err := os.Executable()
+	if err != nil {
+		return bench.Target{}, nil, fmt.Errorf("find this binary to run it as nodeproxy serve: %w", err)
 	}
+	cp, err := controlplane.Start(ctx, controlplane.Options{Log: progress})
+	if err != nil {
+		return bench.Target{}, nil, fmt.Errorf("start a local control plane (run from a checkout of nodeproxy; make tools builds it): %w", err)
+	}
+	ports, err := controlplane.FreePorts(1)
+	if err != nil {
+		cp.Stop()
+		return bench.Target{}, nil, err
+	}
+	np, err := cp.StartNodeproxy(ctx, self, ports[0])
+	if err != nil {
+		cp.Stop()
+		return bench.Target{}, nil, err
+	}
+	stop := func() { np.Process.Stop(); cp.Stop() }
+	target, err := bench.LocalTarget(cp, np)
+	if err != nil {
+		stop()
+		return bench.Target{}, nil, err
+	}
+	return target, stop, nil
 }

@@ -4,26 +4,26 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodeproxy/nodeproxy/internal/testserver"
 )
 
 // small is a cluster shape that generates in milliseconds.
 var small = []string{"--nodes=20", "--pods-per-node=5", "--namespaces=4", "--attachments-per-node=2", "--watch-nodes=10", "--channels-per-node=4", "--updates=50", "--phase-duration=200ms"}
 
 func TestBenchReportsEveryScenario(t *testing.T) {
-	out, code := run(t, 2*time.Minute, append([]string{"bench", "--output=json"}, small...)...)
+	chart := filepath.Join(t.TempDir(), "bench.svg")
+	out, code := run(t, 2*time.Minute, append([]string{"bench", "--output=json", "--chart=" + chart}, small...)...)
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
-	}
-	// Progress goes to stderr, mixed into out here: the JSON is the
-	// object that starts at the first line that is "{".
-	i := strings.Index(out, "\n{")
-	if i < 0 {
-		t.Fatalf("no JSON in the output:\n%s", out)
 	}
 	var report struct {
 		Shape   struct{ Nodes int }
@@ -41,10 +41,7 @@ func TestBenchReportsEveryScenario(t *testing.T) {
 			}
 		}
 	}
-	dec := json.NewDecoder(strings.NewReader(out[i+1:]))
-	if err := dec.Decode(&report); err != nil {
-		t.Fatalf("%v:\n%s", err, out)
-	}
+	decodeReport(t, out, &report)
 	if report.Shape.Nodes != 20 {
 		t.Errorf("shape %+v, want the flags' 20 nodes", report.Shape)
 	}
@@ -65,8 +62,26 @@ func TestBenchReportsEveryScenario(t *testing.T) {
 			}
 		}
 	}
-	if strings.Join(scenarios, ",") != "authz,graph,fanout,revoke" {
-		t.Errorf("scenarios %v, want authz,graph,fanout,revoke", scenarios)
+	if strings.Join(scenarios, ",") != "authz,graph,bulkget,fanout,revoke" {
+		t.Errorf("scenarios %v, want authz,graph,bulkget,fanout,revoke", scenarios)
+	}
+
+	// --chart: an SVG with a panel titled by each scenario and a curve
+	// named by each latency.
+	doc, err := os.ReadFile(chart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts, _ := testserver.SVGText(t, doc)
+	for _, r := range report.Results {
+		if !slices.Contains(texts, r.Scenario) {
+			t.Errorf("chart has no title %q; its texts are %q", r.Scenario, texts)
+		}
+		for _, l := range r.Latencies {
+			if !slices.Contains(texts, l.Name) {
+				t.Errorf("chart has no curve named %q; its texts are %q", l.Name, texts)
+			}
+		}
 	}
 }
 
@@ -81,11 +96,14 @@ func TestBenchRefusesBadInvocations(t *testing.T) {
 		{"more shared per pod than exist", []string{"bench", "--shared-secrets-per-pod=3", "--shared-secrets-per-namespace=2"},
 			"--shared-secrets-per-pod (3) must not exceed --shared-secrets-per-namespace (2)"},
 		{"more namespaces than pods", []string{"bench", "--nodes=1", "--pods-per-node=2", "--namespaces=5"}, "--namespaces (5) must not outnumber the pods (2)"},
-		{"unknown scenario", []string{"bench", "--nodes=2", "--pods-per-node=2", "--namespaces=1", "nosuch"}, "unknown scenario nosuch: known scenarios are authz, graph, fanout, revoke, apiserver"},
+		{"unknown scenario", []string{"bench", "--nodes=2", "--pods-per-node=2", "--namespaces=1", "nosuch"}, "unknown scenario nosuch: known scenarios are authz, graph, bulkget, fanout, revoke, apiserver"},
 		{"unknown output", []string{"bench", "--output=xml"}, "--output must be table or json"},
 		{"zero phase", []string{"bench", "--phase-duration=0s"}, "--phase-duration must be positive"},
 		{"too many updates", []string{"bench", "--updates=5000"}, "--updates must be at most 1000"},
 		{"zero object size", []string{"bench", "--object-size=0"}, "--object-size must be positive"},
+		{"chart in a missing directory", []string{"bench", "--chart=/nonexistent-nodeproxy-dir/bench.svg"},
+			"--chart /nonexistent-nodeproxy-dir/bench.svg: directory /nonexistent-nodeproxy-dir: stat /nonexistent-nodeproxy-dir: no such file or directory"},
+		{"chart onto a directory", []string{"bench", "--chart=/"}, "--chart /: is a directory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
@@ -106,7 +124,10 @@ func TestBenchRefusesBadInvocations(t *testing.T) {
 // TestBenchInterruptPrintsPartialResults: Ctrl-C during a long phase stops
 // the run at once, prints what was measured, and exits non-zero.
 func TestBenchInterruptPrintsPartialResults(t *testing.T) {
-	args := append([]string{"bench", "authz"}, small...)
+	// The chart is attempted too; interrupted before any latency was
+	// timed, it has nothing to draw and says so.
+	chart := filepath.Join(t.TempDir(), "bench.svg")
+	args := append([]string{"bench", "authz", "--chart=" + chart}, small...)
 	cmd := exec.Command(bin, append(args, "--phase-duration=10m")...) // the last --phase-duration wins
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
@@ -146,5 +167,25 @@ func TestBenchInterruptPrintsPartialResults(t *testing.T) {
 	}
 	if !strings.Contains(rest.String(), "interrupted (interrupt signal received): the results above are partial") {
 		t.Errorf("stderr does not say the run was interrupted:\n%s", rest.String())
+	}
+	if !strings.Contains(rest.String(), "--chart "+chart+": no latency samples to chart") {
+		t.Errorf("stderr does not say the chart had nothing to draw:\n%s", rest.String())
+	}
+	if _, err := os.Stat(chart); !os.IsNotExist(err) {
+		t.Errorf("chart with nothing to draw: stat says %v, want no file", err)
+	}
+}
+
+// decodeReport decodes the JSON report in out into v. Progress goes to
+// stderr, mixed into out here: the JSON is the object that starts at the
+// first line that is "{".
+func decodeReport(t *testing.T, out string, v any) {
+	t.Helper()
+	i := strings.Index(out, "\n{")
+	if i < 0 {
+		t.Fatalf("no JSON in the output:\n%s", out)
+	}
+	if err := json.NewDecoder(strings.NewReader(out[i+1:])).Decode(v); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
 	}
 }

@@ -1,6 +1,8 @@
 // Command demo is `make demo`: a local control plane, nodeproxy serving in
-// front of it, and a small workload, with the commands to look around.
-// It runs until Ctrl-C (or --for) and leaves nothing running.
+// front of it, a small workload, nodes holding bulk watches while an admin
+// changes what they may read, then kube-apiserver's watches and
+// nodeproxy's side by side at small scale, with the commands to look
+// around. It runs until Ctrl-C (or --for) and leaves nothing running.
 package main
 
 import (
@@ -12,21 +14,38 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/nodeproxy/nodeproxy/internal/bench"
 )
 
 func main() {
 	var o demoOptions
 	flag.StringVar(&o.nodeproxy, "nodeproxy", "bin/nodeproxy", "the nodeproxy binary to run")
 	flag.DurationVar(&o.duration, "for", 0, "stop after this long; 0 runs until Ctrl-C")
+	flag.BoolVar(&o.compare, "compare", true, "after the tour, measure kube-apiserver's watches against nodeproxy's on the demo's control plane")
+	nodes := flag.Int("compare-nodes", 50, "nodes in the comparison")
+	watches := flag.Int("compare-watches", 20, "secrets each node watches in the comparison, one of them shared by its namespace")
 	flag.Parse()
+	var errs []error
 	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "demo: unexpected argument %q\n", flag.Arg(0))
-		os.Exit(2)
+		errs = append(errs, fmt.Errorf("unexpected argument %q", flag.Arg(0)))
 	}
 	if o.duration < 0 {
-		fmt.Fprintf(os.Stderr, "demo: --for must not be negative, got %s\n", o.duration)
+		errs = append(errs, fmt.Errorf("--for must not be negative, got %s", o.duration))
+	}
+	if *nodes < 1 {
+		errs = append(errs, fmt.Errorf("--compare-nodes must be positive, got %d", *nodes))
+	}
+	if *watches < 2 {
+		errs = append(errs, fmt.Errorf("--compare-watches must be at least 2 (the shared secret and one of the node's own), got %d", *watches))
+	}
+	for _, err := range errs {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+	}
+	if len(errs) > 0 {
 		os.Exit(2)
 	}
+	o.shape = compareShape(*nodes, *watches)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o); err != nil && !errors.Is(err, context.Canceled) {
@@ -38,4 +57,7 @@ func main() {
 type demoOptions struct {
 	nodeproxy string
 	duration  time.Duration
+	// compare runs the comparison of shape after the watch tour.
+	compare bool
+	shape   bench.WatchShape
 }

@@ -55,7 +55,7 @@ func run(ctx context.Context, o demoOptions) error {
 		return err
 	}
 
-	step("Seeding a sample workload: two nodes, pods that use a Secret and ConfigMaps")
+	step("Seeding a sample workload: three nodes, pods that use a Secret and ConfigMaps")
 	kube, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
 		return err
@@ -68,6 +68,7 @@ func run(ctx context.Context, o demoOptions) error {
 	}
 	fmt.Println("    node-a runs web-0 (secret db-password, configmap web-config)")
 	fmt.Println("    node-b runs batch-0 (configmap batch-config)")
+	fmt.Println("    node-c runs nothing yet")
 
 	step("Nodes asking kube-apiserver, which asks nodeproxy")
 	if err := showNodeAccess(ctx, cp); err != nil {
@@ -84,9 +85,17 @@ func run(ctx context.Context, o demoOptions) error {
 		return err
 	}
 
-	step("A kubelet's bulk watch: one websocket, a channel per object, closed when access is lost")
+	step("Kubelets' bulk watches: one websocket per node, a channel per object, closed when access is lost")
 	if err := showBulkWatch(ctx, cp, kube); err != nil {
 		return err
+	}
+
+	if o.compare {
+		s := o.shape
+		step("kube-apiserver's watches and nodeproxy's side by side: %d nodes x %d watches (--compare=false skips this)", s.Nodes, s.SecretsPerNode+1)
+		if err := showComparison(ctx, cp, np, s); err != nil {
+			return err
+		}
 	}
 
 	step("Look around (the files are removed when the demo stops)")

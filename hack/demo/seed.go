@@ -11,10 +11,11 @@ import (
 
 const demoNamespace = "demo"
 
-// seed creates two nodes and a pod on each that reads a Secret or
-// ConfigMaps: the smallest workload that gives nodes different rights.
+// seed creates three nodes and a pod on two of them that reads a Secret
+// or ConfigMaps: the smallest workload that gives nodes different rights.
+// node-c starts empty: the watch tour schedules a pod there.
 func seed(ctx context.Context, kube kubernetes.Interface) error {
-	for _, n := range []string{"node-a", "node-b"} {
+	for _, n := range tourNodes {
 		if _, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create node %s: %w", n, err)
 		}
@@ -35,11 +36,8 @@ func seed(ctx context.Context, kube kubernetes.Interface) error {
 		}
 	}
 	pods := []*corev1.Pod{
-		pod("web-0", "node-a",
-			corev1.Volume{Name: "password", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "db-password"}}},
-			corev1.Volume{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "web-config"}}}}),
-		pod("batch-0", "node-b",
-			corev1.Volume{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "batch-config"}}}}),
+		pod("web-0", "node-a", secretVolume("db-password"), configMapVolume("web-config")),
+		pod("batch-0", "node-b", configMapVolume("batch-config")),
 	}
 	for _, p := range pods {
 		if _, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -58,4 +56,12 @@ func pod(name, node string, volumes ...corev1.Volume) *corev1.Pod {
 			Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10"}},
 		},
 	}
+}
+
+func secretVolume(secret string) corev1.Volume {
+	return corev1.Volume{Name: secret, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}}
+}
+
+func configMapVolume(cm string) corev1.Volume {
+	return corev1.Volume{Name: cm, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}}}}
 }

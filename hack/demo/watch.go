@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,137 +18,195 @@ import (
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
 
-// labelled is an event of one of the demo's channels.
-type labelled struct {
-	label string
+// tourNodes hold a bulk watch each for the whole tour.
+var tourNodes = []string{"node-a", "node-b", "node-c"}
+
+// heard is an event of one of the demo's channels and the node that heard
+// it.
+type heard struct {
+	node, label string
 	watchmux.Event
 }
 
-// showBulkWatch is the product at work: node-a holds one websocket through
-// kube-apiserver with a channel per object its pod uses and one on its
-// pods; an admin changes things and the demo prints what node-a hears as
-// it hears it.
-func showBulkWatch(ctx context.Context, cp *controlplane.ControlPlane, kube kubernetes.Interface) error {
-	nodeA, err := cp.NodeConfig("node-a")
-	if err != nil {
-		return err
-	}
-	conn, err := watchmux.Dial(ctx, nodeA)
-	if err != nil {
-		return fmt.Errorf("node-a's bulk watch connection: %w", err)
-	}
-	defer conn.Close()
-	fmt.Println("    node-a opened one websocket through kube-apiserver's aggregator")
+// expect is an event the script waits for: a node hearing a type of event
+// on any of its channels.
+type expect struct {
+	node string
+	typ  watch.EventType
+}
 
-	events := make(chan labelled, 64)
-	open := func(conn *watchmux.Client, label string, sel v1alpha1.GetOperation) error {
-		sel.Options.SendInitialEvents = ptr.To(true)
-		sel.Options.AllowWatchBookmarks = true
-		ch, err := conn.Watch(ctx, sel)
+// watchTour is the nodes' connections and the one place that prints what
+// they hear.
+type watchTour struct {
+	ctx   context.Context
+	conns map[string]*watchmux.Client
+	// events carries every channel's events to until, which prints
+	// them; while the script acts between two calls of until they wait
+	// in the channels' own buffers (watchmux.ClientEventBuffer).
+	events chan heard
+}
+
+// showBulkWatch is the product at work: every node of tourNodes holds one
+// websocket through kube-apiserver, with a channel per object its pods use
+// and one on its pods; an admin changes things and the demo prints what
+// each node hears as it hears it.
+func showBulkWatch(ctx context.Context, cp *controlplane.ControlPlane, kube kubernetes.Interface) error {
+	// Ends the channels' forwarders when the tour returns.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t := &watchTour{ctx: ctx, conns: map[string]*watchmux.Client{}, events: make(chan heard)}
+	for _, node := range tourNodes {
+		cfg, err := cp.NodeConfig(node)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("    channel %d: %s\n", ch.ID, label)
-		go func() {
-			for ev := range ch.Events {
-				events <- labelled{label, ev}
-			}
-		}()
-		return nil
+		conn, err := watchmux.Dial(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("%s's bulk watch connection: %w", node, err)
+		}
+		defer conn.Close()
+		t.conns[node] = conn
 	}
-	core := func(resource string) metav1.GroupVersionResource {
-		return metav1.GroupVersionResource{Version: "v1", Resource: resource}
-	}
-	byName := func(name string) metav1.ListOptions {
-		return metav1.ListOptions{FieldSelector: "metadata.name=" + name}
-	}
-	for _, c := range []struct {
-		label string
-		sel   v1alpha1.GetOperation
-	}{
-		{"secret demo/db-password", v1alpha1.GetOperation{Resource: core("secrets"), Namespace: demoNamespace, Options: byName("db-password")}},
-		{"configmap demo/web-config", v1alpha1.GetOperation{Resource: core("configmaps"), Namespace: demoNamespace, Options: byName("web-config")}},
-		{"pods on node-a", v1alpha1.GetOperation{Resource: core("pods"), Options: metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"}}},
+	fmt.Printf("    %s each open one websocket through kube-apiserver's aggregator\n", strings.Join(tourNodes, ", "))
+
+	for _, c := range []struct{ node, label string }{
+		{"node-a", "secret demo/db-password"},
+		{"node-a", "configmap demo/web-config"},
+		{"node-a", "pods on node-a"},
+		{"node-b", "configmap demo/batch-config"},
+		{"node-b", "pods on node-b"},
+		{"node-c", "pods on node-c"},
 	} {
-		if err := open(conn, c.label, c.sel); err != nil {
-			return fmt.Errorf("node-a watching %s: %w", c.label, err)
+		if err := t.watch(c.node, c.label); err != nil {
+			return err
 		}
 	}
-	// until prints events as they come, until one satisfies done.
-	until := func(what string, done func(labelled) bool) error {
-		timeout := time.After(15 * time.Second)
-		for {
-			select {
-			case ev := <-events:
-				fmt.Printf("        node-a hears on %-26s %s\n", ev.label+":", describe(ev.Event))
-				if done(ev) {
-					return nil
-				}
-			case <-timeout:
-				return fmt.Errorf("node-a did not hear %s within 15s", what)
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-	}
-	initial := 0
-	if err := until("the initial state of its channels", func(ev labelled) bool {
-		if ev.Type == watch.Bookmark {
-			initial++
-		}
-		return initial == 3
-	}); err != nil {
+	// The initial state of each channel ends with a bookmark.
+	if err := t.until("the initial state of their channels",
+		expect{"node-a", watch.Bookmark}, expect{"node-a", watch.Bookmark}, expect{"node-a", watch.Bookmark},
+		expect{"node-b", watch.Bookmark}, expect{"node-b", watch.Bookmark}, expect{"node-c", watch.Bookmark}); err != nil {
 		return err
 	}
 
-	fmt.Println("    admin creates pod demo/web-1 on node-a")
-	if _, err := kube.CoreV1().Pods(demoNamespace).Create(ctx, pod("web-1", "node-a"), metav1.CreateOptions{}); err != nil {
+	fmt.Println("    admin creates pod demo/api-0 on node-c; it uses secret demo/db-password, as web-0 on node-a does")
+	if _, err := kube.CoreV1().Pods(demoNamespace).Create(ctx, pod("api-0", "node-c", secretVolume("db-password")), metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	if err := until("the new pod", func(ev labelled) bool { return ev.Type == watch.Added }); err != nil {
+	if err := t.until("the new pod", expect{"node-c", watch.Added}); err != nil {
+		return err
+	}
+	fmt.Println("    node-c, seeing api-0, asks for a channel on the secret it uses")
+	if err := t.watch("node-c", "secret demo/db-password"); err != nil {
+		return err
+	}
+	if err := t.until("the secret", expect{"node-c", watch.Added}, expect{"node-c", watch.Bookmark}); err != nil {
 		return err
 	}
 
 	fmt.Println("    admin updates secret demo/db-password")
+	if err := rotate(ctx, kube, "rotated"); err != nil {
+		return err
+	}
+	if err := t.until("the update", expect{"node-a", watch.Modified}, expect{"node-c", watch.Modified}); err != nil {
+		return err
+	}
+
+	fmt.Println("    node-b asks on its websocket for a channel on secret demo/db-password, which no pod of node-b uses")
+	_, err := t.conns["node-b"].Watch(ctx, selector("secret demo/db-password"))
+	if err == nil {
+		return fmt.Errorf("node-b was allowed to watch a secret none of its pods uses")
+	}
+	fmt.Printf("        node-b is refused: %v\n", err)
+
+	fmt.Println("    admin deletes pod demo/web-0; api-0 on node-c still uses the secret")
+	if err := kube.CoreV1().Pods(demoNamespace).Delete(ctx, "web-0", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		return err
+	}
+	// web-0 was node-a's only pod: its secret and configmap channels
+	// close, and its pods channel hears the deletion.
+	if err := t.until("the end of node-a's channels",
+		expect{"node-a", watch.Error}, expect{"node-a", watch.Error}, expect{"node-a", watch.Deleted}); err != nil {
+		return err
+	}
+
+	fmt.Println("    admin updates secret demo/db-password again: node-c alone still has a channel on it")
+	if err := rotate(ctx, kube, "rotated again"); err != nil {
+		return err
+	}
+	return t.until("the second update", expect{"node-c", watch.Modified})
+}
+
+// watch opens a channel on node's connection, with its initial state and
+// bookmarks, and forwards its events to the printer.
+func (t *watchTour) watch(node, label string) error {
+	sel := selector(label)
+	sel.Options.SendInitialEvents = ptr.To(true)
+	sel.Options.AllowWatchBookmarks = true
+	ch, err := t.conns[node].Watch(t.ctx, sel)
+	if err != nil {
+		return fmt.Errorf("%s watching %s: %w", node, label, err)
+	}
+	fmt.Printf("    %s channel %d: %s\n", node, ch.ID, label)
+	// watchmux gives each channel its own Go channel of events; this
+	// goroutine merges it into the printer's.
+	go func() {
+		for ev := range ch.Events {
+			select {
+			case t.events <- heard{node, label, ev}:
+			case <-t.ctx.Done():
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// until prints what the nodes hear, as they hear it, until each of want
+// has been heard.
+func (t *watchTour) until(what string, want ...expect) error {
+	const patience = 15 * time.Second
+	timeout := time.After(patience)
+	for len(want) > 0 {
+		select {
+		case h := <-t.events:
+			fmt.Printf("        %s hears on %-29s %s\n", h.node, h.label+":", describe(h.Event))
+			if i := slices.Index(want, expect{h.node, h.Type}); i >= 0 {
+				want = slices.Delete(want, i, i+1)
+			}
+		case <-timeout:
+			return fmt.Errorf("the nodes did not hear %s within %s: still waiting for %v", what, patience, want)
+		case <-t.ctx.Done():
+			return t.ctx.Err()
+		}
+	}
+	return nil
+}
+
+// selector is the bulk watch selector of one of the tour's channel
+// labels: "secret demo/<name>", "configmap demo/<name>" or
+// "pods on <node>".
+func selector(label string) v1alpha1.GetOperation {
+	kind, name, _ := strings.Cut(label, " ")
+	if node, ok := strings.CutPrefix(name, "on "); ok {
+		return v1alpha1.GetOperation{Resource: core("pods"), Options: metav1.ListOptions{FieldSelector: "spec.nodeName=" + node}}
+	}
+	return v1alpha1.GetOperation{Resource: core(kind + "s"), Namespace: demoNamespace,
+		Options: metav1.ListOptions{FieldSelector: "metadata.name=" + strings.TrimPrefix(name, demoNamespace+"/")}}
+}
+
+func core(resource string) metav1.GroupVersionResource {
+	return metav1.GroupVersionResource{Version: "v1", Resource: resource}
+}
+
+// rotate changes secret demo/db-password's password to value.
+func rotate(ctx context.Context, kube kubernetes.Interface, value string) error {
 	secret, err := kube.CoreV1().Secrets(demoNamespace).Get(ctx, "db-password", metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
-	secret.StringData = map[string]string{"password": "rotated"}
-	if _, err := kube.CoreV1().Secrets(demoNamespace).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
-		return err
-	}
-	if err := until("the update", func(ev labelled) bool { return ev.Type == watch.Modified }); err != nil {
-		return err
-	}
-
-	fmt.Println("    node-b asks to watch secret demo/db-password, which no pod of node-b uses")
-	nodeB, err := cp.NodeConfig("node-b")
-	if err != nil {
-		return err
-	}
-	connB, err := watchmux.Dial(ctx, nodeB)
-	if err != nil {
-		return fmt.Errorf("node-b's bulk watch connection: %w", err)
-	}
-	defer connB.Close()
-	if _, err := connB.Watch(ctx, v1alpha1.GetOperation{Resource: core("secrets"), Namespace: demoNamespace, Options: byName("db-password")}); err != nil {
-		fmt.Printf("        refused: %v\n", err)
-	} else {
-		return fmt.Errorf("node-b was allowed to watch node-a's secret")
-	}
-
-	fmt.Println("    admin deletes pod demo/web-0, the only pod that uses the secret and the configmap")
-	if err := kube.CoreV1().Pods(demoNamespace).Delete(ctx, "web-0", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
-		return err
-	}
-	closed := 0
-	return until("the end of its channels", func(ev labelled) bool {
-		if ev.Type == watch.Error {
-			closed++
-		}
-		return closed == 2
-	})
+	secret.StringData = map[string]string{"password": value}
+	_, err = kube.CoreV1().Secrets(demoNamespace).Update(ctx, secret, metav1.UpdateOptions{})
+	return err
 }
 
 // describe is one line about an event.

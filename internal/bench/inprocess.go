@@ -3,7 +3,10 @@ package bench
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -11,6 +14,7 @@ import (
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,7 +22,9 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/rest"
 
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	nodeauthorizer "github.com/nodeproxy/nodeproxy/authorizer"
 	"github.com/nodeproxy/nodeproxy/bulk"
 	"github.com/nodeproxy/nodeproxy/cache"
@@ -41,8 +47,63 @@ type inProcess struct {
 	URL string
 	TLS *tls.Config
 
+	host string // https://...
+	ca   []byte // PEM of the server's certificate
+
 	rv   atomic.Uint64 // resourceVersion of the next write
 	stop func()
+}
+
+// benchNodeHeader names the node a request comes from.
+const benchNodeHeader = "X-Bench-Node"
+
+// nodeConfig is node n's client configuration for p's bulk API.
+func (p *inProcess) nodeConfig(n int) *rest.Config {
+	return &rest.Config{
+		Host:            p.host,
+		TLSClientConfig: rest.TLSClientConfig{CAData: p.ca},
+		QPS:             -1, // no client-side limit: the server is measured
+		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				r = r.Clone(r.Context())
+				r.Header.Set(benchNodeHeader, workload.NodeName(n))
+				return rt.RoundTrip(r)
+			})
+		},
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// serveBulkGet answers a bulk get with nodeproxy's REST storage, as the
+// generic API server does minus its filters: JSON in, JSON out, a Status
+// on error.
+func serveBulkGet(gets *bulk.REST, w http.ResponseWriter, r *http.Request) {
+	op := &v1alpha1.BulkGetOperation{}
+	status := func(err error) {
+		s := apierrors.NewBadRequest(err.Error()).ErrStatus
+		if api, ok := err.(apierrors.APIStatus); ok {
+			s = api.Status()
+		}
+		s.APIVersion, s.Kind = "v1", "Status"
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(int(s.Code))
+		_ = json.NewEncoder(w).Encode(&s)
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 3<<20)).Decode(op); err != nil {
+		status(fmt.Errorf("decode BulkGetOperation: %w", err))
+		return
+	}
+	out, err := gets.Create(r.Context(), op, nil, nil)
+	if err != nil {
+		status(err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_ = json.NewEncoder(w).Encode(out)
 }
 
 var (
@@ -109,15 +170,22 @@ func startInProcess(ctx context.Context, c *workload.Cluster, objectSize int) (*
 	ctx, cancel := context.WithCancel(ctx)
 	go watcher.Run(ctx)
 	mux := watchmux.NewServer(watcher, watchmux.DefaultOptions())
+	gets := bulk.NewREST(getter)
 	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		node := r.Header.Get("X-Bench-Node")
+		node := r.Header.Get(benchNodeHeader)
 		u := &user.DefaultInfo{Name: "system:node:" + node, Groups: []string{user.NodesGroup, user.AllAuthenticated}}
-		mux.ServeHTTP(w, r.WithContext(request.WithUser(r.Context(), u)))
+		r = r.WithContext(request.WithUser(r.Context(), u))
+		if r.Method == http.MethodPost {
+			serveBulkGet(gets, w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
 	}))
 	hs.EnableHTTP2 = false
 	hs.StartTLS()
 	p.URL = "wss" + strings.TrimPrefix(hs.URL, "https") + watchmux.Path + "?watch=1"
 	p.TLS = hs.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	p.host, p.ca = hs.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: hs.Certificate().Raw})
 	p.stop = func() {
 		mux.Shutdown()
 		hs.Close()

@@ -16,13 +16,20 @@ type Scenario struct {
 	Name string
 	// Help is one line for --help.
 	Help string
-	// Run measures env's cluster. On cancellation it returns what it has
-	// measured so far with Partial set, and ctx's error.
+	// Run measures nodeproxy in this process over env's generated
+	// cluster; nil when the scenario needs kube-apiserver. On
+	// cancellation it returns what it has measured so far with Partial
+	// set, and ctx's error.
 	Run func(ctx context.Context, env *Env) (*Result, error)
-	// NeedsControlPlane scenarios run only when named: they start
-	// kube-apiserver and etcd (Env.StartTarget).
-	NeedsControlPlane bool
+	// RunAgainst measures a cluster with nodeproxy in front of it (with
+	// --kubeconfig, or the local control plane Env.StartTarget starts
+	// when the scenario has no Run); nil when the scenario runs only
+	// in-process.
+	RunAgainst func(ctx context.Context, env *Env, t Target) (*Result, error)
 }
+
+// InProcess reports whether s runs without a cluster.
+func (s Scenario) InProcess() bool { return s.Run != nil }
 
 // Env is what scenarios share: the generated cluster and where progress
 // goes.
@@ -35,10 +42,7 @@ type Env struct {
 	Watch WatchLoad
 	// RevokeRate is pod deletions per second in the revoke scenario.
 	RevokeRate int
-	// StartTarget starts a control plane with nodeproxy in front, for
-	// scenarios that need one.
-	StartTarget StartTarget
-	Progress    io.Writer
+	Progress   io.Writer
 	// Bar, when set, shows a phase of total steps as it advances (a
 	// progress bar on a terminal); nil means the phase's line in Progress
 	// is all.
@@ -75,29 +79,41 @@ func (e *Env) progressf(format string, args ...any) {
 
 // Scenarios are the scenarios in the order `nodeproxy bench` runs them
 // when none is named.
-var Scenarios = []Scenario{authzScenario, graphScenario, fanoutScenario, revokeScenario, apiserverScenario}
+var Scenarios = []Scenario{authzScenario, graphScenario, bulkgetScenario, fanoutScenario, revokeScenario, apiserverScenario}
 
-// Lookup returns the scenarios named, or for none every one that runs
-// in-process; an unknown name is an error that lists the known ones.
-func Lookup(names []string) ([]Scenario, error) {
-	if len(names) == 0 {
-		var out []Scenario
-		for _, s := range Scenarios {
-			if !s.NeedsControlPlane {
-				out = append(out, s)
-			}
+// Lookup returns the scenarios named, or for none every one that runs in
+// the mode: in-process, or against a cluster (--kubeconfig). An unknown
+// name, or one that cannot run in the mode, is an error that lists those
+// that can.
+func Lookup(names []string, againstCluster bool) ([]Scenario, error) {
+	can := func(s Scenario) bool {
+		if againstCluster {
+			return s.RunAgainst != nil
 		}
-		return out, nil
+		return true
+	}
+	var known, runnable []string
+	var defaults []Scenario
+	for _, s := range Scenarios {
+		known = append(known, s.Name)
+		if can(s) {
+			runnable = append(runnable, s.Name)
+		}
+		if againstCluster && s.RunAgainst != nil || !againstCluster && s.InProcess() {
+			defaults = append(defaults, s)
+		}
+	}
+	if len(names) == 0 {
+		return defaults, nil
 	}
 	var out []Scenario
 	for _, n := range names {
 		i := slices.IndexFunc(Scenarios, func(s Scenario) bool { return s.Name == n })
-		if i < 0 {
-			known := make([]string, len(Scenarios))
-			for j, s := range Scenarios {
-				known[j] = s.Name
-			}
+		switch {
+		case i < 0:
 			return nil, fmt.Errorf("unknown scenario %s: known scenarios are %s", n, strings.Join(known, ", "))
+		case !can(Scenarios[i]):
+			return nil, fmt.Errorf("scenario %s measures nodeproxy in this process and takes no --kubeconfig: against a cluster, run %s", n, strings.Join(runnable, ", "))
 		}
 		out = append(out, Scenarios[i])
 	}

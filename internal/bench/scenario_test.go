@@ -23,8 +23,8 @@ func TestScenariosInProcess(t *testing.T) {
 		Watch: WatchLoad{Nodes: 5, ChannelsPerNode: 3, ObjectSize: 64, Updates: 20}, RevokeRate: 1000}
 	// Each scenario is interrupted once it announces this phase, which
 	// would run an hour.
-	longPhase := map[string]string{"authz": "in-process decisions", "graph": "pod writes", "fanout": "single updates", "revoke": "deleting"}
-	inProcess, err := Lookup(nil)
+	longPhase := map[string]string{"authz": "in-process decisions", "graph": "pod writes", "fanout": "single updates", "revoke": "deleting", "bulkget": "a request per object"}
+	inProcess, err := Lookup(nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,8 +55,14 @@ func TestScenariosInProcess(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Lookup([]string{"authz", "nosuch"}); err == nil || !strings.Contains(err.Error(), "known scenarios are authz, graph, fanout, revoke, apiserver") {
+	if _, err := Lookup([]string{"authz", "nosuch"}, false); err == nil || !strings.Contains(err.Error(), "known scenarios are authz, graph, bulkget, fanout, revoke, apiserver") {
 		t.Errorf("unknown scenario: %v", err)
+	}
+	if _, err := Lookup([]string{"bulkget", "fanout"}, true); err == nil || !strings.Contains(err.Error(), "scenario fanout measures nodeproxy in this process and takes no --kubeconfig: against a cluster, run bulkget, apiserver") {
+		t.Errorf("in-process scenario against a cluster: %v", err)
+	}
+	if against, err := Lookup(nil, true); err != nil || len(against) != 2 || against[0].Name != "bulkget" || against[1].Name != "apiserver" {
+		t.Errorf("default scenarios against a cluster: %v, %v; want bulkget, apiserver", against, err)
 	}
 }
 

@@ -34,7 +34,7 @@ type watchClient struct {
 // dialNode opens node n's websocket to p, with a read buffer of bufSize.
 func dialNode(ctx context.Context, p *inProcess, n, bufSize int) (*watchClient, error) {
 	dialer := websocket.Dialer{TLSClientConfig: p.TLS, Subprotocols: []string{v1alpha1.WatchSubprotocol}}
-	ws, _, err := dialer.DialContext(ctx, p.URL, http.Header{"X-Bench-Node": {workload.NodeName(n)}})
+	ws, _, err := dialer.DialContext(ctx, p.URL, http.Header{benchNodeHeader: {workload.NodeName(n)}})
 	if err != nil {
 		return nil, fmt.Errorf("node %d: %w", n, err)
 	}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +17,6 @@ import (
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
@@ -114,35 +113,39 @@ type WatchComparison struct {
 	// Nodeproxy: one websocket per node to nodeproxy. StatusQuo: one
 	// watch per object on kube-apiserver.
 	Nodeproxy, StatusQuo WayResult
+	// NodeproxyMeasured is false when nodeproxy's process was out of
+	// reach (a remote cluster): its ServerFigures and Channels are zero.
+	NodeproxyMeasured bool
 }
 
-// Target is what CompareWatches measures: a control plane with nodeproxy
-// serving in front of it, both processes on this machine.
-type Target struct {
-	ControlPlane *controlplane.ControlPlane
-	Nodeproxy    *controlplane.Nodeproxy
-}
-
-// CompareWatches builds shape's workload through kube-apiserver, then
-// opens the same watches twice: first as one bulk watch connection per
-// node to nodeproxy, then as one watch per object on kube-apiserver. Each
-// way goes through the same phases (open, idle, update, close) while the
-// CPU time and memory of both servers are read from /proc and their
-// goroutines from /metrics. nodeproxy's way runs first: a Go process's
-// resident memory hardly shrinks after a peak, and kube-apiserver's peak
-// comes with the status quo.
+// CompareWatches builds shape's workload through kube-apiserver (simulated
+// nodes, namespaces, secrets, a pod per node), then opens the same
+// watches twice: first as one bulk watch connection per node to
+// nodeproxy, then as one watch per object on kube-apiserver. Each way
+// goes through the same phases (open, idle, update, close) while both
+// servers' CPU time, memory and goroutines are sampled (see Target).
+// nodeproxy's way runs first: a Go process's resident memory hardly
+// shrinks after a peak, and kube-apiserver's peak comes with the status
+// quo. What it created is deleted at the end, however it ends.
 //
 // Progress lines go to log.
-func CompareWatches(ctx context.Context, t Target, shape WatchShape, log io.Writer) (*WatchComparison, error) {
+func CompareWatches(ctx context.Context, t Target, shape WatchShape, log io.Writer) (result *WatchComparison, err error) {
 	if err := shape.Validate(); err != nil {
 		return nil, err
 	}
-	c := &comparison{Target: t, shape: shape, log: log}
+	c, err := newComparison(t, shape, log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := cleanUp(ctx, c.admin, c.prefix); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
 	if err := c.setUp(ctx); err != nil {
 		return nil, err
 	}
-	result := &WatchComparison{Shape: shape}
-	var err error
+	result = &WatchComparison{Shape: shape, NodeproxyMeasured: t.Nodeproxy.Measured()}
 	if result.Nodeproxy, err = c.measure(ctx, "nodeproxy: one bulk watch per node", c.openNodeproxy); err != nil {
 		return nil, err
 	}
@@ -157,10 +160,21 @@ type comparison struct {
 	shape WatchShape
 	log   io.Writer
 
-	admin     kubernetes.Interface
-	apiClient *http.Client // to kube-apiserver's /metrics
-	prefix    string       // of this run's namespaces
-	round     int          // update phase counter, so every update changes data
+	admin  kubernetes.Interface
+	prefix string // of this run's namespaces and nodes; its label value
+	round  int    // update phase counter, so every update changes data
+}
+
+// newComparison prepares a run on t; setUp creates its workload, and
+// cleanUp(ctx, c.admin, c.prefix) removes it.
+func newComparison(t Target, shape WatchShape, log io.Writer) (*comparison, error) {
+	admin, err := kubernetes.NewForConfig(t.Admin)
+	if err != nil {
+		return nil, err
+	}
+	// Unique per run: runs share a control plane in tests and in a
+	// developer's cluster.
+	return &comparison{Target: t, shape: shape, log: log, admin: admin, prefix: "versus-" + utilrand.String(6)}, nil
 }
 
 func (c *comparison) logf(format string, args ...any) {
@@ -171,34 +185,32 @@ func (c *comparison) namespace(node int) string {
 	return fmt.Sprintf("%s-%d", c.prefix, node%c.shape.Namespaces)
 }
 
-func nodeName(node int) string { return fmt.Sprintf("node-%d", node) }
+// nodeName is a simulated node's name: prefixed, so that it cannot be a
+// real node's.
+func (c *comparison) nodeName(node int) string { return fmt.Sprintf("%s-node-%d", c.prefix, node) }
 
 func (c *comparison) secretName(node, j int) string { return fmt.Sprintf("node-%d-secret-%d", node, j) }
 
 const sharedSecret = "shared"
 
-// setUp creates the namespaces, secrets and pods, and waits until
-// nodeproxy's cache holds them.
+// setUp creates the nodes, namespaces, secrets and pods, and waits until
+// nodeproxy serves them.
 func (c *comparison) setUp(ctx context.Context) error {
-	admin := c.ControlPlane.AdminConfig()
-	var err error
-	if c.admin, err = kubernetes.NewForConfig(admin); err != nil {
-		return err
-	}
-	if c.apiClient, err = rest.HTTPClientFor(admin); err != nil {
-		return err
-	}
-	// Unique per run: runs share a control plane in tests and in a
-	// developer's cluster.
-	c.prefix = "versus-" + utilrand.String(6)
 	started := time.Now()
+	var creates []func(context.Context) error
 	for ns := range c.shape.Namespaces {
-		if err := c.ControlPlane.EnsureNamespace(ctx, fmt.Sprintf("%s-%d", c.prefix, ns)); err != nil {
-			return err
-		}
+		creates = append(creates, func(ctx context.Context) error {
+			return controlplane.EnsureNamespace(ctx, c.admin, fmt.Sprintf("%s-%d", c.prefix, ns), map[string]string{benchLabel: c.prefix})
+		})
+	}
+	for node := range c.shape.Nodes {
+		creates = append(creates, func(ctx context.Context) error { return createNode(ctx, c.admin, c.nodeName(node), c.prefix) })
+	}
+	if err := parallel(ctx, 16, creates); err != nil {
+		return err
 	}
 	data := map[string][]byte{"data": []byte(strings.Repeat("x", c.shape.ObjectSize))}
-	var creates []func(context.Context) error
+	creates = creates[:0]
 	for ns := range c.shape.Namespaces {
 		creates = append(creates, c.createSecret(fmt.Sprintf("%s-%d", c.prefix, ns), sharedSecret, data))
 	}
@@ -211,30 +223,44 @@ func (c *comparison) setUp(ctx context.Context) error {
 	if err := parallel(ctx, 16, creates); err != nil {
 		return err
 	}
-	c.logf("created %d secrets and %d pods in %d namespaces in %s", c.shape.Namespaces+c.shape.Nodes*c.shape.SecretsPerNode,
+	c.logf("created %d nodes, %d secrets and %d pods in %d namespaces in %s", c.shape.Nodes, c.shape.Namespaces+c.shape.Nodes*c.shape.SecretsPerNode,
 		c.shape.Nodes, c.shape.Namespaces, time.Since(started).Round(time.Second))
 
-	// nodeproxy refuses a node's channel until its graph has the pod:
-	// wait until its cache has caught up with what was created.
+	// nodeproxy refuses a node's channel until its graph has the pod: wait
+	// until every node's bulk get of its secrets returns them all.
 	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		m, err := Scrape(ctx, c.Nodeproxy.Admin, c.Nodeproxy.URL+"/metrics")
-		if err != nil {
-			return err
-		}
-		pods, secrets := m.Sum("nodeproxy_cache_objects", "resource", "pods"), m.Sum("nodeproxy_cache_objects", "resource", "secrets")
-		if int(pods) >= c.shape.Nodes && int(secrets) >= c.shape.Namespaces+c.shape.Nodes*c.shape.SecretsPerNode {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("nodeproxy's cache holds %v pods and %v secrets 2 minutes after they were created", pods, secrets)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+	var checks []func(context.Context) error
+	for node := range c.shape.Nodes {
+		checks = append(checks, func(ctx context.Context) error {
+			cfg, err := c.Bulk(c.nodeName(node))
+			if err != nil {
+				return err
+			}
+			client, err := newBulkClient(cfg)
+			if err != nil {
+				return err
+			}
+			var ops []v1alpha1.GetOperation
+			for _, ref := range c.watched(node) {
+				ops = append(ops, namedOp("secrets", ref[0], ref[1]))
+			}
+			for {
+				counts, err := client.get(ctx, ops)
+				if err == nil && !slices.Contains(counts, 0) {
+					return nil
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("nodeproxy does not serve %s its secrets 2 minutes after they were created (last answer %v, %v)", c.nodeName(node), counts, err)
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		})
 	}
+	return parallel(ctx, 16, checks)
 }
 
 func (c *comparison) createSecret(ns, name string, data map[string][]byte) func(context.Context) error {
@@ -245,20 +271,13 @@ func (c *comparison) createSecret(ns, name string, data map[string][]byte) func(
 }
 
 func (c *comparison) createPod(node int) func(context.Context) error {
-	ns := c.namespace(node)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("pod-%d", node)},
-		Spec: corev1.PodSpec{
-			NodeName:   nodeName(node),
-			Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
-			Volumes:    []corev1.Volume{secretVolume("shared", sharedSecret)},
-		},
-	}
+	volumes := []corev1.Volume{secretVolume("shared", sharedSecret)}
 	for j := range c.shape.SecretsPerNode {
-		pod.Spec.Volumes = append(pod.Spec.Volumes, secretVolume(fmt.Sprintf("s%d", j), c.secretName(node, j)))
+		volumes = append(volumes, secretVolume(fmt.Sprintf("s%d", j), c.secretName(node, j)))
 	}
+	pod := simulatedPod(c.namespace(node), fmt.Sprintf("pod-%d", node), c.nodeName(node), volumes)
 	return func(ctx context.Context) error {
-		_, err := c.admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		_, err := c.admin.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 		return err
 	}
 }
@@ -334,24 +353,21 @@ type sample struct {
 
 func (c *comparison) sample(ctx context.Context) (sample, error) {
 	var s sample
-	var err error
-	if s.apiserver, err = ReadUsage(c.ControlPlane.APIServer().Pid()); err != nil {
-		return s, err
-	}
-	if s.nodeproxy, err = ReadUsage(c.Nodeproxy.Process.Pid()); err != nil {
-		return s, err
-	}
-	api, err := Scrape(ctx, c.apiClient, c.ControlPlane.URL+"/metrics")
+	api, m, err := c.APIServer.sample(ctx)
 	if err != nil {
-		return s, err
+		return s, fmt.Errorf("kube-apiserver: %w", err)
 	}
-	np, err := Scrape(ctx, c.Nodeproxy.Admin, c.Nodeproxy.URL+"/metrics")
+	s.apiserver, s.apiGoroutines = api, int(m.Sum("go_goroutines"))
+	s.apiserverWatches = int(m.Sum("apiserver_longrunning_requests", "verb", "WATCH"))
+	if !c.Nodeproxy.Measured() {
+		return s, nil
+	}
+	np, m, err := c.Nodeproxy.sample(ctx)
 	if err != nil {
-		return s, err
+		return s, fmt.Errorf("nodeproxy: %w", err)
 	}
-	s.apiGoroutines, s.npGoroutines = int(api.Sum("go_goroutines")), int(np.Sum("go_goroutines"))
-	s.apiserverWatches = int(api.Sum("apiserver_longrunning_requests", "verb", "WATCH"))
-	s.npChannels = int(np.Sum("nodeproxy_watchmux_channels"))
+	s.nodeproxy, s.npGoroutines = np, int(m.Sum("go_goroutines"))
+	s.npChannels = int(m.Sum("nodeproxy_watchmux_channels"))
 	return s, nil
 }
 
@@ -487,7 +503,7 @@ func (c *comparison) openAPIServer(ctx context.Context, t *tally) (func(), error
 	for node := range c.shape.Nodes {
 		opens = append(opens, func(context.Context) error {
 			ctx := watchCtx
-			cfg, err := c.ControlPlane.NodeConfig(nodeName(node))
+			cfg, err := c.Node(c.nodeName(node))
 			if err != nil {
 				return err
 			}
@@ -503,7 +519,7 @@ func (c *comparison) openAPIServer(ctx context.Context, t *tally) (func(), error
 					ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
 				})
 				if err != nil {
-					return fmt.Errorf("%s watching secret %s/%s: %w", nodeName(node), ref[0], ref[1], err)
+					return fmt.Errorf("%s watching secret %s/%s: %w", c.nodeName(node), ref[0], ref[1], err)
 				}
 				watchers.Go(func() {
 					defer w.Stop()
@@ -516,12 +532,12 @@ func (c *comparison) openAPIServer(ctx context.Context, t *tally) (func(), error
 						case watch.Modified:
 							t.modified.Add(1)
 						case watch.Error:
-							t.fail(fmt.Errorf("%s's watch of secret %s/%s: %v", nodeName(node), ref[0], ref[1], ev.Object))
+							t.fail(fmt.Errorf("%s's watch of secret %s/%s: %v", c.nodeName(node), ref[0], ref[1], ev.Object))
 							return
 						}
 					}
 					if ctx.Err() == nil {
-						t.fail(fmt.Errorf("%s's watch of secret %s/%s ended", nodeName(node), ref[0], ref[1]))
+						t.fail(fmt.Errorf("%s's watch of secret %s/%s ended", c.nodeName(node), ref[0], ref[1]))
 					}
 				})
 			}
@@ -551,13 +567,13 @@ func (c *comparison) openNodeproxy(ctx context.Context, t *tally) (func(), error
 	var opens []func(context.Context) error
 	for node := range c.shape.Nodes {
 		opens = append(opens, func(context.Context) error {
-			cfg, err := c.Nodeproxy.NodeConfig(nodeName(node))
+			cfg, err := c.Bulk(c.nodeName(node))
 			if err != nil {
 				return err
 			}
 			cl, err := watchmux.Dial(ctx, cfg)
 			if err != nil {
-				return fmt.Errorf("%s: %w", nodeName(node), err)
+				return fmt.Errorf("%s: %w", c.nodeName(node), err)
 			}
 			mu.Lock()
 			clients = append(clients, cl)
@@ -569,7 +585,7 @@ func (c *comparison) openNodeproxy(ctx context.Context, t *tally) (func(), error
 					SendInitialEvents:   ptr.To(true),
 				}})
 				if err != nil {
-					return fmt.Errorf("%s watching secret %s/%s: %w", nodeName(node), ref[0], ref[1], err)
+					return fmt.Errorf("%s watching secret %s/%s: %w", c.nodeName(node), ref[0], ref[1], err)
 				}
 				readers.Go(func() {
 					for ev := range ch.Events {
@@ -581,14 +597,14 @@ func (c *comparison) openNodeproxy(ctx context.Context, t *tally) (func(), error
 						case watch.Modified:
 							t.modified.Add(1)
 						case watch.Error:
-							t.fail(fmt.Errorf("%s's channel on secret %s/%s: %s", nodeName(node), ref[0], ref[1], ev.Status.Message))
+							t.fail(fmt.Errorf("%s's channel on secret %s/%s: %s", c.nodeName(node), ref[0], ref[1], ev.Status.Message))
 							return
 						}
 					}
 					select {
 					case <-closed:
 					default:
-						t.fail(fmt.Errorf("%s's channel on secret %s/%s ended", nodeName(node), ref[0], ref[1]))
+						t.fail(fmt.Errorf("%s's channel on secret %s/%s ended", c.nodeName(node), ref[0], ref[1]))
 					}
 				})
 			}

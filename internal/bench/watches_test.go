@@ -40,6 +40,16 @@ func startNodeproxy(tb testing.TB) *controlplane.Nodeproxy {
 	return np
 }
 
+// localTarget is the harness's control plane with np in front of it.
+func localTarget(tb testing.TB, np *controlplane.Nodeproxy) Target {
+	tb.Helper()
+	target, err := LocalTarget(cp, np)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return target
+}
+
 // TestCompareWatchesDeliversEverything runs the comparison small: both
 // ways must open every watch, authorized as the nodes, and deliver every
 // update to every watcher, and the figures must come from the processes.
@@ -47,7 +57,7 @@ func TestCompareWatchesDeliversEverything(t *testing.T) {
 	np := startNodeproxy(t)
 	shape := WatchShape{Nodes: 6, SecretsPerNode: 3, Namespaces: 2, ObjectSize: 64, SharedUpdates: 2, Idle: 0}
 	var log strings.Builder
-	r, err := CompareWatches(context.Background(), Target{ControlPlane: cp, Nodeproxy: np}, shape, &log)
+	r, err := CompareWatches(context.Background(), localTarget(t, np), shape, &log)
 	if err != nil {
 		t.Fatalf("%v\nprogress:\n%s", err, log.String())
 	}
@@ -114,7 +124,7 @@ func BenchmarkCompareWatches(b *testing.B) {
 		shape := DefaultWatchShape()
 		shape.Nodes, shape.SecretsPerNode, shape.Idle = *versusNodes, *versusSecrets, *versusIdle
 		shape.Namespaces = min(shape.Namespaces, shape.Nodes)
-		r, err := CompareWatches(context.Background(), Target{ControlPlane: cp, Nodeproxy: np}, shape, os.Stderr)
+		r, err := CompareWatches(context.Background(), localTarget(b, np), shape, os.Stderr)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -138,12 +148,8 @@ func TestAPIServerScenario(t *testing.T) {
 	env := &Env{
 		PhaseDuration: 10 * time.Millisecond,
 		Watch:         WatchLoad{Nodes: 4, ChannelsPerNode: 3, ObjectSize: 64, Updates: 10},
-		StartTarget: func(context.Context) (Target, func(), error) {
-			np := startNodeproxy(t)
-			return Target{ControlPlane: cp, Nodeproxy: np}, func() {}, nil
-		},
 	}
-	r, err := apiserverScenario.Run(context.Background(), env)
+	r, err := apiserverScenario.RunAgainst(context.Background(), env, localTarget(t, startNodeproxy(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,8 +162,5 @@ func TestAPIServerScenario(t *testing.T) {
 	}
 	if figures["watches on kube-apiserver, status quo"] < figures["watches on kube-apiserver, with nodeproxy"]+12 {
 		t.Errorf("the status quo added fewer than 12 watches on kube-apiserver: %v", figures)
-	}
-	if _, err := (&Scenario{Run: runAPIServer}).Run(context.Background(), &Env{Watch: env.Watch}); err == nil {
-		t.Error("ran without a control plane to start")
 	}
 }

@@ -284,7 +284,14 @@ func (cp *ControlPlane) EnsureNamespace(ctx context.Context, ns string) error {
 	if err != nil {
 		return fmt.Errorf("admin client: %w", err)
 	}
-	_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	return EnsureNamespace(ctx, client, ns, nil)
+}
+
+// EnsureNamespace creates namespace ns with labels unless it exists, and
+// its default ServiceAccount: pods name the account, and a cluster
+// without kube-controller-manager (this package's) never creates it.
+func EnsureNamespace(ctx context.Context, client kubernetes.Interface, ns string, labels map[string]string) error {
+	_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create namespace %q: %w", ns, err)
 	}

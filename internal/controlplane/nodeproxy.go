@@ -22,8 +22,9 @@ var NodeproxyManifests = []string{"namespace.yaml", "serviceaccount.yaml", "rbac
 // serving on 127.0.0.1 with a certificate from the control plane's
 // ServingCA.
 type Nodeproxy struct {
-	// URL is https://127.0.0.1:<port>.
+	// URL is https://127.0.0.1:<Port>.
 	URL     string
+	Port    int
 	Process *Process
 	// Files are the credentials written for it and for a person trying
 	// it, in the control plane's directory.
@@ -74,7 +75,7 @@ func (cp *ControlPlane) StartNodeproxy(ctx context.Context, bin string, port int
 	if err != nil {
 		return nil, fmt.Errorf("admin client of nodeproxy: %w", err)
 	}
-	np := &Nodeproxy{URL: "https://127.0.0.1:" + strconv.Itoa(port), Files: *files, Admin: admin, cp: cp}
+	np := &Nodeproxy{URL: "https://127.0.0.1:" + strconv.Itoa(port), Port: port, Files: *files, Admin: admin, cp: cp}
 	np.Process, err = StartProcess("nodeproxy", bin, append([]string{
 		"serve",
 		"--kubeconfig=" + files.NodeproxyKubeconfig,
