@@ -42,7 +42,7 @@ demo: tools build ## start a local control plane with nodeproxy in front of it (
 
 # What `make bench` runs: every scenario, apiserver included (it starts a
 # local control plane, as make demo does).
-BENCHSCENARIOS ?= authz graph fanout revoke apiserver
+BENCHSCENARIOS ?= authz graph bulkget fanout revoke apiserver
 
 bench: tools build ## nodeproxy bench: the in-tree Node authorizer's shape (100k pods) and kube-apiserver side by side (~2.5 min; BENCHFLAGS, BENCHSCENARIOS)
 	bin/nodeproxy bench --chart bin/bench.svg $(BENCHFLAGS) $(BENCHSCENARIOS)

@@ -139,7 +139,7 @@ func latencyPanel(r *Result) (_ panel, ok bool, _ error) {
 	p.Title.TextStyle.Font.Size = vg.Points(14)
 	p.Title.Padding = vg.Points(6)
 	p.X.Label.Text = "latency (µs, log scale)"
-	p.Y.Label.Text = "fraction of samples at or below"
+	p.Y.Label.Text = "fraction at or below"
 	p.X.Scale = plot.LogScale{}
 	p.Y.Min, p.Y.Max = 0, 1
 	p.Y.Tick.Marker = plot.ConstantTicks{{Value: 0, Label: "0"}, {Value: 0.25, Label: "0.25"},

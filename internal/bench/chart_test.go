@@ -32,7 +32,7 @@ func TestChartDrawsOnePanelPerScenarioWithSamples(t *testing.T) {
 			name: "one scenario, one latency",
 			results: []*Result{{Scenario: "authz", Latencies: []Latency{
 				latencyOf("in-process decision", durations(1000, 300*time.Nanosecond, 1.003))}}},
-			want: []string{"authz", "in-process decision", "latency (µs, log scale)", "fraction of samples at or below"},
+			want: []string{"authz", "in-process decision", "latency (µs, log scale)", "fraction at or below"},
 		},
 		{
 			name: "several scenarios and latencies, partial marked",
