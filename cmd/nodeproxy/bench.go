@@ -68,7 +68,7 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "Measure the cluster this kubeconfig reaches, with nodeproxy registered as its bulk.k8s.io APIService "+
 		"(for example make demo's), instead of nodeproxy in this process. Objects are created through the API in namespaces and simulated nodes "+
 		"labelled bench.nodeproxy.io/run, removed at the end; nodes are played by impersonation, so the kubeconfig's user must be allowed to impersonate. "+
-		"Runs bulkget and apiserver.")
+		"Runs bulkget, fanout, revoke and apiserver.")
 
 	fs = fss.FlagSet("run")
 	fs.DurationVar(&o.phaseDuration, "phase-duration", o.phaseDuration, "How long each timed phase of a scenario runs.")
@@ -118,7 +118,7 @@ func newBenchCommand() *cobra.Command {
 	o := newBenchOptions()
 	long := "Measure nodeproxy on a synthetic cluster of the given shape, in this process (no cluster needed), " +
 		"or with --kubeconfig a cluster it fronts, and print a summary. Scenarios (when none is named, those that run in-process; " +
-		"with --kubeconfig, those that take it: bulkget and apiserver):\n"
+		"with --kubeconfig, those that take it: bulkget, fanout, revoke and apiserver):\n"
 	for _, s := range bench.Scenarios {
 		long += fmt.Sprintf("  %-8s %s\n", s.Name, s.Help)
 	}

@@ -32,7 +32,7 @@ func TestBenchAgainstAKubeconfig(t *testing.T) {
 	kubeconfig := kubeconfigFor(t, "")
 
 	out, code := run(t, 3*time.Minute, "bench", "--kubeconfig="+kubeconfig, "--output=json", "--watch-nodes=3", "--channels-per-node=3",
-		"--object-size=64", "--phase-duration=10ms")
+		"--object-size=64", "--phase-duration=10ms", "--updates=5", "--revoke-rate=50")
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
@@ -54,15 +54,15 @@ func TestBenchAgainstAKubeconfig(t *testing.T) {
 			t.Errorf("%s measured nothing", r.Scenario)
 		}
 	}
-	if strings.Join(scenarios, ",") != "bulkget,apiserver" {
-		t.Errorf("scenarios %v, want bulkget,apiserver", scenarios)
+	if strings.Join(scenarios, ",") != "bulkget,fanout,revoke,apiserver" {
+		t.Errorf("scenarios %v, want bulkget,fanout,revoke,apiserver", scenarios)
 	}
 
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--kubeconfig=" + kubeconfig, "fanout"}, "scenario fanout measures nodeproxy in this process and takes no --kubeconfig"},
+		{[]string{"--kubeconfig=" + kubeconfig, "authz"}, "scenario authz measures nodeproxy in this process and takes no --kubeconfig"},
 		{[]string{"--kubeconfig=/nonexistent/kubeconfig"}, "--kubeconfig: stat /nonexistent/kubeconfig"},
 	} {
 		out, code := run(t, time.Minute, append([]string{"bench"}, tc.args...)...)

@@ -12,9 +12,10 @@ import (
 )
 
 var fanoutScenario = Scenario{
-	Name: "fanout",
-	Help: "nodes holding bulk watches on websockets: time for one update to reach every subscriber, sustained events/s, memory per channel",
-	Run:  runFanout,
+	Name:       "fanout",
+	Help:       "nodes holding bulk watches on websockets: time for one update to reach every subscriber, sustained events/s, memory per channel (with --kubeconfig: updates written through kube-apiserver, read through its aggregator)",
+	Run:        runFanout,
+	RunAgainst: runFanoutAgainst,
 }
 
 // WatchLoad is who watches in the fanout and revoke scenarios.

@@ -9,9 +9,10 @@ import (
 )
 
 var revokeScenario = Scenario{
-	Name: "revoke",
-	Help: "pods deleted at --revoke-rate: time from the informer event to the node's ERROR 403 on the channel of the secret it no longer reaches",
-	Run:  runRevoke,
+	Name:       "revoke",
+	Help:       "pods deleted at --revoke-rate: time from the informer event to the node's ERROR 403 on the channel of the secret it no longer reaches (with --kubeconfig: from the deletion request to kube-apiserver)",
+	Run:        runRevoke,
+	RunAgainst: runRevokeAgainst,
 }
 
 // runRevoke gives each watching node one channel on a secret only its

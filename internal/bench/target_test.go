@@ -29,7 +29,7 @@ func TestScenariosAgainstAKubeconfig(t *testing.T) {
 	if target.Nodeproxy.Measured() {
 		t.Fatal("a kubeconfig's target claims to measure nodeproxy's process")
 	}
-	env := &Env{PhaseDuration: 10 * time.Millisecond, Watch: WatchLoad{Nodes: 3, ChannelsPerNode: 3, ObjectSize: 64, Updates: 10}}
+	env := &Env{PhaseDuration: 10 * time.Millisecond, Watch: WatchLoad{Nodes: 3, ChannelsPerNode: 3, ObjectSize: 64, Updates: 10}, RevokeRate: 50}
 	against, err := Lookup(nil, true)
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +54,14 @@ func TestScenariosAgainstAKubeconfig(t *testing.T) {
 					if l.Count < 3 || l.P50 <= 0 {
 						t.Errorf("bulkget latency %+v", l)
 					}
+				}
+			case "fanout":
+				if len(r.Latencies) != 1 || r.Latencies[0].Count < 3*3 || figures["events delivered"] <= 0 {
+					t.Errorf("fanout: %+v", r)
+				}
+			case "revoke":
+				if len(r.Latencies) != 1 || r.Latencies[0].Count != 3 || r.Latencies[0].P50 <= 0 {
+					t.Errorf("revoke: %+v", r)
 				}
 			case "apiserver":
 				if figures["watches on kube-apiserver, status quo"] < figures["watches on kube-apiserver, with nodeproxy"]+9 {

@@ -174,7 +174,7 @@ func newComparison(t Target, shape WatchShape, log io.Writer) (*comparison, erro
 	}
 	// Unique per run: runs share a control plane in tests and in a
 	// developer's cluster.
-	return &comparison{Target: t, shape: shape, log: log, admin: admin, prefix: "versus-" + utilrand.String(6)}, nil
+	return &comparison{Target: t, shape: shape, log: log, admin: admin, prefix: "bench-" + utilrand.String(6)}, nil
 }
 
 func (c *comparison) logf(format string, args ...any) {
@@ -550,11 +550,32 @@ func (c *comparison) openAPIServer(ctx context.Context, t *tally) (func(), error
 // openNodeproxy opens, for every node, one websocket to nodeproxy with the
 // node's credentials and a channel per secret, with the same options.
 func (c *comparison) openNodeproxy(ctx context.Context, t *tally) (func(), error) {
+	return c.openBulkWatches(ctx, func(node, _ int, ev watchmux.Event) {
+		ref := c.watched(node)
+		switch ev.Type {
+		case watch.Bookmark:
+			if strings.Contains(string(ev.Object), metav1.InitialEventsAnnotationKey) {
+				t.synced.Add(1)
+			}
+		case watch.Modified:
+			t.modified.Add(1)
+		case watch.Error:
+			t.fail(fmt.Errorf("%s's channel on secret %s: %s", c.nodeName(node), ref, ev.Status.Message))
+		}
+	}, t.fail)
+}
+
+// openBulkWatches opens, for every node, one websocket to nodeproxy (Bulk)
+// with a channel per secret it watches (sendInitialEvents, bookmarks),
+// and calls on with each event read: node, the secret's index in
+// watched(node), the event. A channel's reader stops after an ERROR; a
+// channel that ends otherwise before closeAll is reported to fail.
+func (c *comparison) openBulkWatches(ctx context.Context, on func(node, secret int, ev watchmux.Event), fail func(error)) (closeAll func(), err error) {
 	var mu sync.Mutex
 	var clients []*watchmux.Client
 	var readers sync.WaitGroup
 	closed := make(chan struct{})
-	closeAll := func() {
+	closeAll = func() {
 		close(closed)
 		mu.Lock()
 		for _, cl := range clients {
@@ -563,7 +584,7 @@ func (c *comparison) openNodeproxy(ctx context.Context, t *tally) (func(), error
 		mu.Unlock()
 		readers.Wait()
 	}
-	secrets := metav1.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	secrets := metav1GVR("secrets")
 	var opens []func(context.Context) error
 	for node := range c.shape.Nodes {
 		opens = append(opens, func(context.Context) error {
@@ -578,7 +599,7 @@ func (c *comparison) openNodeproxy(ctx context.Context, t *tally) (func(), error
 			mu.Lock()
 			clients = append(clients, cl)
 			mu.Unlock()
-			for _, ref := range c.watched(node) {
+			for j, ref := range c.watched(node) {
 				ch, err := cl.Watch(ctx, v1alpha1.GetOperation{Resource: secrets, Namespace: ref[0], Options: metav1.ListOptions{
 					FieldSelector:       "metadata.name=" + ref[1],
 					AllowWatchBookmarks: true,
@@ -589,22 +610,15 @@ func (c *comparison) openNodeproxy(ctx context.Context, t *tally) (func(), error
 				}
 				readers.Go(func() {
 					for ev := range ch.Events {
-						switch ev.Type {
-						case watch.Bookmark:
-							if strings.Contains(string(ev.Object), metav1.InitialEventsAnnotationKey) {
-								t.synced.Add(1)
-							}
-						case watch.Modified:
-							t.modified.Add(1)
-						case watch.Error:
-							t.fail(fmt.Errorf("%s's channel on secret %s/%s: %s", c.nodeName(node), ref[0], ref[1], ev.Status.Message))
+						on(node, j, ev)
+						if ev.Type == watch.Error {
 							return
 						}
 					}
 					select {
 					case <-closed:
 					default:
-						t.fail(fmt.Errorf("%s's channel on secret %s/%s ended", c.nodeName(node), ref[0], ref[1]))
+						fail(fmt.Errorf("%s's channel on secret %s/%s ended", c.nodeName(node), ref[0], ref[1]))
 					}
 				})
 			}
