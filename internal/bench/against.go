@@ -26,10 +26,7 @@ import (
 // watchWorkload builds shape's workload on t for a scenario and returns
 // it with what removes it.
 func watchWorkload(ctx context.Context, env *Env, t Target, scenario string, shape WatchShape) (*comparison, func(), error) {
-	if err := shape.Validate(); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", scenario, err)
-	}
-	c, err := newComparison(t, shape, progressWriter{env, scenario})
+	c, err := scenarioComparison(env, scenario, t, shape)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -49,6 +46,8 @@ func watchWorkload(ctx context.Context, env *Env, t Target, scenario string, sha
 // and handing every other event to on, and waits until every channel has
 // had its initial state. closeAll is never nil.
 func (c *comparison) openSynced(ctx context.Context, t *tally, on func(node, secret int, ev watchmux.Event)) (closeAll func(), err error) {
+	stop := c.follow(&t.synced, c.shape.Watches(), "%d nodes opening %d channels", c.shape.Nodes, c.shape.Watches())
+	defer stop()
 	closeAll, err = c.openBulkWatches(ctx, func(node, secret int, ev watchmux.Event) {
 		if ev.Type == watch.Bookmark && strings.Contains(string(ev.Object), metav1.InitialEventsAnnotationKey) {
 			t.synced.Add(1)
@@ -106,7 +105,6 @@ func runFanoutAgainst(ctx context.Context, env *Env, target Target) (*Result, er
 
 	nodes := make([]heard, shape.Nodes)
 	t := &tally{}
-	env.progressf("fanout: %d nodes opening %d channels", shape.Nodes, shape.Watches())
 	closeAll, err := c.openSynced(ctx, t, func(node, secret int, ev watchmux.Event) {
 		switch ev.Type {
 		case watch.Modified:

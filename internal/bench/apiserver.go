@@ -20,10 +20,11 @@ func runAPIServer(ctx context.Context, env *Env, target Target) (*Result, error)
 		Nodes: env.Watch.Nodes, SecretsPerNode: env.Watch.ChannelsPerNode - 1, Namespaces: min(10, env.Watch.Nodes),
 		ObjectSize: env.Watch.ObjectSize, SharedUpdates: 10, Idle: 5 * env.PhaseDuration,
 	}
-	if err := shape.Validate(); err != nil {
-		return nil, fmt.Errorf("apiserver: %w", err)
+	prepared, err := scenarioComparison(env, "apiserver", target, shape)
+	if err != nil {
+		return nil, err
 	}
-	c, err := CompareWatches(ctx, target, shape, progressWriter{env, "apiserver"})
+	c, err := prepared.compare(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("apiserver: %w", err)
 	}

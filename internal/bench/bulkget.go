@@ -140,21 +140,11 @@ func runBulkGetAgainst(ctx context.Context, env *Env, t Target) (*Result, error)
 	r := &Result{Scenario: "bulkget"}
 	nodes := min(env.Watch.Nodes, 20)
 	shape := WatchShape{Nodes: nodes, SecretsPerNode: env.Watch.ChannelsPerNode - 1, Namespaces: min(10, nodes), ObjectSize: env.Watch.ObjectSize}
-	if err := shape.Validate(); err != nil {
-		return nil, fmt.Errorf("bulkget: %w", err)
-	}
-	c, err := newComparison(t, shape, progressWriter{env, "bulkget"})
+	c, cleanup, err := watchWorkload(ctx, env, t, "bulkget", shape)
 	if err != nil {
-		return nil, err
+		return interrupted(ctx, r, err)
 	}
-	defer func() {
-		if err := cleanUp(ctx, c.admin, c.prefix); err != nil {
-			env.progressf("bulkget: %v", err)
-		}
-	}()
-	if err := c.setUp(ctx); err != nil {
-		return interrupted(ctx, r, fmt.Errorf("bulkget: %w", err))
-	}
+	defer cleanup()
 	kubes := make([]kubernetes.Interface, nodes)
 	bulks := make([]*bulkClient, nodes)
 	want := make([]int, nodes)

@@ -129,7 +129,7 @@ type WatchComparison struct {
 // quo. What it created is deleted at the end, however it ends.
 //
 // Progress lines go to log.
-func CompareWatches(ctx context.Context, t Target, shape WatchShape, log io.Writer) (result *WatchComparison, err error) {
+func CompareWatches(ctx context.Context, t Target, shape WatchShape, log io.Writer) (*WatchComparison, error) {
 	if err := shape.Validate(); err != nil {
 		return nil, err
 	}
@@ -137,6 +137,11 @@ func CompareWatches(ctx context.Context, t Target, shape WatchShape, log io.Writ
 	if err != nil {
 		return nil, err
 	}
+	return c.compare(ctx)
+}
+
+// compare is CompareWatches on a prepared comparison.
+func (c *comparison) compare(ctx context.Context) (result *WatchComparison, err error) {
 	defer func() {
 		if cerr := cleanUp(ctx, c.admin, c.prefix); cerr != nil && err == nil {
 			err = cerr
@@ -145,7 +150,7 @@ func CompareWatches(ctx context.Context, t Target, shape WatchShape, log io.Writ
 	if err := c.setUp(ctx); err != nil {
 		return nil, err
 	}
-	result = &WatchComparison{Shape: shape, NodeproxyMeasured: t.Nodeproxy.Measured()}
+	result = &WatchComparison{Shape: c.shape, NodeproxyMeasured: c.Nodeproxy.Measured()}
 	if result.Nodeproxy, err = c.measure(ctx, "nodeproxy: one bulk watch per node", c.openNodeproxy); err != nil {
 		return nil, err
 	}
@@ -162,7 +167,25 @@ type comparison struct {
 
 	admin  kubernetes.Interface
 	prefix string // of this run's namespaces and nodes; its label value
-	round  int    // update phase counter, so every update changes data
+	// phase announces a phase of total steps; by default a line in log.
+	phase func(total int, format string, args ...any) Counter
+	round int // update phase counter, so every update changes data
+}
+
+// scenarioComparison is newComparison for a scenario: progress lines and
+// phases (bars on a terminal) go to env's, named by the scenario.
+func scenarioComparison(env *Env, scenario string, t Target, shape WatchShape) (*comparison, error) {
+	if err := shape.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", scenario, err)
+	}
+	c, err := newComparison(t, shape, progressWriter{env, scenario})
+	if err != nil {
+		return nil, err
+	}
+	c.phase = func(total int, format string, args ...any) Counter {
+		return env.phase(total, scenario+": "+format, args...)
+	}
+	return c, nil
 }
 
 // newComparison prepares a run on t; setUp creates its workload, and
@@ -174,7 +197,43 @@ func newComparison(t Target, shape WatchShape, log io.Writer) (*comparison, erro
 	}
 	// Unique per run: runs share a control plane in tests and in a
 	// developer's cluster.
-	return &comparison{Target: t, shape: shape, log: log, admin: admin, prefix: "bench-" + utilrand.String(6)}, nil
+	c := &comparison{Target: t, shape: shape, log: log, admin: admin, prefix: "bench-" + utilrand.String(6)}
+	c.phase = func(_ int, format string, args ...any) Counter {
+		c.logf(format, args...)
+		return noCounter{}
+	}
+	return c, nil
+}
+
+// follow shows count's way to want as a phase (a progress bar on a
+// terminal) until the returned function, which may be called more than
+// once, is called.
+func (c *comparison) follow(count *atomic.Int64, want int, format string, args ...any) (stop func()) {
+	bar := c.phase(want, format, args...)
+	base := count.Load()
+	shown := int64(0)
+	show := func() {
+		n := min(count.Load()-base, int64(want))
+		bar.Add(int(n - shown))
+		shown = n
+	}
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				show()
+				bar.Done()
+				return
+			case <-tick.C:
+				show()
+			}
+		}
+	}()
+	return sync.OnceFunc(func() { close(done); <-stopped })
 }
 
 func (c *comparison) logf(format string, args ...any) {
@@ -220,7 +279,17 @@ func (c *comparison) setUp(ctx context.Context) error {
 		}
 		creates = append(creates, c.createPod(node))
 	}
-	if err := parallel(ctx, 16, creates); err != nil {
+	var created atomic.Int64
+	for i, create := range creates {
+		creates[i] = func(ctx context.Context) error {
+			defer created.Add(1)
+			return create(ctx)
+		}
+	}
+	stop := c.follow(&created, len(creates), "creating %d secrets and %d pods", len(creates)-c.shape.Nodes, c.shape.Nodes)
+	err := parallel(ctx, 16, creates)
+	stop()
+	if err != nil {
 		return err
 	}
 	c.logf("created %d nodes, %d secrets and %d pods in %d namespaces in %s", c.shape.Nodes, c.shape.Namespaces+c.shape.Nodes*c.shape.SecretsPerNode,
@@ -377,13 +446,14 @@ type opener func(ctx context.Context, t *tally) (closeAll func(), err error)
 
 func (c *comparison) measure(ctx context.Context, way string, open opener) (WayResult, error) {
 	r := WayResult{Way: way}
-	c.logf("%s: opening %d watches for %d nodes", way, c.shape.Watches(), c.shape.Nodes)
 	before, err := c.sample(ctx)
 	if err != nil {
 		return r, err
 	}
 	t := &tally{}
 	started := time.Now()
+	stop := c.follow(&t.synced, c.shape.Watches(), "%s: opening %d watches for %d nodes", way, c.shape.Watches(), c.shape.Nodes)
+	defer func() { stop() }() // the one running when measure returns
 	closeAll, err := open(ctx, t)
 	if closeAll != nil {
 		defer closeAll()
@@ -395,6 +465,7 @@ func (c *comparison) measure(ctx context.Context, way string, open opener) (WayR
 		return r, err
 	}
 	r.OpenTook = time.Since(started)
+	stop()
 	opened, err := c.sample(ctx)
 	if err != nil {
 		return r, err
@@ -414,7 +485,7 @@ func (c *comparison) measure(ctx context.Context, way string, open opener) (WayR
 	}
 
 	want := int64(c.shape.Nodes * (c.shape.SharedUpdates + 1))
-	c.logf("%s: %d updates, %d events to deliver", way, c.shape.Namespaces*c.shape.SharedUpdates+c.shape.Nodes, want)
+	stop = c.follow(&t.modified, int(want), "%s: %d updates, %d events to deliver", way, c.shape.Namespaces*c.shape.SharedUpdates+c.shape.Nodes, want)
 	started = time.Now()
 	if err := c.update(ctx); err != nil {
 		return r, err
@@ -423,6 +494,7 @@ func (c *comparison) measure(ctx context.Context, way string, open opener) (WayR
 		return r, err
 	}
 	r.UpdateTook = time.Since(started)
+	stop()
 	updated, err := c.sample(ctx)
 	if err != nil {
 		return r, err
