@@ -120,7 +120,7 @@ func newBenchCommand() *cobra.Command {
 		"or with --kubeconfig a cluster it fronts, and print a summary. Scenarios (when none is named, those that run in-process; " +
 		"with --kubeconfig, those that take it: bulkget, fanout, revoke and apiserver):\n"
 	for _, s := range bench.Scenarios {
-		long += fmt.Sprintf("  %-8s %s\n", s.Name, s.Help)
+		long += fmt.Sprintf("  %-10s %s\n", s.Name, s.Help)
 	}
 	cmd := &cobra.Command{
 		Use:   "bench [scenario...]",
