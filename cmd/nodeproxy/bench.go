@@ -263,15 +263,7 @@ func writeBenchTable(w io.Writer, r benchReport) error {
 // ones with a few significant digits.
 func humanNumber(v float64) string {
 	if v >= 1000 {
-		s := fmt.Sprintf("%.0f", v)
-		out := ""
-		for i, c := range s {
-			if i > 0 && (len(s)-i)%3 == 0 {
-				out += ","
-			}
-			out += string(c)
-		}
-		return out
+		return bench.Thousands(v)
 	}
 	return fmt.Sprintf("%.3g", v)
 }

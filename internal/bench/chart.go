@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -245,13 +246,21 @@ func microsLabel(v float64) string {
 	if v < 1000 {
 		return strconv.FormatFloat(v, 'g', 6, 64)
 	}
+	return Thousands(v)
+}
+
+// Thousands prints v rounded to a whole number with thousands
+// separators: 15,050.
+func Thousands(v float64) string {
 	s := strconv.FormatFloat(v, 'f', 0, 64)
+	digits := strings.TrimPrefix(s, "-")
 	out := make([]byte, 0, len(s)+len(s)/3)
-	for i := range len(s) {
-		if i > 0 && (len(s)-i)%3 == 0 {
+	out = append(out, s[:len(s)-len(digits)]...)
+	for i := range len(digits) {
+		if i > 0 && (len(digits)-i)%3 == 0 {
 			out = append(out, ',')
 		}
-		out = append(out, s[i])
+		out = append(out, digits[i])
 	}
 	return string(out)
 }

@@ -164,3 +164,14 @@ func TestChartPointsAreTheCDFDownsampled(t *testing.T) {
 		})
 	}
 }
+
+func TestThousands(t *testing.T) {
+	for _, tc := range []struct {
+		in   float64
+		want string
+	}{{0, "0"}, {999.4, "999"}, {999.6, "1,000"}, {15050, "15,050"}, {1234567.8, "1,234,568"}, {-1234, "-1,234"}} {
+		if got := Thousands(tc.in); got != tc.want {
+			t.Errorf("Thousands(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
