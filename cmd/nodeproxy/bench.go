@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -168,33 +169,23 @@ func runBench(ctx context.Context, o *benchOptions, scenarios []bench.Scenario, 
 		Progress: progress, Bar: progressBars(progress)}
 	// The cluster the scenarios that need one share: the kubeconfig's, or
 	// a local control plane started for the first of them.
-	var target *bench.Target
 	stopTarget := func() {}
 	defer func() { stopTarget() }()
-	connect := func() (bench.Target, error) {
-		if target != nil {
-			return *target, nil
-		}
-		var t bench.Target
-		if o.kubeconfig != "" {
-			cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
-			if err != nil {
-				return t, fmt.Errorf("--kubeconfig %s: %w", o.kubeconfig, err)
-			}
-			if t, err = bench.KubeconfigTarget(cfg); err != nil {
-				return t, err
-			}
-		} else {
+	connect := sync.OnceValues(func() (bench.Target, error) {
+		if o.kubeconfig == "" {
 			fmt.Fprintln(progress, "starting etcd, kube-apiserver (Node and RBAC authorizers) and nodeproxy serve")
-			var err error
-			if t, stopTarget, err = startLocalTarget(ctx, progress); err != nil {
-				stopTarget = func() {}
-				return t, err
+			t, stop, err := startLocalTarget(ctx, progress)
+			if err == nil {
+				stopTarget = stop
 			}
+			return t, err
 		}
-		target = &t
-		return t, nil
-	}
+		cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+		if err != nil {
+			return bench.Target{}, fmt.Errorf("--kubeconfig %s: %w", o.kubeconfig, err)
+		}
+		return bench.KubeconfigTarget(cfg)
+	})
 	report := benchReport{}
 	if cluster != nil {
 		report.Shape = &o.shape

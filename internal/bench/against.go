@@ -61,34 +61,6 @@ func (c *comparison) openSynced(ctx context.Context, t *tally, on func(node, sec
 	return closeAll, err
 }
 
-// heard is what one node has read of the secret a scenario changes.
-type heard struct {
-	events atomic.Int64
-	// at is when the last event (or the ERROR) arrived, unix nanoseconds.
-	at atomic.Int64
-}
-
-// waitHeard waits until every node has read want[i] events, a watcher
-// fails, or a minute passes.
-func waitHeard(ctx context.Context, t *tally, nodes []heard, want func(i int) int64) error {
-	deadline := time.Now().Add(time.Minute)
-	for i := range nodes {
-		for nodes[i].events.Load() < want(i) {
-			if err := t.failed(); err != nil {
-				return err
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("node %d read %d of %d events within a minute", i, nodes[i].events.Load(), want(i))
-			}
-			time.Sleep(200 * time.Microsecond)
-		}
-	}
-	return nil
-}
-
 // runFanoutAgainst puts every watching node's pod in one namespace, so
 // that all of them watch its shared secret, and updates that secret
 // through kube-apiserver: one update at a time, each timed from the
@@ -103,14 +75,13 @@ func runFanoutAgainst(ctx context.Context, env *Env, target Target) (*Result, er
 	}
 	defer cleanup()
 
-	nodes := make([]heard, shape.Nodes)
+	nodes := newHeards(shape.Nodes)
 	t := &tally{}
 	closeAll, err := c.openSynced(ctx, t, func(node, secret int, ev watchmux.Event) {
 		switch ev.Type {
 		case watch.Modified:
 			if secret == 0 { // the shared one: watched lists it first
-				nodes[node].at.Store(time.Now().UnixNano())
-				nodes[node].events.Add(1)
+				nodes[node].record()
 			}
 		case watch.Error:
 			t.fail(fmt.Errorf("%s's channel %d: %s", c.nodeName(node), secret, ev.Status.Message))
@@ -132,12 +103,12 @@ func runFanoutAgainst(ctx context.Context, env *Env, target Target) (*Result, er
 		if err := update(fmt.Sprintf("single %d", round)); err != nil {
 			return interrupted(ctx, r, fmt.Errorf("fanout: update: %w", err))
 		}
-		if err := waitHeard(ctx, t, nodes, func(int) int64 { return int64(round + 1) }); err != nil {
+		if err := waitHeard(ctx, t.failed, nodes, func(int) int64 { return int64(round + 1) }); err != nil {
 			r.Latencies = append(r.Latencies, latencyOf(fmt.Sprintf("one update to all %d subscribers", shape.Nodes), took))
 			return interrupted(ctx, r, fmt.Errorf("fanout: %w", err))
 		}
-		for i := range nodes {
-			took = append(took, time.Duration(nodes[i].at.Load()-start.UnixNano()))
+		for _, h := range nodes {
+			took = append(took, h.since(start))
 		}
 	}
 	r.Latencies = append(r.Latencies, latencyOf(fmt.Sprintf("one update to all %d subscribers", shape.Nodes), took))
@@ -151,7 +122,7 @@ func runFanoutAgainst(ctx context.Context, env *Env, target Target) (*Result, er
 		}
 	}
 	wrote := time.Since(start)
-	if err := waitHeard(ctx, t, nodes, func(int) int64 { return base + int64(env.Watch.Updates) }); err != nil {
+	if err := waitHeard(ctx, t.failed, nodes, func(int) int64 { return base + int64(env.Watch.Updates) }); err != nil {
 		return interrupted(ctx, r, fmt.Errorf("fanout: %w", err))
 	}
 	elapsed := time.Since(start)
@@ -175,7 +146,7 @@ func runRevokeAgainst(ctx context.Context, env *Env, target Target) (*Result, er
 	}
 	defer cleanup()
 
-	nodes := make([]heard, shape.Nodes)
+	nodes := newHeards(shape.Nodes)
 	t := &tally{}
 	env.progressf("revoke: %d nodes each watching a secret only its pod uses", shape.Nodes)
 	closeAll, err := c.openSynced(ctx, t, func(node, secret int, ev watchmux.Event) {
@@ -183,8 +154,7 @@ func runRevokeAgainst(ctx context.Context, env *Env, target Target) (*Result, er
 		case ev.Type == watch.Error && (ev.Status == nil || ev.Status.Code != http.StatusForbidden):
 			t.fail(fmt.Errorf("%s's channel %d: %v", c.nodeName(node), secret, ev.Status))
 		case ev.Type == watch.Error && secret == 1: // its own; the shared one closes too
-			nodes[node].at.Store(time.Now().UnixNano())
-			nodes[node].events.Add(1)
+			nodes[node].record()
 		}
 	})
 	defer closeAll()
@@ -221,7 +191,7 @@ func runRevokeAgainst(ctx context.Context, env *Env, target Target) (*Result, er
 		return interrupted(ctx, r, fmt.Errorf("revoke: delete: %w", err))
 	}
 	rate := float64(shape.Nodes) / time.Since(start).Seconds()
-	waitErr := waitHeard(ctx, t, nodes, func(int) int64 { return 1 })
+	waitErr := waitHeard(ctx, t.failed, nodes, func(int) int64 { return 1 })
 	var took []time.Duration
 	for i := range nodes {
 		if at := nodes[i].at.Load(); at != 0 {

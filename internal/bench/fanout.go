@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/nodeproxy/nodeproxy/internal/workload"
@@ -100,35 +99,23 @@ func runFanout(ctx context.Context, env *Env) (*Result, error) {
 		return nil, fmt.Errorf("fanout: the watching nodes' pods use no secret: nothing to update")
 	}
 
-	var readers sync.WaitGroup
-	defer readers.Wait() // after the connections close, below
-	clients := make([]*watchClient, 0, nodes)
-	defer func() {
-		for _, c := range clients {
-			c.ws.Close()
-		}
-	}()
-	bar := env.phase(nodes, "fanout: %d nodes connecting", nodes)
+	var watchers fleet
+	defer watchers.close()
 	base := heapInUse()
-	for n := range nodes {
-		c, err := dialNode(ctx, p, n, load.ObjectSize+512)
-		if err != nil {
-			return interrupted(ctx, r, fmt.Errorf("fanout: %w", err))
-		}
-		clients = append(clients, c)
-		bar.Add(1)
+	if err := watchers.dial(ctx, env, p, nodes, load.ObjectSize+512, "fanout: %d nodes connecting", nodes); err != nil {
+		return interrupted(ctx, r, fmt.Errorf("fanout: %w", err))
 	}
-	bar.Done()
+	clients := watchers.clients
 	connected := heapInUse()
 
 	channels := 0
-	bar = env.phase(nodes, "fanout: opening the channels (%d on %s/%s)", counts[target], target.namespace, target.name)
+	bar := env.phase(nodes, "fanout: opening the channels (%d on %s/%s)", counts[target], target.namespace, target.name)
 	for n, c := range clients {
 		if err := c.subscribe(subs[n], target); err != nil {
 			return interrupted(ctx, r, fmt.Errorf("fanout: node %d: %w", n, err))
 		}
 		channels += len(subs[n])
-		readers.Go(func() { c.read() })
+		watchers.read(c)
 		bar.Add(1)
 	}
 	bar.Done()
@@ -141,10 +128,10 @@ func runFanout(ctx context.Context, env *Env) (*Result, error) {
 	)
 
 	// One update at a time, until every subscriber has it.
-	var subscribers []*watchClient
+	var subscribers []*heard
 	for _, c := range clients {
 		if c.target != 0 {
-			subscribers = append(subscribers, c)
+			subscribers = append(subscribers, &c.onTarget)
 		}
 	}
 	var took []time.Duration
@@ -155,18 +142,18 @@ func runFanout(ctx context.Context, env *Env) (*Result, error) {
 			break
 		}
 		want := make([]int64, len(subscribers))
-		for i, c := range subscribers {
-			want[i] = c.targetEvents.Load() + 1
+		for i, h := range subscribers {
+			want[i] = h.events.Load() + 1
 		}
 		start := time.Now()
 		if err := p.updateSecret(target.namespace, target.name, load.ObjectSize, round); err != nil {
 			return nil, err
 		}
-		if err := waitAll(ctx, subscribers, want); err != nil {
-			return interrupted(ctx, r, err)
+		if err := waitHeard(ctx, nil, subscribers, func(i int) int64 { return want[i] }); err != nil {
+			return interrupted(ctx, r, fmt.Errorf("fanout: %w", err))
 		}
-		for _, c := range subscribers {
-			took = append(took, time.Duration(c.lastTarget.Load()-start.UnixNano()))
+		for _, h := range subscribers {
+			took = append(took, h.since(start))
 		}
 	}
 	r.Latencies = append(r.Latencies, latencyOf(fmt.Sprintf("one update to all %d subscribers", len(subscribers)), took))
@@ -180,8 +167,8 @@ func runFanout(ctx context.Context, env *Env) (*Result, error) {
 			break
 		}
 		want := make([]int64, len(subscribers))
-		for i, c := range subscribers {
-			want[i] = c.targetEvents.Load() + int64(load.Updates)
+		for i, h := range subscribers {
+			want[i] = h.events.Load() + int64(load.Updates)
 		}
 		start := time.Now()
 		for k := range load.Updates {
@@ -189,8 +176,8 @@ func runFanout(ctx context.Context, env *Env) (*Result, error) {
 				return nil, err
 			}
 		}
-		if err := waitAll(ctx, subscribers, want); err != nil {
-			return interrupted(ctx, r, err)
+		if err := waitHeard(ctx, nil, subscribers, func(i int) int64 { return want[i] }); err != nil {
+			return interrupted(ctx, r, fmt.Errorf("fanout: %w", err))
 		}
 		rates = append(rates, float64(len(subscribers)*load.Updates)/time.Since(start).Seconds())
 	}
@@ -210,22 +197,4 @@ func runFanout(ctx context.Context, env *Env) (*Result, error) {
 		return interrupted(ctx, r, ctx.Err())
 	}
 	return r, nil
-}
-
-// waitAll waits until each subscriber has read want[i] target events, for
-// at most a minute.
-func waitAll(ctx context.Context, subscribers []*watchClient, want []int64) error {
-	deadline := time.Now().Add(time.Minute)
-	for i, c := range subscribers {
-		for c.targetEvents.Load() < want[i] {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("fanout: subscriber %d read %d of %d events within a minute", i, c.targetEvents.Load(), want[i])
-			}
-			time.Sleep(200 * time.Microsecond)
-		}
-	}
-	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	nodeauthorizer "github.com/nodeproxy/nodeproxy/authorizer"
@@ -38,8 +39,8 @@ import (
 // whose stores are written from the generated cluster where informers
 // would write them: the same stores, graph, authorizer, dispatchers and
 // websockets over TLS as `nodeproxy serve`, without kube-apiserver. There
-// is no authentication: a connection is the node its X-Bench-Node header
-// names.
+// is no authentication: a request is the user its impersonation headers
+// name, as client-go sets them (rest.Config.Impersonate).
 type inProcess struct {
 	cache *cache.Cache
 	graph *graph.Graph
@@ -54,8 +55,10 @@ type inProcess struct {
 	stop func()
 }
 
-// benchNodeHeader names the node a request comes from.
-const benchNodeHeader = "X-Bench-Node"
+// asNode is how node n's requests name it.
+func asNode(n int) rest.ImpersonationConfig {
+	return rest.ImpersonationConfig{UserName: "system:node:" + workload.NodeName(n), Groups: []string{user.NodesGroup, user.AllAuthenticated}}
+}
 
 // nodeConfig is node n's client configuration for p's bulk API.
 func (p *inProcess) nodeConfig(n int) *rest.Config {
@@ -63,19 +66,9 @@ func (p *inProcess) nodeConfig(n int) *rest.Config {
 		Host:            p.host,
 		TLSClientConfig: rest.TLSClientConfig{CAData: p.ca},
 		QPS:             -1, // no client-side limit: the server is measured
-		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
-			return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-				r = r.Clone(r.Context())
-				r.Header.Set(benchNodeHeader, workload.NodeName(n))
-				return rt.RoundTrip(r)
-			})
-		},
+		Impersonate:     asNode(n),
 	}
 }
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // serveBulkGet answers a bulk get with nodeproxy's REST storage, as the
 // generic API server does minus its filters: JSON in, JSON out, a Status
@@ -172,8 +165,7 @@ func startInProcess(ctx context.Context, c *workload.Cluster, objectSize int) (*
 	mux := watchmux.NewServer(watcher, watchmux.DefaultOptions())
 	gets := bulk.NewREST(getter)
 	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		node := r.Header.Get(benchNodeHeader)
-		u := &user.DefaultInfo{Name: "system:node:" + node, Groups: []string{user.NodesGroup, user.AllAuthenticated}}
+		u := &user.DefaultInfo{Name: r.Header.Get(transport.ImpersonateUserHeader), Groups: r.Header.Values(transport.ImpersonateGroupHeader)}
 		r = r.WithContext(request.WithUser(r.Context(), u))
 		if r.Method == http.MethodPost {
 			serveBulkGet(gets, w, r)

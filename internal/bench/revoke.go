@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -29,16 +28,13 @@ func runRevoke(ctx context.Context, env *Env) (*Result, error) {
 	}
 	defer p.stop()
 
-	var readers sync.WaitGroup
-	defer readers.Wait() // after the connections close, below
-	clients := make([]*watchClient, 0, nodes)
-	defer func() {
-		for _, c := range clients {
-			c.ws.Close()
-		}
-	}()
-	bar := env.phase(nodes, "revoke: %d nodes each watching a secret only its first pod uses", nodes)
-	for n := range nodes {
+	var watchers fleet
+	defer watchers.close()
+	if err := watchers.dial(ctx, env, p, nodes, 1024, "revoke: %d nodes each watching a secret only its first pod uses", nodes); err != nil {
+		return interrupted(ctx, r, fmt.Errorf("revoke: %w", err))
+	}
+	clients := watchers.clients
+	for n, c := range clients {
 		first := env.Cluster.Pods[n*env.Shape.PodsPerNode]
 		own := subscription{resource: "secrets", namespace: first.Namespace}
 		for _, v := range first.Spec.Volumes {
@@ -50,20 +46,13 @@ func runRevoke(ctx context.Context, env *Env) (*Result, error) {
 		if own.name == "" {
 			return nil, fmt.Errorf("revoke: pods use no secret of their own (--secrets-per-pod=0): nothing to revoke")
 		}
-		c, err := dialNode(ctx, p, n, 1024)
-		if err != nil {
-			return interrupted(ctx, r, fmt.Errorf("revoke: %w", err))
-		}
-		clients = append(clients, c)
 		if err := c.subscribe([]subscription{own}, own); err != nil {
 			return interrupted(ctx, r, fmt.Errorf("revoke: node %d: %w", n, err))
 		}
-		readers.Go(func() { c.read() })
-		bar.Add(1)
+		watchers.read(c)
 	}
-	bar.Done()
 
-	bar = env.phase(nodes, "revoke: deleting %d pods at %d/s", nodes, env.RevokeRate)
+	bar := env.phase(nodes, "revoke: deleting %d pods at %d/s", nodes, env.RevokeRate)
 	defer bar.Done()
 	interval := time.Second / time.Duration(env.RevokeRate)
 	deleted := make([]time.Time, 0, nodes)
@@ -81,24 +70,23 @@ func runRevoke(ctx context.Context, env *Env) (*Result, error) {
 		}
 		bar.Add(1)
 	}
+	forbidden := make([]*heard, len(deleted))
+	for n := range deleted {
+		forbidden[n] = &clients[n].forbidden
+	}
+	waitErr := waitHeard(ctx, nil, forbidden, func(int) int64 { return 1 })
 	var took []time.Duration
-	deadline := time.Now().Add(time.Minute)
 	for n, at := range deleted {
-		for clients[n].forbiddenAt.Load() == 0 {
-			if ctx.Err() != nil {
-				r.Latencies = append(r.Latencies, latencyOf("pod deletion to ERROR 403", took))
-				return interrupted(ctx, r, ctx.Err())
-			}
-			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("revoke: node %d read no ERROR 403 within a minute of its pod's deletion", n)
-			}
-			time.Sleep(200 * time.Microsecond)
+		if forbidden[n].events.Load() > 0 {
+			took = append(took, forbidden[n].since(at))
 		}
-		took = append(took, time.Duration(clients[n].forbiddenAt.Load()-at.UnixNano()))
 	}
 	r.Figures = append(r.Figures, Figure{Name: "pods deleted", Value: float64(len(deleted)), Unit: ""},
 		Figure{Name: "deletion rate achieved", Value: float64(len(deleted)) / time.Since(start).Seconds(), Unit: "/s"})
 	r.Latencies = append(r.Latencies, latencyOf("pod deletion to ERROR 403", took))
+	if waitErr != nil {
+		return interrupted(ctx, r, fmt.Errorf("revoke: %w", waitErr))
+	}
 	if ctx.Err() != nil {
 		return interrupted(ctx, r, ctx.Err())
 	}

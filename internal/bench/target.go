@@ -66,7 +66,7 @@ func (s Server) sample(ctx context.Context) (Usage, Metrics, error) {
 // machine. Nodes reach nodeproxy directly with their certificates, as a
 // node-local endpoint does.
 func LocalTarget(cp *controlplane.ControlPlane, np *controlplane.Nodeproxy) (Target, error) {
-	apiClient, err := rest.HTTPClientFor(cp.AdminConfig())
+	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
 		return Target{}, fmt.Errorf("admin client: %w", err)
 	}
@@ -75,7 +75,7 @@ func LocalTarget(cp *controlplane.ControlPlane, np *controlplane.Nodeproxy) (Tar
 		Node:  cp.NodeConfig,
 		Bulk:  np.NodeConfig,
 		APIServer: Server{
-			Metrics: func(ctx context.Context) (Metrics, error) { return Scrape(ctx, apiClient, cp.URL+"/metrics") },
+			Metrics: func(ctx context.Context) (Metrics, error) { return scrapeAPIServer(ctx, admin.CoreV1().RESTClient()) },
 			Usage:   func() (Usage, error) { return ReadUsage(cp.APIServer().Pid()) },
 		},
 		Nodeproxy: Server{
@@ -97,7 +97,7 @@ func KubeconfigTarget(admin *rest.Config) (Target, error) {
 	// The workload is created in bursts; client-go's default of 5 QPS
 	// would measure the client's limiter.
 	admin.QPS, admin.Burst = 1000, 2000
-	apiClient, err := rest.HTTPClientFor(admin)
+	kube, err := kubernetes.NewForConfig(admin)
 	if err != nil {
 		return Target{}, fmt.Errorf("client for %s: %w", admin.Host, err)
 	}
@@ -114,7 +114,7 @@ func KubeconfigTarget(admin *rest.Config) (Target, error) {
 		Node:  node,
 		Bulk:  node,
 		APIServer: Server{Metrics: func(ctx context.Context) (Metrics, error) {
-			return Scrape(ctx, apiClient, admin.Host+"/metrics")
+			return scrapeAPIServer(ctx, kube.CoreV1().RESTClient())
 		}},
 	}, nil
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"k8s.io/client-go/rest"
 )
 
 // Usage is what a process has consumed so far.
@@ -118,10 +120,33 @@ func Scrape(ctx context.Context, client *http.Client, url string) (Metrics, erro
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return nil, fmt.Errorf("scrape %s: %s: %s", url, resp.Status, body)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	m, err := parseMetrics(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	return m, nil
+}
+
+// scrapeAPIServer reads kube-apiserver's /metrics through client, which
+// keeps the path a kubeconfig's server may carry (a proxy's
+// https://host/k8s/clusters/c-1) and its credentials.
+func scrapeAPIServer(ctx context.Context, client rest.Interface) (Metrics, error) {
+	raw, err := client.Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("scrape kube-apiserver's /metrics: %w", err)
+	}
+	m, err := parseMetrics(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("scrape kube-apiserver's /metrics: %w", err)
+	}
+	return m, nil
+}
+
+func parseMetrics(r io.Reader) (Metrics, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, err
 	}
 	return Metrics(families), nil
 }

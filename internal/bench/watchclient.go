@@ -8,13 +8,13 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/gorilla/websocket"
+	"k8s.io/client-go/transport"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
-	"github.com/nodeproxy/nodeproxy/internal/workload"
 )
 
 // watchClient is one node's websocket: it reads everything, and notes
@@ -22,23 +22,56 @@ import (
 type watchClient struct {
 	ws     *websocket.Conn
 	target int64 // channel of the most watched secret; 0 if not subscribed
-	// targetEvents counts events read on target; lastTarget is when the
-	// last one arrived (unix nanoseconds).
-	targetEvents, lastTarget atomic.Int64
-	errors                   atomic.Int64
-	// forbiddenAt is when an ERROR 403 ended target (unix nanoseconds).
-	forbiddenAt atomic.Int64
-	buf         []byte
+	// onTarget is the events read on target; forbidden the ERROR 403 that
+	// ended it.
+	onTarget, forbidden heard
+	errors              atomic.Int64
+	buf                 []byte
 }
 
 // dialNode opens node n's websocket to p, with a read buffer of bufSize.
 func dialNode(ctx context.Context, p *inProcess, n, bufSize int) (*watchClient, error) {
 	dialer := websocket.Dialer{TLSClientConfig: p.TLS, Subprotocols: []string{v1alpha1.WatchSubprotocol}}
-	ws, _, err := dialer.DialContext(ctx, p.URL, http.Header{benchNodeHeader: {workload.NodeName(n)}})
+	as := asNode(n)
+	ws, _, err := dialer.DialContext(ctx, p.URL, http.Header{transport.ImpersonateUserHeader: {as.UserName}, transport.ImpersonateGroupHeader: as.Groups})
 	if err != nil {
 		return nil, fmt.Errorf("node %d: %w", n, err)
 	}
 	return &watchClient{ws: ws, buf: make([]byte, 0, bufSize)}, nil
+}
+
+// fleet is the watching nodes' clients and their readers.
+type fleet struct {
+	clients []*watchClient
+	readers sync.WaitGroup
+}
+
+// dial opens the websockets of nodes 0..n-1 to p, with read buffers of
+// bufSize, as a phase of env's.
+func (f *fleet) dial(ctx context.Context, env *Env, p *inProcess, n, bufSize int, format string, args ...any) error {
+	bar := env.phase(n, format, args...)
+	defer bar.Done()
+	for i := range n {
+		c, err := dialNode(ctx, p, i, bufSize)
+		if err != nil {
+			return err
+		}
+		f.clients = append(f.clients, c)
+		bar.Add(1)
+	}
+	return nil
+}
+
+// read starts c's reader; c must have subscribed.
+func (f *fleet) read(c *watchClient) { f.readers.Go(c.read) }
+
+// close closes every connection, which ends the readers, and waits for
+// them.
+func (f *fleet) close() {
+	for _, c := range f.clients {
+		c.ws.Close()
+	}
+	f.readers.Wait()
 }
 
 // subscribe opens a channel per subscription, changes only, and reads
@@ -101,13 +134,12 @@ func (c *watchClient) read() {
 		if bytes.HasPrefix(rest[end:], []byte(`,"type":"ERROR"`)) {
 			c.errors.Add(1)
 			if id == c.target && bytes.Contains(data, []byte(`"code":403`)) {
-				c.forbiddenAt.Store(time.Now().UnixNano())
+				c.forbidden.record()
 			}
 			continue
 		}
 		if id == c.target {
-			c.lastTarget.Store(time.Now().UnixNano())
-			c.targetEvents.Add(1)
+			c.onTarget.record()
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -240,9 +241,11 @@ func (c *comparison) logf(format string, args ...any) {
 	fmt.Fprintf(c.log, format+"\n", args...)
 }
 
-func (c *comparison) namespace(node int) string {
-	return fmt.Sprintf("%s-%d", c.prefix, node%c.shape.Namespaces)
-}
+// nsName is the run's ns-th namespace.
+func (c *comparison) nsName(ns int) string { return fmt.Sprintf("%s-%d", c.prefix, ns) }
+
+// namespace is where node's pod and secrets are.
+func (c *comparison) namespace(node int) string { return c.nsName(node % c.shape.Namespaces) }
 
 // nodeName is a simulated node's name: prefixed, so that it cannot be a
 // real node's.
@@ -259,7 +262,7 @@ func (c *comparison) setUp(ctx context.Context) error {
 	var creates []func(context.Context) error
 	for ns := range c.shape.Namespaces {
 		creates = append(creates, func(ctx context.Context) error {
-			return controlplane.EnsureNamespace(ctx, c.admin, fmt.Sprintf("%s-%d", c.prefix, ns), map[string]string{benchLabel: c.prefix})
+			return controlplane.EnsureNamespace(ctx, c.admin, c.nsName(ns), map[string]string{benchLabel: c.prefix})
 		})
 	}
 	for node := range c.shape.Nodes {
@@ -271,7 +274,7 @@ func (c *comparison) setUp(ctx context.Context) error {
 	data := map[string][]byte{"data": []byte(strings.Repeat("x", c.shape.ObjectSize))}
 	creates = creates[:0]
 	for ns := range c.shape.Namespaces {
-		creates = append(creates, c.createSecret(fmt.Sprintf("%s-%d", c.prefix, ns), sharedSecret, data))
+		creates = append(creates, c.createSecret(c.nsName(ns), sharedSecret, data))
 	}
 	for node := range c.shape.Nodes {
 		for j := range c.shape.SecretsPerNode {
@@ -297,7 +300,6 @@ func (c *comparison) setUp(ctx context.Context) error {
 
 	// nodeproxy refuses a node's channel until its graph has the pod: wait
 	// until every node's bulk get of its secrets returns them all.
-	deadline := time.Now().Add(2 * time.Minute)
 	var checks []func(context.Context) error
 	for node := range c.shape.Nodes {
 		checks = append(checks, func(ctx context.Context) error {
@@ -313,20 +315,16 @@ func (c *comparison) setUp(ctx context.Context) error {
 			for _, ref := range c.watched(node) {
 				ops = append(ops, namedOp("secrets", ref[0], ref[1]))
 			}
-			for {
-				counts, err := client.get(ctx, ops)
-				if err == nil && !slices.Contains(counts, 0) {
-					return nil
-				}
-				if time.Now().After(deadline) {
-					return fmt.Errorf("nodeproxy does not serve %s its secrets 2 minutes after they were created (last answer %v, %v)", c.nodeName(node), counts, err)
-				}
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(200 * time.Millisecond):
-				}
+			var counts []int
+			var lastErr error
+			err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+				counts, lastErr = client.get(ctx, ops)
+				return lastErr == nil && !slices.Contains(counts, 0), nil
+			})
+			if err != nil && ctx.Err() == nil {
+				return fmt.Errorf("nodeproxy did not serve %s its secrets within 2 minutes of their creation (last answer %v, %v)", c.nodeName(node), counts, lastErr)
 			}
+			return err
 		})
 	}
 	return parallel(ctx, 16, checks)
@@ -525,7 +523,7 @@ func (c *comparison) update(ctx context.Context) error {
 		// object would conflict.
 		updates = append(updates, func(ctx context.Context) error {
 			for k := range c.shape.SharedUpdates {
-				if err := c.updateSecret(fmt.Sprintf("%s-%d", c.prefix, ns), sharedSecret, fmt.Sprintf("round %d update %d", c.round, k))(ctx); err != nil {
+				if err := c.updateSecret(c.nsName(ns), sharedSecret, fmt.Sprintf("round %d update %d", c.round, k))(ctx); err != nil {
 					return err
 				}
 			}
