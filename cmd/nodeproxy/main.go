@@ -24,7 +24,7 @@ func newRootCommand() *cobra.Command {
 			"through the pods bound to it, and serves them to nodes from memory.",
 		SilenceUsage: true,
 	}
-	root.AddCommand(newServeCommand(), newBenchCommand())
+	root.AddCommand(newServeCommand(), newNodeCommand(), newBenchCommand())
 	return root
 }
 

@@ -13,4 +13,5 @@ import (
 	_ "k8s.io/kube-openapi/cmd/openapi-gen"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubemark"
 )

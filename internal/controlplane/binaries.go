@@ -38,6 +38,10 @@ var tools = []tool{
 	{name: "etcd", pkg: "go.etcd.io/etcd/server/v3", ldflags: "-s -w"},
 	{name: "kubectl", pkg: "k8s.io/kubernetes/cmd/kubectl",
 		ldflags: "-s -w -X k8s.io/component-base/version.gitVersion=v1.36.3 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36"},
+	// The hollow kubelet: real kubelet code with a fake container runtime
+	// (kubemark --morph=kubelet), the client the node endpoint is proven with.
+	{name: "kubemark", pkg: "k8s.io/kubernetes/cmd/kubemark",
+		ldflags: "-s -w -X k8s.io/component-base/version.gitVersion=v1.36.3 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36"},
 	{name: "deepcopy-gen", pkg: "k8s.io/code-generator/cmd/deepcopy-gen", ldflags: "-s -w"},
 	{name: "openapi-gen", pkg: "k8s.io/kube-openapi/cmd/openapi-gen", ldflags: "-s -w"},
 }

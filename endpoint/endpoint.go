@@ -1,0 +1,202 @@
+package endpoint
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+)
+
+// Config is what an Endpoint needs.
+type Config struct {
+	// NodeName is the node the endpoint stands for; only
+	// system:node:<NodeName> is served.
+	NodeName string
+	// APIServer reaches kube-apiserver as the node: its address and the
+	// kubelet's client certificate files, which are re-read on rotation.
+	APIServer *rest.Config
+	// Hub reaches `nodeproxy serve` as the node. Nil: every request goes
+	// to kube-apiserver.
+	Hub *rest.Config
+	// ClientCAFile verifies callers' certificates: the cluster's client
+	// CA, which signs the kubelet's. Re-read when it changes.
+	ClientCAFile string
+	// ServingCertFile and ServingKeyFile are the endpoint's own TLS
+	// certificate, for 127.0.0.1 and localhost. Re-read when they change.
+	ServingCertFile, ServingKeyFile string
+}
+
+// Endpoint serves one node's kubelet.
+type Endpoint struct {
+	node     string
+	hub      *Hub // nil: no hub configured
+	upstream *upstream
+	clientCA *dynamiccertificates.DynamicFileCAContent
+	serving  *dynamiccertificates.DynamicCertKeyPairContent
+	handler  http.Handler
+	// readyClient asks kube-apiserver's /readyz when the hub is down.
+	readyClient rest.Interface
+}
+
+// New checks cfg and builds the endpoint; Run serves it.
+func New(cfg Config) (*Endpoint, error) {
+	if cfg.NodeName == "" {
+		return nil, errors.New("the node name is required")
+	}
+	if cfg.APIServer == nil {
+		return nil, errors.New("a kube-apiserver configuration is required")
+	}
+	RegisterMetrics()
+	e := &Endpoint{node: cfg.NodeName}
+	var err error
+	if e.upstream, err = newUpstream(cfg.APIServer); err != nil {
+		return nil, fmt.Errorf("kube-apiserver at %s: %w", cfg.APIServer.Host, err)
+	}
+	ready := rest.CopyConfig(cfg.APIServer)
+	ready.Timeout = 2 * time.Second
+	kube, err := kubernetes.NewForConfig(ready)
+	if err != nil {
+		return nil, fmt.Errorf("kube-apiserver at %s: %w", cfg.APIServer.Host, err)
+	}
+	e.readyClient = kube.CoreV1().RESTClient()
+	if cfg.Hub != nil {
+		if e.hub, err = NewHub(cfg.Hub); err != nil {
+			return nil, err
+		}
+		e.hub.onUp = e.upstream.returnToHub
+	}
+	if e.clientCA, err = dynamiccertificates.NewDynamicCAContentFromFile("client-ca", cfg.ClientCAFile); err != nil {
+		return nil, fmt.Errorf("client CA: %w", err)
+	}
+	if e.serving, err = dynamiccertificates.NewDynamicServingContentFromFiles("serving", cfg.ServingCertFile, cfg.ServingKeyFile); err != nil {
+		return nil, fmt.Errorf("serving certificate: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", e.readyz)
+	mux.HandleFunc("/healthz", e.readyz)
+	authenticated := http.NewServeMux()
+	authenticated.Handle("/metrics", legacyregistry.Handler())
+	authenticated.HandleFunc("/", e.serveKubelet)
+	mux.Handle("/", newNodeOnly(cfg.NodeName, e.clientCA, authenticated))
+	e.handler = mux
+	return e, nil
+}
+
+// Handler is the endpoint's HTTP handler, for tests that serve it
+// themselves; Run serves it over TLS.
+func (e *Endpoint) Handler() http.Handler { return e.handler }
+
+// serveKubelet answers an authenticated request of the kubelet: from the
+// hub when it is a read the hub serves and the hub can answer, from
+// kube-apiserver otherwise.
+func (e *Endpoint) serveKubelet(w http.ResponseWriter, req *http.Request) {
+	r, hubServed := hubRoute(req, e.node)
+	if hubServed && e.hub != nil && e.serveRead(w, req, r) {
+		return
+	}
+	resource, verb := describe(req)
+	e.upstream.serve(w, req, resource, verb, hubServed && e.hub != nil && verb == "watch")
+}
+
+// describe names a request for metrics, as kube-apiserver would.
+func describe(req *http.Request) (resource, verb string) {
+	info, err := requestInfo.NewRequestInfo(req)
+	if err != nil || !info.IsResourceRequest {
+		return "", strings.ToLower(req.Method)
+	}
+	if info.Subresource != "" {
+		return info.Resource + "/" + info.Subresource, info.Verb
+	}
+	return info.Resource, info.Verb
+}
+
+// readyz is ready when the kubelet's reads can be answered: the hub is
+// connected, or kube-apiserver answers its own /readyz as the node.
+func (e *Endpoint) readyz(w http.ResponseWriter, req *http.Request) {
+	if e.hub != nil && e.hub.Connected() {
+		_, _ = w.Write([]byte("ok: hub connected"))
+		return
+	}
+	if err := e.readyClient.Get().AbsPath("/readyz").Do(req.Context()).Error(); err != nil {
+		http.Error(w, "not ready: no hub, and kube-apiserver does not answer: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok: through kube-apiserver"))
+}
+
+// Run serves on ln over TLS until ctx ends, keeping the hub connection and
+// the certificates current; then it stops accepting, ends the watches
+// and waits for requests in flight.
+func (e *Endpoint) Run(ctx context.Context, ln net.Listener) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wg.Go(func() { e.clientCA.Run(ctx, 1) })
+	wg.Go(func() { e.serving.Run(ctx, 1) })
+	if e.hub != nil {
+		wg.Go(func() { e.hub.Run(ctx) })
+	}
+	srv := &http.Server{
+		Handler:           e.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			// Verified by the authenticator, against the CA as it is now.
+			ClientAuth:     tls.RequestClientCert,
+			GetCertificate: e.servingCertificate(),
+		},
+		BaseContext: func(net.Listener) context.Context { return ctx },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	// Watches do not end by themselves; ctx (their base) has ended them.
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		klog.ErrorS(err, "Shutting down the node endpoint")
+	}
+	return nil
+}
+
+// servingCertificate returns the current serving certificate, parsed once
+// per change of its files.
+func (e *Endpoint) servingCertificate() func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	var (
+		mu             sync.Mutex
+		lastCert, last []byte
+		pair           *tls.Certificate
+	)
+	return func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		cert, key := e.serving.CurrentCertKeyContent()
+		mu.Lock()
+		defer mu.Unlock()
+		if pair != nil && bytes.Equal(cert, lastCert) && bytes.Equal(key, last) {
+			return pair, nil
+		}
+		p, err := tls.X509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("serving certificate: %w", err)
+		}
+		pair, lastCert, last = &p, cert, key
+		return pair, nil
+	}
+}

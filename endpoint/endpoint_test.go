@@ -1,0 +1,291 @@
+package endpoint_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/nodeproxy/nodeproxy/internal/testserver"
+)
+
+var runs atomic.Int64
+
+// workload makes a namespace where pod p, bound to node, uses secret s and
+// configmap c; secret other is used by nobody.
+func workload(t *testing.T, node string) string {
+	t.Helper()
+	ctx := context.Background()
+	ns := fmt.Sprintf("endpoint-%d", runs.Add(1))
+	if err := cp.EnsureNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	for _, name := range []string{"s", "other"} {
+		if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Data:       map[string][]byte{"password": []byte("pw-" + name)},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "c"}, Data: map[string]string{"k": "v"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: corev1.PodSpec{
+			NodeName:                     node,
+			AutomountServiceAccountToken: new(false),
+			Containers:                   []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
+			Volumes: []corev1.Volume{
+				{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "s"}}},
+				{Name: "c", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "c"}}}},
+			},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// metric reads one series of the endpoint's /metrics, as the node.
+func metric(t *testing.T, n *node, series string) string {
+	t.Helper()
+	c, err := rest.HTTPClientFor(n.kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Get(n.kubelet.Host + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			return rest
+		}
+	}
+	return "0"
+}
+
+// TestKubeletReadsThroughTheHub drives the endpoint with client-go as the
+// kubelet configures it (protobuf first) and as its secret manager reads:
+// a reflector per object, selected by name, with streaming lists.
+func TestKubeletReadsThroughTheHub(t *testing.T) {
+	hub := startHub(t)
+	n := startNode(t, "node-a", hub.URL)
+	ns := workload(t, "node-a")
+	ctx := context.Background()
+	kubelet := kubernetes.NewForConfigOrDie(n.kubelet)
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+
+	// Until the hub's graph has the pod, the secret is refused: wait.
+	testserver.Eventually(t, 30*time.Second, "the secret through the endpoint", func(ctx context.Context) error {
+		_, err := kubelet.CoreV1().Secrets(ns).Get(ctx, "s", metav1.GetOptions{})
+		return err
+	})
+	if got := metric(t, n, `nodeproxy_node_requests_total{path="hub",resource="secrets",verb="get"}`); got == "0" {
+		t.Errorf("the get was not served by the hub")
+	}
+
+	t.Run("list by name", func(t *testing.T) {
+		l, err := kubelet.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=c"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Items) != 1 || l.Items[0].Data["k"] != "v" || l.ResourceVersion == "" {
+			t.Fatalf("list: %d items, rv %q", len(l.Items), l.ResourceVersion)
+		}
+	})
+
+	t.Run("refused as kube-apiserver refuses", func(t *testing.T) {
+		_, err := kubelet.CoreV1().Secrets(ns).Get(ctx, "other", metav1.GetOptions{})
+		if !apierrors.IsForbidden(err) {
+			t.Fatalf("get of a secret no pod of the node uses: %v, want 403", err)
+		}
+	})
+
+	t.Run("reflector with a streaming list sees updates", func(t *testing.T) {
+		lw := cache.NewListWatchFromClient(kubelet.CoreV1().RESTClient(), "secrets", ns, fields.OneTermEqualSelector("metadata.name", "s"))
+		store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+		r := cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, kubelet), &corev1.Secret{}, store, cache.ReflectorOptions{})
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go r.RunWithContext(rctx)
+		password := func() string {
+			obj, ok, _ := store.GetByKey(ns + "/s")
+			if !ok {
+				return ""
+			}
+			return string(obj.(*corev1.Secret).Data["password"])
+		}
+		testserver.Eventually(t, 30*time.Second, "the reflector's initial state", func(context.Context) error {
+			if p := password(); p != "pw-s" {
+				return fmt.Errorf("password %q", p)
+			}
+			return nil
+		})
+		s, err := admin.CoreV1().Secrets(ns).Get(ctx, "s", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Data["password"] = []byte("rotated")
+		if _, err := admin.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testserver.Eventually(t, 30*time.Second, "the update in the reflector's store", func(context.Context) error {
+			if p := password(); p != "rotated" {
+				return fmt.Errorf("password %q", p)
+			}
+			return nil
+		})
+		if got := metric(t, n, `nodeproxy_node_requests_total{path="hub",resource="secrets",verb="watch"}`); got == "0" {
+			t.Errorf("the watch was not served by the hub")
+		}
+		if got := metric(t, n, `nodeproxy_node_requests_total{path="apiserver",resource="secrets",verb="watch"}`); got != "0" {
+			t.Errorf("%s secrets watches went to kube-apiserver", got)
+		}
+	})
+
+	t.Run("JSON watch ends with 403 when the pod goes", func(t *testing.T) {
+		cfg := rest.CopyConfig(n.kubelet)
+		cfg.AcceptContentTypes, cfg.ContentType = "application/json", "application/json"
+		asJSON := kubernetes.NewForConfigOrDie(cfg)
+		l, err := asJSON.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=c"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := asJSON.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{
+			FieldSelector: "metadata.name=c", ResourceVersion: l.ResourceVersion, AllowWatchBookmarks: true,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		if err := admin.CoreV1().Pods(ns).Delete(ctx, "p", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.After(30 * time.Second)
+		for {
+			select {
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					t.Fatal("the watch ended without an error")
+				}
+				if ev.Type != watch.Error {
+					continue
+				}
+				if err := apierrors.FromObject(ev.Object); !apierrors.IsForbidden(err) {
+					t.Fatalf("error event %v, want 403", err)
+				}
+				return
+			case <-deadline:
+				t.Fatal("no ERROR within 30s of the pod's deletion")
+			}
+		}
+	})
+}
+
+// TestOnlyTheNode: the endpoint serves its node's identity and nobody
+// else, not even another node.
+func TestOnlyTheNode(t *testing.T) {
+	n := startNode(t, "node-b", "")
+	for _, tc := range []struct {
+		name string
+		cfg  func() *rest.Config
+		code int
+	}{
+		{"no certificate", func() *rest.Config {
+			c := rest.CopyConfig(n.kubelet)
+			c.CertData, c.KeyData = nil, nil
+			return c
+		}, http.StatusUnauthorized},
+		{"another node", func() *rest.Config {
+			c, err := cp.NodeConfig("node-c")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Host, c.CAData, c.CAFile = n.kubelet.Host, nil, cp.ServingCA.CertPath
+			return c
+		}, http.StatusForbidden},
+		{"an admin", func() *rest.Config {
+			c := cp.AdminConfig()
+			c.Host, c.CAData, c.CAFile = n.kubelet.Host, nil, cp.ServingCA.CertPath
+			return c
+		}, http.StatusForbidden},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := kubernetes.NewForConfigOrDie(tc.cfg()).CoreV1().Nodes().Get(context.Background(), "node-b", metav1.GetOptions{})
+			var status apierrors.APIStatus
+			if !errorsAs(err, &status) || int(status.Status().Code) != tc.code {
+				t.Fatalf("got %v, want %d", err, tc.code)
+			}
+		})
+	}
+	t.Run("health is open", func(t *testing.T) {
+		c := rest.CopyConfig(n.kubelet)
+		c.CertData, c.KeyData = nil, nil
+		hc, err := rest.HTTPClientFor(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.Get(n.kubelet.Host + "/livez")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("/livez: %s", resp.Status)
+		}
+	})
+}
+
+// TestWithoutHub: with no hub (or a hub that never answers) everything
+// goes to kube-apiserver, which decides as it always has.
+func TestWithoutHub(t *testing.T) {
+	dead := "https://127.0.0.1:1" // nothing listens on port 1
+	n := startNode(t, "node-d", dead)
+	ns := workload(t, "node-d")
+	kubelet := kubernetes.NewForConfigOrDie(n.kubelet)
+	ctx := context.Background()
+	testserver.Eventually(t, 30*time.Second, "the secret through kube-apiserver", func(ctx context.Context) error {
+		_, err := kubelet.CoreV1().Secrets(ns).Get(ctx, "s", metav1.GetOptions{})
+		return err
+	})
+	if _, err := kubelet.CoreV1().Secrets(ns).Get(ctx, "other", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("kube-apiserver's Node authorizer should refuse: %v", err)
+	}
+	// Writes pass through: the kubelet registers its Node.
+	if _, err := kubelet.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-d"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create the node's Node through the endpoint: %v", err)
+	}
+	if got := metric(t, n, `nodeproxy_node_hub_fallbacks_total{reason="down"}`); got == "0" {
+		t.Errorf("no fallback counted")
+	}
+	if got := metric(t, n, `nodeproxy_node_requests_total{path="apiserver",resource="nodes",verb="create"}`); got != "1" {
+		t.Errorf("node creations proxied: %s, want 1", got)
+	}
+}
+
+func errorsAs(err error, target *apierrors.APIStatus) bool {
+	return err != nil && errors.As(err, target)
+}

@@ -1,0 +1,109 @@
+package endpoint_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/nodeproxy/nodeproxy/endpoint"
+	"github.com/nodeproxy/nodeproxy/internal/testserver"
+)
+
+// startHub runs `nodeproxy serve` in-process with the RBAC nodes need to
+// use the bulk API, and waits until its cache has synced.
+func startHub(t *testing.T) *testserver.Server {
+	t.Helper()
+	testserver.InstallRBAC(t, cp, "rbac-webhook.yaml", "rbac-bulk.yaml")
+	hub := testserver.Start(t, cp, testserver.Options{})
+	hub.WaitReady(t, 90*time.Second)
+	return hub
+}
+
+// node is one simulated node: its kubelet's credentials on disk, as the
+// kubelet keeps them, and its endpoint.
+type node struct {
+	name string
+	// pem is the kubelet's client certificate and key in one file, the
+	// form of /var/lib/kubelet/pki/kubelet-client-current.pem.
+	pem string
+	// kubelet reaches the endpoint as the kubelet does.
+	kubelet *rest.Config
+	stop    func()
+}
+
+// startNode starts node's endpoint in front of the control plane, with
+// the hub at hubURL ("" for none). The endpoint runs until the test ends.
+func startNode(t *testing.T, name, hubURL string) *node {
+	t.Helper()
+	dir := t.TempDir()
+	n := &node{name: name, pem: filepath.Join(dir, "kubelet-client-current.pem")}
+	kp, err := cp.ClientCA.ClientCert("system:node:"+name, []string{"system:nodes"}, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(n.pem, append(kp.CertPEM, kp.KeyPEM...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	serving, err := cp.ServingCA.ServingCert(dir, "endpoint")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asNode := func(host string) *rest.Config {
+		return &rest.Config{Host: host, TLSClientConfig: rest.TLSClientConfig{
+			CAFile: cp.ServingCA.CertPath, CertFile: n.pem, KeyFile: n.pem,
+		}}
+	}
+	cfg := endpoint.Config{
+		NodeName:        name,
+		APIServer:       asNode(cp.URL),
+		ClientCAFile:    cp.ClientCA.CertPath,
+		ServingCertFile: serving.CertPath,
+		ServingKeyFile:  serving.KeyPath,
+	}
+	if hubURL != "" {
+		cfg.Hub = asNode(hubURL)
+	}
+	e, err := endpoint.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx, ln) }()
+	n.stop = func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("endpoint of %s: %v", name, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("endpoint of %s did not stop within 30s", name)
+		}
+	}
+	t.Cleanup(n.stop)
+	n.kubelet = &rest.Config{
+		Host: "https://127.0.0.1:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port),
+		TLSClientConfig: rest.TLSClientConfig{
+			CAFile: cp.ServingCA.CertPath, CertData: kp.CertPEM, KeyData: kp.KeyPEM,
+		},
+		// The kubelet's own client settings: protobuf first.
+		ContentConfig: rest.ContentConfig{
+			AcceptContentTypes: "application/vnd.kubernetes.protobuf,application/json",
+			ContentType:        "application/vnd.kubernetes.protobuf",
+		},
+		QPS: 100, Burst: 200,
+	}
+	return n
+}

@@ -1,0 +1,62 @@
+package endpoint
+
+import (
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+// Paths a request can take, the values of the "path" label.
+const (
+	pathHub       = "hub"
+	pathAPIServer = "apiserver"
+)
+
+var (
+	requests = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "requests_total",
+		Help: "Requests of the local kubelet, by the path that answered them (hub, apiserver), " +
+			"the resource (empty for non-resource paths) and the verb.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"path", "resource", "verb"})
+	watches = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "watches",
+		Help:           "Open watches of the local kubelet, by the path that serves them (hub: a channel of the bulk watch; apiserver: proxied).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"path", "resource"})
+	fallbacks = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "hub_fallbacks_total",
+		Help: "Reads the hub would serve that went to kube-apiserver instead, by reason: " +
+			"down (no hub connection), error (the hub failed or refused the form of the request).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
+	hubConnected = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "hub_connected",
+		Help: "1 while the bulk watch connection to the hub is up.", StabilityLevel: metrics.ALPHA,
+	})
+	hubDials = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "hub_dials_total",
+		Help: "Attempts to open the bulk watch connection to the hub, by result (ok, error).", StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	returnsToHub = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "watches_returned_to_hub_total",
+		Help:           "Proxied watches of hub-served types ended when the hub came back, so that the kubelet re-watches through the hub.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	refused = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "refused_requests_total",
+		Help:           "Requests refused before reaching anything, by reason: unauthenticated (no valid client certificate), forbidden (not this node's identity).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
+
+	registerOnce sync.Once
+)
+
+// RegisterMetrics registers the endpoint's metrics with the legacy
+// registry it serves on /metrics.
+func RegisterMetrics() {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(requests, watches, fallbacks, hubConnected, hubDials, returnsToHub, refused)
+	})
+}

@@ -1,0 +1,199 @@
+package endpoint
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/keyutil"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+)
+
+// DefaultSecurePort is where `nodeproxy node` listens by default: next to
+// the ports of the node's other components (kubelet 10250, kube-proxy
+// 10256), and free on a kubeadm node.
+const DefaultSecurePort = 10262
+
+// Options are the flags of `nodeproxy node`.
+type Options struct {
+	NodeName string
+
+	BindAddress string
+	SecurePort  int
+	// CertDir holds a generated serving certificate and its CA when no
+	// certificate is given.
+	CertDir             string
+	TLSCertFile, TLSKey string
+	ClientCAFile        string
+	Kubeconfig          string
+	HubURL, HubCAFile   string
+	HubThroughAPIServer bool
+	Logs                *logsapi.LoggingConfiguration
+}
+
+// NewOptions returns the defaults, those of a kubeadm node.
+func NewOptions() *Options {
+	return &Options{
+		BindAddress:  "127.0.0.1",
+		SecurePort:   DefaultSecurePort,
+		CertDir:      "/var/lib/nodeproxy/pki",
+		ClientCAFile: "/etc/kubernetes/pki/ca.crt",
+		Kubeconfig:   "/etc/kubernetes/kubelet-direct.conf",
+		HubURL:       "https://nodeproxy.nodeproxy.svc:443",
+		Logs:         logsapi.NewLoggingConfiguration(),
+	}
+}
+
+// Flags returns the flags in named sections.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	fs := fss.FlagSet("node")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName,
+		"The node this endpoint stands for: only system:node:<node-name> is served. Default: the host name, lower-cased, as the kubelet's default.")
+
+	fs = fss.FlagSet("secure serving")
+	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress,
+		"Address to listen on. The kubelet reaches the endpoint on the node itself; a wider address exposes nothing more (callers need the node's certificate) but is rarely wanted.")
+	fs.IntVar(&o.SecurePort, "secure-port", o.SecurePort, "Port to serve HTTPS on; the kubelet's kubeconfig names https://127.0.0.1:<port>.")
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "Serving certificate for 127.0.0.1 and localhost. Without it, one is generated into --cert-dir.")
+	fs.StringVar(&o.TLSKey, "tls-private-key-file", o.TLSKey, "Key of --tls-cert-file.")
+	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir,
+		"Where a generated serving certificate (serving.crt, serving.key) and the CA that signed it (ca.crt, which the kubelet's kubeconfig names) are kept.")
+	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile,
+		"The cluster's client CA: callers must present a certificate it signed, for system:node:<node-name>.")
+
+	fs = fss.FlagSet("kube-apiserver")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig,
+		"The kubelet's kubeconfig to kube-apiserver (its address and CA, and the kubelet's rotating client certificate, "+
+			"usually /var/lib/kubelet/pki/kubelet-client-current.pem, re-read when the kubelet rotates it). "+
+			"The endpoint reaches kube-apiserver and the hub as the kubelet.")
+
+	fs = fss.FlagSet("hub")
+	fs.StringVar(&o.HubURL, "hub-url", o.HubURL,
+		"The hub (nodeproxy serve), reached directly, so that kube-apiserver carries no long-running request for this node. Empty: no hub, everything goes to kube-apiserver.")
+	fs.StringVar(&o.HubCAFile, "hub-ca-file", o.HubCAFile, "CA of the hub's serving certificate. Default: the kubeconfig's CA.")
+	fs.BoolVar(&o.HubThroughAPIServer, "hub-through-apiserver", o.HubThroughAPIServer,
+		"Reach the hub through kube-apiserver's aggregator (bulk.k8s.io) instead of --hub-url: no Service route needed, at the cost of one long-running request per node on kube-apiserver.")
+
+	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
+	return fss
+}
+
+// Complete fills what depends on the host.
+func (o *Options) Complete() error {
+	if o.NodeName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("--node-name not given and the host name is unknown: %w", err)
+		}
+		o.NodeName = strings.ToLower(h)
+	}
+	return nil
+}
+
+// Validate returns every problem at once.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.SecurePort <= 0 || o.SecurePort > 65535 {
+		errs = append(errs, fmt.Errorf("--secure-port must be between 1 and 65535, got %d", o.SecurePort))
+	}
+	if net.ParseIP(o.BindAddress) == nil {
+		errs = append(errs, fmt.Errorf("--bind-address must be an IP address, got %q", o.BindAddress))
+	}
+	if (o.TLSCertFile == "") != (o.TLSKey == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file must be given together"))
+	}
+	if o.TLSCertFile == "" && o.CertDir == "" {
+		errs = append(errs, errors.New("--cert-dir is required when no --tls-cert-file is given"))
+	}
+	if o.ClientCAFile == "" {
+		errs = append(errs, errors.New("--client-ca-file is required: without it no caller can be authenticated"))
+	}
+	if o.Kubeconfig == "" {
+		errs = append(errs, errors.New("--kubeconfig is required: the endpoint reaches kube-apiserver as the kubelet"))
+	}
+	if o.HubThroughAPIServer && o.HubURL != NewOptions().HubURL && o.HubURL != "" {
+		errs = append(errs, errors.New("--hub-url and --hub-through-apiserver exclude each other"))
+	}
+	if err := logsapi.Validate(o.Logs, utilfeature.DefaultFeatureGate, nil); len(err) > 0 {
+		errs = append(errs, err.ToAggregate())
+	}
+	return errors.Join(errs...)
+}
+
+// Config reads the files the options name and returns the endpoint's
+// configuration, generating a serving certificate if it has none.
+func (o *Options) Config() (Config, string, error) {
+	upstream, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return Config{}, "", fmt.Errorf("--kubeconfig %s: %w", o.Kubeconfig, err)
+	}
+	if upstream.CertFile == "" && len(upstream.CertData) == 0 {
+		return Config{}, "", fmt.Errorf("--kubeconfig %s has no client certificate: the endpoint must reach kube-apiserver as the kubelet", o.Kubeconfig)
+	}
+	cfg := Config{NodeName: o.NodeName, APIServer: upstream, ClientCAFile: o.ClientCAFile,
+		ServingCertFile: o.TLSCertFile, ServingKeyFile: o.TLSKey}
+	switch {
+	case o.HubThroughAPIServer:
+		cfg.Hub = rest.CopyConfig(upstream)
+	case o.HubURL != "":
+		cfg.Hub = rest.CopyConfig(upstream)
+		cfg.Hub.Host = o.HubURL
+		if o.HubCAFile != "" {
+			cfg.Hub.CAFile, cfg.Hub.CAData = o.HubCAFile, nil
+		}
+	}
+	if cfg.ServingCertFile == "" {
+		if cfg.ServingCertFile, cfg.ServingKeyFile, err = ensureServingCert(o.CertDir); err != nil {
+			return Config{}, "", err
+		}
+	}
+	return cfg, net.JoinHostPort(o.BindAddress, strconv.Itoa(o.SecurePort)), nil
+}
+
+// ensureServingCert generates, once, a CA and a serving certificate for
+// 127.0.0.1, ::1 and localhost into dir: ca.crt is what the kubelet's
+// kubeconfig names as its server's CA. Kept across restarts, so the
+// kubeconfig written at install stays valid.
+func ensureServingCert(dir string) (certFile, keyFile string, err error) {
+	certFile, keyFile = filepath.Join(dir, "serving.crt"), filepath.Join(dir, "serving.key")
+	if _, err := os.Stat(certFile); err == nil {
+		return certFile, keyFile, nil
+	}
+	chain, key, err := certutil.GenerateSelfSignedCertKey("localhost", []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, nil)
+	if err != nil {
+		return "", "", fmt.Errorf("generate a serving certificate: %w", err)
+	}
+	certs, err := certutil.ParseCertsPEM(chain)
+	if err != nil || len(certs) < 2 {
+		return "", "", fmt.Errorf("generated serving certificate has no CA (%d certificates): %v", len(certs), err)
+	}
+	caPEM, err := certutil.EncodeCertificates(certs[len(certs)-1])
+	if err != nil {
+		return "", "", err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", fmt.Errorf("--cert-dir: %w", err)
+	}
+	// The key first and the certificate last: a crash between them leaves
+	// no certificate, and the next start generates both again.
+	if err := keyutil.WriteKey(keyFile, key); err != nil {
+		return "", "", err
+	}
+	if err := certutil.WriteCert(filepath.Join(dir, "ca.crt"), caPEM); err != nil {
+		return "", "", err
+	}
+	if err := certutil.WriteCert(certFile, chain); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, nil
+}

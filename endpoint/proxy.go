@@ -1,0 +1,146 @@
+package endpoint
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+)
+
+// upstream is kube-apiserver, reached as the node: a reverse proxy whose
+// transport presents the kubelet's own client certificate, re-read from
+// its file when the kubelet rotates it (client-go's transport does so and
+// closes the connections made with the old one).
+type upstream struct {
+	url   *url.URL
+	proxy *httputil.ReverseProxy
+
+	mu sync.Mutex
+	// cuttable are the proxied watches the hub could serve, ended when it
+	// comes back so that the kubelet watches again through it.
+	cuttable map[*cutBody]struct{} // guarded by mu
+}
+
+func newUpstream(cfg *rest.Config) (*upstream, error) {
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme != "https" {
+		return nil, errors.New("kube-apiserver must be reached over https, got " + cfg.Host)
+	}
+	rt, err := rest.TransportFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	up := &upstream{url: u, cuttable: map[*cutBody]struct{}{}}
+	up.proxy = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(u)
+			// The identity upstream is the certificate's, nothing the
+			// caller sends: a token would otherwise be a second identity.
+			pr.Out.Header.Del("Authorization")
+		},
+		Transport:     rt,
+		FlushInterval: -1, // watches: every event as it comes
+		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
+			if errors.Is(err, context.Canceled) {
+				return // the kubelet went away
+			}
+			klog.ErrorS(err, "kube-apiserver unreachable", "path", req.URL.Path)
+			responsewriters.ErrorNegotiated(apierrors.NewServiceUnavailable("kube-apiserver is unreachable from the node endpoint: "+err.Error()),
+				codecs, coreV1, w, req)
+		},
+	}
+	return up, nil
+}
+
+// serve proxies req unchanged. A watch the hub could serve is registered
+// so that returnToHub can end it.
+func (up *upstream) serve(w http.ResponseWriter, req *http.Request, resource, verb string, cuttable bool) {
+	requests.WithLabelValues(pathAPIServer, resource, verb).Inc()
+	if verb != "watch" {
+		up.proxy.ServeHTTP(w, req)
+		return
+	}
+	watches.WithLabelValues(pathAPIServer, resource).Inc()
+	defer watches.WithLabelValues(pathAPIServer, resource).Dec()
+	if !cuttable {
+		up.proxy.ServeHTTP(w, req)
+		return
+	}
+	p := *up.proxy
+	var body *cutBody
+	p.ModifyResponse = func(resp *http.Response) error {
+		body = &cutBody{ReadCloser: resp.Body}
+		resp.Body = body
+		up.mu.Lock()
+		up.cuttable[body] = struct{}{}
+		up.mu.Unlock()
+		return nil
+	}
+	defer func() {
+		if body != nil {
+			up.mu.Lock()
+			delete(up.cuttable, body)
+			up.mu.Unlock()
+		}
+	}()
+	p.ServeHTTP(w, req)
+}
+
+// returnToHub ends every proxied watch the hub could serve. Each ends as
+// kube-apiserver ends a watch at its timeout: the stream simply stops,
+// and the kubelet watches again from its last resourceVersion, this time
+// through the hub.
+func (up *upstream) returnToHub() {
+	up.mu.Lock()
+	cut := make([]*cutBody, 0, len(up.cuttable))
+	for b := range up.cuttable {
+		cut = append(cut, b)
+	}
+	up.mu.Unlock()
+	for _, b := range cut {
+		b.cut()
+		returnsToHub.Inc()
+	}
+}
+
+// cutBody is a response body that can be ended as if kube-apiserver had
+// finished it: after cut, reads report io.EOF, not the error of the
+// closed connection, so the proxy ends the response cleanly.
+type cutBody struct {
+	io.ReadCloser
+	once sync.Once
+	mu   sync.Mutex
+	done bool // guarded by mu
+}
+
+func (b *cutBody) cut() {
+	b.once.Do(func() {
+		b.mu.Lock()
+		b.done = true
+		b.mu.Unlock()
+		_ = b.ReadCloser.Close()
+	})
+}
+
+func (b *cutBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.mu.Lock()
+		if b.done {
+			err = io.EOF
+		}
+		b.mu.Unlock()
+	}
+	return n, err
+}

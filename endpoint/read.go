@@ -1,0 +1,202 @@
+package endpoint
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	"k8s.io/client-go/kubernetes/scheme"
+	restclientwatch "k8s.io/client-go/rest/watch"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeproxy/nodeproxy/watchmux"
+)
+
+// The hub speaks JSON; the kubelet asks for protobuf first. Objects are
+// decoded into client-go's typed objects and encoded again in whatever
+// the request negotiates, by the same serializers kube-apiserver uses.
+var (
+	codecs       = scheme.Codecs.WithoutConversion()
+	deserializer = scheme.Codecs.UniversalDeserializer()
+	coreV1       = schema.GroupVersion{Version: "v1"}
+)
+
+// minWatchTimeout is kube-apiserver's default --min-request-timeout: a
+// watch without timeoutSeconds ends after a random time between it and
+// twice it, so that reconnects spread out.
+const minWatchTimeout = 30 * time.Minute
+
+// serveRead answers r from the hub. It returns false, having written
+// nothing, when the hub cannot answer (down, failing, or unable to serve
+// this form of the request); the caller then proxies the request.
+func (e *Endpoint) serveRead(w http.ResponseWriter, req *http.Request, r route) bool {
+	if r.verb == "watch" {
+		return e.serveWatch(w, req, r)
+	}
+	raw, err := e.hub.Get(req.Context(), r.op)
+	if err != nil && !decisive(err) {
+		e.noteFallback(err, r)
+		return false
+	}
+	requests.WithLabelValues(pathHub, r.op.Resource.Resource, r.verb).Inc()
+	if err != nil {
+		responsewriters.ErrorNegotiated(err, codecs, coreV1, w, req)
+		return true
+	}
+	list, err := runtime.Decode(deserializer, raw)
+	if err != nil {
+		responsewriters.ErrorNegotiated(apierrors.NewInternalError(fmt.Errorf("decode the hub's list: %w", err)), codecs, coreV1, w, req)
+		return true
+	}
+	var obj runtime.Object = list
+	if r.verb == "get" {
+		items, err := meta.ExtractList(list)
+		if err != nil || len(items) != 1 {
+			gr := schema.GroupResource{Resource: r.op.Resource.Resource}
+			responsewriters.ErrorNegotiated(apierrors.NewNotFound(gr, r.name), codecs, coreV1, w, req)
+			return true
+		}
+		obj = items[0]
+	}
+	responsewriters.WriteObjectNegotiated(codecs, negotiation.DefaultEndpointRestrictions, coreV1, w, req, http.StatusOK, obj, false)
+	return true
+}
+
+// serveWatch streams a hub channel to the kubelet as kube-apiserver
+// streams a watch: chunked, framed and encoded as negotiated, flushed
+// whenever the channel has nothing more queued, ended after
+// timeoutSeconds. The channel's ERROR becomes the watch's last event, as
+// kube-apiserver ends a watch whose resourceVersion expired; an end
+// without ERROR (the hub connection gone, or the hub shutting down)
+// ends the watch cleanly, and the kubelet's reflector watches again from
+// the last resourceVersion it saw, which kube-apiserver honours as well
+// as the hub, since both count in etcd's revisions.
+//
+// k8s.io/apiserver's own WatchServer is not used: its watch-list hook is
+// unexported and must be set for streaming lists. What it does is this
+// loop; the framing and encoding are the library's.
+func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route) bool {
+	info, err := negotiation.NegotiateOutputMediaTypeStream(req, codecs, negotiation.DefaultEndpointRestrictions)
+	if err != nil {
+		return false // kube-apiserver words the 406
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		return false
+	}
+	ch, conn, err := e.hub.Watch(req.Context(), r.op)
+	if err != nil && !decisive(err) {
+		e.noteFallback(err, r)
+		return false
+	}
+	resource := r.op.Resource.Resource
+	requests.WithLabelValues(pathHub, resource, r.verb).Inc()
+	if err != nil {
+		responsewriters.ErrorNegotiated(err, codecs, coreV1, w, req)
+		return true
+	}
+	watches.WithLabelValues(pathHub, resource).Inc()
+	defer watches.WithLabelValues(pathHub, resource).Dec()
+	open := true
+	defer func() {
+		if open {
+			// The kubelet left, or the watch timed out: free the channel
+			// without holding the handler.
+			go closeChannel(conn, ch)
+		}
+	}()
+
+	mediaType := info.MediaType
+	if mediaType != "application/json" {
+		mediaType += ";stream=watch"
+	}
+	frames := info.StreamSerializer.Framer.NewFrameWriter(w)
+	enc := restclientwatch.NewEncoder(
+		streaming.NewEncoder(frames, codecs.EncoderForVersion(info.StreamSerializer.Serializer, coreV1)),
+		codecs.EncoderForVersion(info.Serializer, coreV1))
+
+	timeout := watchTimeout(r)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+
+	w.Header().Set("Content-Type", mediaType)
+	w.Header().Set("Transfer-Encoding", "chunked")
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+	for {
+		select {
+		case <-req.Context().Done():
+			return true
+		case <-timer.C:
+			return true
+		case ev, ok := <-ch.Events:
+			if !ok {
+				open = false // the connection ended: nothing to close
+				return true
+			}
+			var obj runtime.Object
+			if ev.Type == watch.Error {
+				open = false
+				if ev.Status.Code == http.StatusServiceUnavailable {
+					// The hub is going away: end cleanly, the kubelet
+					// resumes through another replica or kube-apiserver.
+					return true
+				}
+				obj = ev.Status
+			} else if obj, err = runtime.Decode(deserializer, ev.Object); err != nil {
+				klog.ErrorS(err, "Undecodable event from the hub; ending the watch so the kubelet relists", "resource", resource)
+				obj = &apierrors.NewInternalError(fmt.Errorf("decode the hub's event: %w", err)).ErrStatus
+				ev.Type = watch.Error
+			}
+			if err := enc.Encode(&watch.Event{Type: ev.Type, Object: obj}); err != nil {
+				return true // the kubelet went away
+			}
+			if ev.Type == watch.Error {
+				flusher.Flush()
+				if open {
+					go closeChannel(conn, ch)
+					open = false
+				}
+				return true
+			}
+			if len(ch.Events) == 0 {
+				flusher.Flush()
+			}
+		}
+	}
+}
+
+// watchTimeout is timeoutSeconds, or kube-apiserver's default when the
+// request has none.
+func watchTimeout(r route) time.Duration {
+	if t := r.timeout; t != nil && *t > 0 {
+		return time.Duration(*t) * time.Second
+	}
+	return minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))
+}
+
+func closeChannel(conn *watchmux.Client, ch *watchmux.Channel) {
+	ctx, cancel := context.WithTimeout(context.Background(), hubRequestTimeout)
+	defer cancel()
+	_ = conn.CloseWatch(ctx, ch)
+}
+
+func (e *Endpoint) noteFallback(err error, r route) {
+	reason := "error"
+	if err == errHubDown {
+		reason = "down"
+	} else {
+		klog.V(2).InfoS("Hub did not answer; asking kube-apiserver", "resource", r.op.Resource.Resource, "verb", r.verb, "err", err)
+	}
+	fallbacks.WithLabelValues(reason).Inc()
+}
