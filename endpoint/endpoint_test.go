@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/nodeproxy/nodeproxy/internal/controlplane"
 	"github.com/nodeproxy/nodeproxy/internal/testserver"
 )
 
@@ -125,33 +126,14 @@ func TestKubeletReadsThroughTheHub(t *testing.T) {
 	})
 
 	t.Run("reflector with a streaming list sees updates", func(t *testing.T) {
-		lw := cache.NewListWatchFromClient(kubelet.CoreV1().RESTClient(), "secrets", ns, fields.OneTermEqualSelector("metadata.name", "s"))
-		store := cache.NewStore(cache.MetaNamespaceKeyFunc)
-		r := cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, kubelet), &corev1.Secret{}, store, cache.ReflectorOptions{})
-		rctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		go r.RunWithContext(rctx)
-		password := func() string {
-			obj, ok, _ := store.GetByKey(ns + "/s")
-			if !ok {
-				return ""
-			}
-			return string(obj.(*corev1.Secret).Data["password"])
-		}
+		password := reflect(t, kubelet, ns, "s")
 		testserver.Eventually(t, 30*time.Second, "the reflector's initial state", func(context.Context) error {
 			if p := password(); p != "pw-s" {
 				return fmt.Errorf("password %q", p)
 			}
 			return nil
 		})
-		s, err := admin.CoreV1().Secrets(ns).Get(ctx, "s", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Data["password"] = []byte("rotated")
-		if _, err := admin.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		rotate(t, ns, "s", "rotated")
 		testserver.Eventually(t, 30*time.Second, "the update in the reflector's store", func(context.Context) error {
 			if p := password(); p != "rotated" {
 				return fmt.Errorf("password %q", p)
@@ -288,4 +270,91 @@ func TestWithoutHub(t *testing.T) {
 
 func errorsAs(err error, target *apierrors.APIStatus) bool {
 	return err != nil && errors.As(err, target)
+}
+
+// reflect runs, until the test ends, a reflector on secret ns/name as
+// the kubelet's secret manager runs one (selected by name, streaming
+// lists), and returns a reader of the secret's password as the reflector
+// last stored it.
+func reflect(t *testing.T, kubelet kubernetes.Interface, ns, name string) func() string {
+	t.Helper()
+	lw := cache.NewListWatchFromClient(kubelet.CoreV1().RESTClient(), "secrets", ns, fields.OneTermEqualSelector("metadata.name", name))
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	r := cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, kubelet), &corev1.Secret{}, store, cache.ReflectorOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go r.RunWithContext(ctx)
+	return func() string {
+		obj, ok, _ := store.GetByKey(ns + "/" + name)
+		if !ok {
+			return ""
+		}
+		return string(obj.(*corev1.Secret).Data["password"])
+	}
+}
+
+// rotate sets secret ns/name's password, as an admin.
+func rotate(t *testing.T, ns, name, password string) {
+	t.Helper()
+	ctx := context.Background()
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	s, err := admin.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Data["password"] = []byte(password)
+	if _, err := admin.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventuallyPassword waits until password() reads want.
+func eventuallyPassword(t *testing.T, what string, password func() string, want string) {
+	t.Helper()
+	testserver.Eventually(t, 60*time.Second, what, func(context.Context) error {
+		if p := password(); p != want {
+			return fmt.Errorf("password %q, want %q", p, want)
+		}
+		return nil
+	})
+}
+
+// TestHubOutage: the hub goes away under a watching kubelet and comes
+// back. The kubelet notices nothing but watch restarts: its reads go to
+// kube-apiserver in between, and back to the hub when it returns.
+func TestHubOutage(t *testing.T) {
+	ports, err := controlplane.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testserver.InstallRBAC(t, cp, "rbac-webhook.yaml", "rbac-bulk.yaml")
+	hub := testserver.Start(t, cp, testserver.Options{Port: ports[0]})
+	hub.WaitReady(t, 90*time.Second)
+	n := startNode(t, "node-e", hub.URL)
+	ns := workload(t, "node-e")
+	password := reflect(t, kubernetes.NewForConfigOrDie(n.kubelet), ns, "s")
+	eventuallyPassword(t, "the initial state", password, "pw-s")
+	watching := func(path string) func(context.Context) error {
+		return func(context.Context) error {
+			if got := metric(t, n, `nodeproxy_node_watches{path="`+path+`",resource="secrets"}`); got != "1" {
+				return fmt.Errorf("%s secrets watches through %s", got, path)
+			}
+			return nil
+		}
+	}
+	testserver.Eventually(t, 30*time.Second, "the watch on the hub", watching("hub"))
+
+	hub.Stop(t)
+	testserver.Eventually(t, 60*time.Second, "the watch moved to kube-apiserver", watching("apiserver"))
+	rotate(t, ns, "s", "while the hub is down")
+	eventuallyPassword(t, "an update through kube-apiserver", password, "while the hub is down")
+
+	hub = testserver.Start(t, cp, testserver.Options{Port: ports[0]})
+	hub.WaitReady(t, 90*time.Second)
+	testserver.Eventually(t, 60*time.Second, "the watch back on the hub", watching("hub"))
+	rotate(t, ns, "s", "after the hub is back")
+	eventuallyPassword(t, "an update through the hub", password, "after the hub is back")
+	if got := metric(t, n, "nodeproxy_node_watches_returned_to_hub_total"); got == "0" {
+		t.Errorf("no proxied watch was returned to the hub")
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -148,12 +149,27 @@ func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options) *Server {
 			}
 		},
 	}
+	var once sync.Once
+	stop := s.stop
+	s.stop = func() (err error) {
+		once.Do(func() { err = stop() })
+		return err
+	}
 	t.Cleanup(func() {
 		if err := s.stop(); err != nil && !errors.Is(err, context.Canceled) {
 			t.Errorf("stop server: %v", err)
 		}
 	})
 	return s
+}
+
+// Stop stops the server before the test ends, as a crash or a rolling
+// update would; the test's cleanup then does nothing more.
+func (s *Server) Stop(t testing.TB) {
+	t.Helper()
+	if err := s.stop(); err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("stop server: %v", err)
+	}
 }
 
 // Client returns an HTTPS client that trusts the server and presents cfg's
