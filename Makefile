@@ -18,7 +18,7 @@ help: ## list the targets
 build: ## build bin/nodeproxy
 	$(GO) build -o bin/nodeproxy ./cmd/nodeproxy
 
-tools: ## build kube-apiserver and etcd for tests and the demo (once per machine, ~10 min cold)
+tools: ## build kube-apiserver, etcd and the hollow kubelet (kubemark) for tests and the demo (once per machine, ~15 min cold)
 	$(GO) run ./hack/buildtools
 
 generate: ## regenerate deepcopy and OpenAPI code of apis/ (zz_generated.*)

@@ -1,6 +1,7 @@
 // Command buildtools builds the programs hack/tools pins, unless this
 // machine already has them, and prints the directory that holds them.
-// Without arguments it builds kube-apiserver and etcd (`make tools`);
+// Without arguments it builds kube-apiserver, etcd and the hollow
+// kubelet, kubemark (`make tools`);
 // `make generate` names the code generators.
 package main
 
@@ -16,7 +17,7 @@ import (
 func main() {
 	names := os.Args[1:]
 	if len(names) == 0 {
-		names = []string{"kube-apiserver", "etcd"}
+		names = []string{"kube-apiserver", "etcd", "kubemark"}
 	}
 	paths, err := controlplane.EnsureTools(context.Background(), os.Stderr, names...)
 	if err != nil {
