@@ -206,12 +206,12 @@ func TestOnlyTheNode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.Host, c.CAData, c.CAFile = n.kubelet.Host, nil, cp.ServingCA.CertPath
+			c.Host, c.CAData = n.kubelet.Host, n.kubelet.CAData
 			return c
 		}, http.StatusForbidden},
 		{"an admin", func() *rest.Config {
 			c := cp.AdminConfig()
-			c.Host, c.CAData, c.CAFile = n.kubelet.Host, nil, cp.ServingCA.CertPath
+			c.Host, c.CAData = n.kubelet.Host, n.kubelet.CAData
 			return c
 		}, http.StatusForbidden},
 	} {

@@ -93,10 +93,14 @@ func startNode(t *testing.T, name, hubURL string) *node {
 		}
 	}
 	t.Cleanup(n.stop)
+	servingCA, err := os.ReadFile(cp.ServingCA.CertPath)
+	if err != nil {
+		t.Fatal(err)
+	}
 	n.kubelet = &rest.Config{
 		Host: "https://127.0.0.1:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port),
 		TLSClientConfig: rest.TLSClientConfig{
-			CAFile: cp.ServingCA.CertPath, CertData: kp.CertPEM, KeyData: kp.KeyPEM,
+			CAData: servingCA, CertData: kp.CertPEM, KeyData: kp.KeyPEM,
 		},
 		// The kubelet's own client settings: protobuf first.
 		ContentConfig: rest.ContentConfig{

@@ -75,7 +75,7 @@ func LocalTarget(cp *controlplane.ControlPlane, np *controlplane.Nodeproxy) (Tar
 		Node:  cp.NodeConfig,
 		Bulk:  np.NodeConfig,
 		APIServer: Server{
-			Metrics: func(ctx context.Context) (Metrics, error) { return scrapeAPIServer(ctx, admin.CoreV1().RESTClient()) },
+			Metrics: func(ctx context.Context) (Metrics, error) { return ScrapeAPIServer(ctx, admin.CoreV1().RESTClient()) },
 			Usage:   func() (Usage, error) { return ReadUsage(cp.APIServer().Pid()) },
 		},
 		Nodeproxy: Server{
@@ -114,7 +114,7 @@ func KubeconfigTarget(admin *rest.Config) (Target, error) {
 		Node:  node,
 		Bulk:  node,
 		APIServer: Server{Metrics: func(ctx context.Context) (Metrics, error) {
-			return scrapeAPIServer(ctx, kube.CoreV1().RESTClient())
+			return ScrapeAPIServer(ctx, kube.CoreV1().RESTClient())
 		}},
 	}, nil
 }

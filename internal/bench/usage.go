@@ -127,10 +127,10 @@ func Scrape(ctx context.Context, client *http.Client, url string) (Metrics, erro
 	return m, nil
 }
 
-// scrapeAPIServer reads kube-apiserver's /metrics through client, which
+// ScrapeAPIServer reads kube-apiserver's /metrics through client, which
 // keeps the path a kubeconfig's server may carry (a proxy's
 // https://host/k8s/clusters/c-1) and its credentials.
-func scrapeAPIServer(ctx context.Context, client rest.Interface) (Metrics, error) {
+func ScrapeAPIServer(ctx context.Context, client rest.Interface) (Metrics, error) {
 	raw, err := client.Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("scrape kube-apiserver's /metrics: %w", err)

@@ -1,0 +1,199 @@
+package endpoint_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodeproxy/nodeproxy/internal/bench"
+	"github.com/nodeproxy/nodeproxy/internal/controlplane"
+	"github.com/nodeproxy/nodeproxy/internal/testserver"
+)
+
+// hollowNodes is how many hollow kubelets TestHollowKubelets runs: enough
+// to show that the watches on kube-apiserver do not grow with nodes, few
+// enough for a loaded 2-core machine (each is about 80 MB).
+const hollowNodes = 2
+
+// TestHollowKubelets runs real kubelet code (kubemark --morph=kubelet)
+// behind node endpoints: pods with secret and configmap volumes and an
+// environment variable from the secret run; their files come only
+// through the endpoints; kube-apiserver carries no secrets or configmaps
+// watch for them; a secret's update reaches the files; and a deleted pod
+// takes its node's access to the secret with it.
+func TestHollowKubelets(t *testing.T) {
+	ctx := context.Background()
+	tools, err := controlplane.EnsureTools(ctx, os.Stderr, "kubemark")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := startHub(t)
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	// The hub's own informers are watching by now: what follows is the
+	// kubelets' share.
+	before, err := bench.ScrapeAPIServer(ctx, admin.CoreV1().RESTClient())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ns := fmt.Sprintf("hollow-%d", runs.Add(1))
+	if err := cp.EnsureNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "creds"}, StringData: map[string]string{"password": "first"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"mode": "a"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	type hollow struct {
+		*controlplane.HollowKubelet
+		endpoint *node
+		pod      *corev1.Pod
+	}
+	var kubelets []hollow
+	for i := range hollowNodes {
+		name := fmt.Sprintf("hollow-%s-%d", ns, i)
+		n := startNode(t, name, hub.URL)
+		dir := t.TempDir()
+		kubeconfig := filepath.Join(dir, "kubeconfig")
+		if err := controlplane.WriteKubeconfig(n.kubelet, kubeconfig); err != nil {
+			t.Fatal(err)
+		}
+		h, err := controlplane.StartHollowKubelet(ctx, tools["kubemark"], controlplane.HollowKubeletOptions{Name: name, Kubeconfig: kubeconfig, Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Registered after the endpoint's and the directory's cleanups, so
+		// it runs before them.
+		t.Cleanup(func() {
+			h.Stop()
+			_ = admin.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
+		if err := h.WaitNodeReady(ctx, admin); err != nil {
+			t.Fatal(err)
+		}
+		pod, err := admin.CoreV1().Pods(ns).Create(ctx, podUsingCreds(fmt.Sprintf("app-%d", i), name), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kubelets = append(kubelets, hollow{HollowKubelet: h, endpoint: n, pod: pod})
+	}
+
+	for _, k := range kubelets {
+		testserver.Eventually(t, 2*time.Minute, k.pod.Name+" Running", func(ctx context.Context) error {
+			p, err := admin.CoreV1().Pods(ns).Get(ctx, k.pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("phase %s, conditions %v", p.Status.Phase, p.Status.Conditions)
+			}
+			return nil
+		})
+		eventuallyFile(t, k.SecretVolumeFile(k.pod.UID, "creds", "password"), "first")
+		eventuallyFile(t, k.ConfigMapVolumeFile(k.pod.UID, "settings", "mode"), "a")
+	}
+
+	after, err := bench.ScrapeAPIServer(ctx, admin.CoreV1().RESTClient())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, resource := range []string{"secrets", "configmaps"} {
+		b := before.Sum("apiserver_longrunning_requests", "verb", "WATCH", "resource", resource)
+		a := after.Sum("apiserver_longrunning_requests", "verb", "WATCH", "resource", resource)
+		if a > b {
+			t.Errorf("kube-apiserver carries %v %s watches with %d kubelets running, %v before: some bypass the endpoints", a, resource, hollowNodes, b)
+		}
+		onHub := metric(t, kubelets[0].endpoint, `nodeproxy_node_watches{path="hub",resource="`+resource+`"}`)
+		proxied := metric(t, kubelets[0].endpoint, `nodeproxy_node_watches{path="apiserver",resource="`+resource+`"}`)
+		t.Logf("%s watches: kube-apiserver %v before the kubelets, %v with them; endpoints: %s on the hub, %s proxied", resource, b, a, onHub, proxied)
+		if proxied != "0" {
+			t.Errorf("%s %s watches proxied to kube-apiserver", proxied, resource)
+		}
+	}
+	for _, k := range kubelets {
+		if u, err := bench.ReadUsage(k.Process.Pid()); err == nil {
+			t.Logf("kubelet %s: RSS %d MiB", k.Name, u.RSS>>20)
+		}
+	}
+
+	secret, err := admin.CoreV1().Secrets(ns).Get(ctx, "creds", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret.StringData = map[string]string{"password": "second"}
+	if _, err := admin.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range kubelets {
+		eventuallyFile(t, k.SecretVolumeFile(k.pod.UID, "creds", "password"), "second")
+	}
+
+	// The first node's only pod goes: so does its access to the secret.
+	first := kubelets[0]
+	if err := admin.CoreV1().Pods(ns).Delete(ctx, first.pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	asFirst := kubernetes.NewForConfigOrDie(first.endpoint.kubelet)
+	testserver.Eventually(t, 2*time.Minute, "access gone with the pod", func(ctx context.Context) error {
+		_, err := asFirst.CoreV1().Secrets(ns).Get(ctx, "creds", metav1.GetOptions{})
+		if apierrors.IsForbidden(err) {
+			return nil
+		}
+		return fmt.Errorf("get as %s: %v, want 403", first.Name, err)
+	})
+}
+
+// podUsingCreds runs on node with the secret creds and the configmap
+// settings as volumes, mounted (the kubelet skips volumes no container
+// mounts), and the password as an environment variable.
+func podUsingCreds(name, node string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			NodeName:                     node,
+			AutomountServiceAccountToken: new(false),
+			Containers: []corev1.Container{{
+				Name: "app", Image: "registry.k8s.io/pause:3.10",
+				Env: []corev1.EnvVar{{Name: "PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}, Key: "password"}}}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "creds", MountPath: "/etc/creds"}, {Name: "settings", MountPath: "/etc/settings"}},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}},
+				{Name: "settings", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}},
+			},
+		},
+	}
+}
+
+// eventuallyFile waits until the file at path holds want. The kubelet
+// rewrites a volume at its pod's next sync, every 10 s or so.
+func eventuallyFile(t *testing.T, path, want string) {
+	t.Helper()
+	testserver.Eventually(t, 90*time.Second, path, func(context.Context) error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if string(b) != want {
+			return fmt.Errorf("holds %q, want %q", b, want)
+		}
+		return nil
+	})
+}
