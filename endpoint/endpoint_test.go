@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
 	"github.com/nodeproxy/nodeproxy/internal/testserver"
 )
 
@@ -323,13 +322,8 @@ func eventuallyPassword(t *testing.T, what string, password func() string, want 
 // back. The kubelet notices nothing but watch restarts: its reads go to
 // kube-apiserver in between, and back to the hub when it returns.
 func TestHubOutage(t *testing.T) {
-	ports, err := controlplane.FreePorts(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testserver.InstallRBAC(t, cp, "rbac-webhook.yaml", "rbac-bulk.yaml")
-	hub := testserver.Start(t, cp, testserver.Options{Port: ports[0]})
-	hub.WaitReady(t, 90*time.Second)
+	port := freePort(t)
+	hub := startHubOn(t, port)
 	n := startNode(t, "node-e", hub.URL)
 	ns := workload(t, "node-e")
 	password := reflect(t, kubernetes.NewForConfigOrDie(n.kubelet), ns, "s")
@@ -349,8 +343,7 @@ func TestHubOutage(t *testing.T) {
 	rotate(t, ns, "s", "while the hub is down")
 	eventuallyPassword(t, "an update through kube-apiserver", password, "while the hub is down")
 
-	hub = testserver.Start(t, cp, testserver.Options{Port: ports[0]})
-	hub.WaitReady(t, 90*time.Second)
+	startHubOn(t, port)
 	testserver.Eventually(t, 60*time.Second, "the watch back on the hub", watching("hub"))
 	rotate(t, ns, "s", "after the hub is back")
 	eventuallyPassword(t, "an update through the hub", password, "after the hub is back")

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodeproxy/nodeproxy/endpoint"
+	"github.com/nodeproxy/nodeproxy/internal/controlplane"
 	"github.com/nodeproxy/nodeproxy/internal/testserver"
 )
 
@@ -20,10 +21,27 @@ import (
 // use the bulk API, and waits until its cache has synced.
 func startHub(t *testing.T) *testserver.Server {
 	t.Helper()
+	return startHubOn(t, 0)
+}
+
+// startHubOn is startHub on a given port (0: any), so that a test can
+// stop the hub and start it again where the endpoints look for it.
+func startHubOn(t *testing.T, port int) *testserver.Server {
+	t.Helper()
 	testserver.InstallRBAC(t, cp, "rbac-webhook.yaml", "rbac-bulk.yaml")
-	hub := testserver.Start(t, cp, testserver.Options{})
+	hub := testserver.Start(t, cp, testserver.Options{Port: port})
 	hub.WaitReady(t, 90*time.Second)
 	return hub
+}
+
+// freePort returns a port nothing listens on.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ports, err := controlplane.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ports[0]
 }
 
 // node is one simulated node: its kubelet's credentials on disk, as the

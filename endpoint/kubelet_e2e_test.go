@@ -27,15 +27,17 @@ const hollowNodes = 2
 // behind node endpoints: pods with secret and configmap volumes and an
 // environment variable from the secret run; their files come only
 // through the endpoints; kube-apiserver carries no secrets or configmaps
-// watch for them; a secret's update reaches the files; and a deleted pod
-// takes its node's access to the secret with it.
+// watch for them; a secret's update reaches the files, also while the hub
+// is down (through kube-apiserver) and after it is back (through the hub
+// again); and a deleted pod takes its node's access to the secret with it.
 func TestHollowKubelets(t *testing.T) {
 	ctx := context.Background()
 	tools, err := controlplane.EnsureTools(ctx, os.Stderr, "kubemark")
 	if err != nil {
 		t.Fatal(err)
 	}
-	hub := startHub(t)
+	hubPort := freePort(t)
+	hub := startHubOn(t, hubPort)
 	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	// The hub's own informers are watching by now: what follows is the
 	// kubelets' share.
@@ -131,16 +133,47 @@ func TestHollowKubelets(t *testing.T) {
 		}
 	}
 
-	secret, err := admin.CoreV1().Secrets(ns).Get(ctx, "creds", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	update := func(password string) {
+		t.Helper()
+		secret, err := admin.CoreV1().Secrets(ns).Get(ctx, "creds", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		secret.StringData = map[string]string{"password": password}
+		if _, err := admin.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range kubelets {
+			eventuallyFile(t, k.SecretVolumeFile(k.pod.UID, "creds", "password"), password)
+		}
 	}
-	secret.StringData = map[string]string{"password": "second"}
-	if _, err := admin.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	update("second")
+
+	// The hub goes away: the kubelets keep their pods and get updates
+	// through kube-apiserver; then it comes back, and so do the watches.
+	watchingThrough := func(path string) func(context.Context) error {
+		return func(context.Context) error {
+			got := metric(t, kubelets[0].endpoint, `nodeproxy_node_watches{path="`+path+`",resource="secrets"}`)
+			if got != fmt.Sprint(hollowNodes) {
+				return fmt.Errorf("%s secrets watches through %s, want %d", got, path, hollowNodes)
+			}
+			return nil
+		}
 	}
+	hub.Stop(t)
+	testserver.Eventually(t, time.Minute, "the kubelets' watches on kube-apiserver", watchingThrough("apiserver"))
+	update("while the hub is down")
+	startHubOn(t, hubPort)
+	testserver.Eventually(t, time.Minute, "the kubelets' watches back on the hub", watchingThrough("hub"))
+	update("after the hub is back")
 	for _, k := range kubelets {
-		eventuallyFile(t, k.SecretVolumeFile(k.pod.UID, "creds", "password"), "second")
+		p, err := admin.CoreV1().Pods(ns).Get(ctx, k.pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Status.Phase != corev1.PodRunning {
+			t.Errorf("%s after the hub's outage: %s", k.pod.Name, p.Status.Phase)
+		}
 	}
 
 	// The first node's only pod goes: so does its access to the secret.
