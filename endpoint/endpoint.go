@@ -19,6 +19,10 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// maxStreamsPerConnection is kube-apiserver's default
+// --http2-max-streams-per-connection.
+const maxStreamsPerConnection = 1000
+
 // Config is what an Endpoint needs.
 type Config struct {
 	// NodeName is the node the endpoint stands for; only
@@ -160,6 +164,12 @@ func (e *Endpoint) Run(ctx context.Context, ln net.Listener) error {
 			GetCertificate: e.servingCertificate(),
 		},
 		BaseContext: func(net.Listener) context.Context { return ctx },
+		// A kubelet multiplexes its watches, one per secret and configmap
+		// its pods use, over HTTP/2. Past Go's default of 250 streams its
+		// client opens more connections; kube-apiserver allows 1000
+		// (--http2-max-streams-per-connection), and so does the endpoint,
+		// so a full node keeps to one connection here as it does there.
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: maxStreamsPerConnection},
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
