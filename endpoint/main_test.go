@@ -9,9 +9,13 @@ import (
 )
 
 // cp is this package's control plane: etcd and kube-apiserver with the
-// Node and RBAC authorizers, as a kubeadm cluster runs them.
+// Node and RBAC authorizers and the NodeRestriction admission plugin, as
+// a kubeadm cluster runs them, so that the kubelets' writes through the
+// endpoints are checked as the node's.
 var cp *controlplane.ControlPlane
 
 func TestMain(m *testing.M) {
-	os.Exit(testserver.RunTests(m, controlplane.Options{}, &cp))
+	os.Exit(testserver.RunTests(m, controlplane.Options{
+		ExtraAPIServerArgs: []string{"--enable-admission-plugins=NodeRestriction"},
+	}, &cp))
 }
