@@ -27,6 +27,7 @@ import (
 type benchOptions struct {
 	shape         workload.Shape
 	watch         bench.WatchLoad
+	kubelets      bench.KubeletLoad
 	revokeRate    int
 	phaseDuration time.Duration
 	output        string
@@ -37,7 +38,8 @@ type benchOptions struct {
 }
 
 func newBenchOptions() *benchOptions {
-	return &benchOptions{shape: workload.ReferenceShape(), watch: bench.DefaultWatchLoad(), revokeRate: 200, phaseDuration: 2 * time.Second, output: "table"}
+	return &benchOptions{shape: workload.ReferenceShape(), watch: bench.DefaultWatchLoad(), kubelets: bench.DefaultKubeletLoad(),
+		revokeRate: 200, phaseDuration: 2 * time.Second, output: "table"}
 }
 
 func (o *benchOptions) flags() cliflag.NamedFlagSets {
@@ -64,6 +66,12 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 	fs.IntVar(&w.Updates, "updates", w.Updates, "Back-to-back updates per sustained round (at most 1000: a channel queues 1024 events).")
 
 	fs.IntVar(&o.revokeRate, "revoke-rate", o.revokeRate, "Pod deletions per second in the revoke scenario.")
+
+	fs = fss.FlagSet("kubelets")
+	k := &o.kubelets
+	fs.IntVar(&k.Nodes, "kubelet-nodes", k.Nodes, "Hollow kubelets in the kubelets scenario (about 80 MB each, plus its endpoint's).")
+	fs.IntVar(&k.PodsPerNode, "kubelet-pods", k.PodsPerNode, "Pods bound to each hollow kubelet.")
+	fs.IntVar(&k.ObjectsPerPod, "kubelet-objects", k.ObjectsPerPod, "Secrets and configmaps each pod mounts (half each, its own).")
 
 	fs = fss.FlagSet("target")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "Measure the cluster this kubeconfig reaches, with nodeproxy registered as its bulk.k8s.io APIService "+
@@ -92,7 +100,8 @@ func (o *benchOptions) validate() error {
 	for _, f := range []struct {
 		name  string
 		value int
-	}{{"--watch-nodes", w.Nodes}, {"--channels-per-node", w.ChannelsPerNode}, {"--object-size", w.ObjectSize}, {"--updates", w.Updates}, {"--revoke-rate", o.revokeRate}} {
+	}{{"--watch-nodes", w.Nodes}, {"--channels-per-node", w.ChannelsPerNode}, {"--object-size", w.ObjectSize}, {"--updates", w.Updates}, {"--revoke-rate", o.revokeRate},
+		{"--kubelet-nodes", o.kubelets.Nodes}, {"--kubelet-pods", o.kubelets.PodsPerNode}, {"--kubelet-objects", o.kubelets.ObjectsPerPod}} {
 		if f.value <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", f.name, f.value))
 		}
@@ -165,7 +174,7 @@ func runBench(ctx context.Context, o *benchOptions, scenarios []bench.Scenario, 
 		fmt.Fprintf(progress, "generated %d nodes, %d pods, %d volumes in %s\n", len(cluster.Nodes), len(cluster.Pods), len(cluster.PVs),
 			time.Since(started).Round(time.Millisecond))
 	}
-	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, RevokeRate: o.revokeRate,
+	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, RevokeRate: o.revokeRate, Kubelets: o.kubelets,
 		Progress: progress, Bar: progressBars(progress)}
 	// The cluster the scenarios that need one share: the kubeconfig's, or
 	// a local control plane started for the first of them.
@@ -282,7 +291,7 @@ func startLocalTarget(ctx context.Context, progress io.Writer) (bench.Target, fu
 		return bench.Target{}, nil, err
 	}
 	stop := func() { np.Process.Stop(); cp.Stop() }
-	target, err := bench.LocalTarget(cp, np)
+	target, err := bench.LocalTarget(cp, np, self)
 	if err != nil {
 		stop()
 		return bench.Target{}, nil, err

@@ -26,6 +26,10 @@ type Scenario struct {
 	// when the scenario has no Run); nil when the scenario runs only
 	// in-process.
 	RunAgainst func(ctx context.Context, env *Env, t Target) (*Result, error)
+	// LocalOnly marks a scenario that runs programs of its own on this
+	// machine against the local control plane (Target.Local), and so
+	// takes no --kubeconfig.
+	LocalOnly bool
 }
 
 // InProcess reports whether s runs without a cluster.
@@ -42,7 +46,9 @@ type Env struct {
 	Watch WatchLoad
 	// RevokeRate is pod deletions per second in the revoke scenario.
 	RevokeRate int
-	Progress   io.Writer
+	// Kubelets shapes the kubelets scenario.
+	Kubelets KubeletLoad
+	Progress io.Writer
 	// Bar, when set, shows a phase of total steps as it advances (a
 	// progress bar on a terminal); nil means the phase's line in Progress
 	// is all.
@@ -79,7 +85,7 @@ func (e *Env) progressf(format string, args ...any) {
 
 // Scenarios are the scenarios in the order `nodeproxy bench` runs them
 // when none is named.
-var Scenarios = []Scenario{authzScenario, graphScenario, bulkgetScenario, fanoutScenario, revokeScenario, apiserverScenario}
+var Scenarios = []Scenario{authzScenario, graphScenario, bulkgetScenario, fanoutScenario, revokeScenario, apiserverScenario, kubeletsScenario}
 
 // Lookup returns the scenarios named, or for none every one that runs in
 // the mode: in-process, or against a cluster (--kubeconfig). An unknown
@@ -88,7 +94,7 @@ var Scenarios = []Scenario{authzScenario, graphScenario, bulkgetScenario, fanout
 func Lookup(names []string, againstCluster bool) ([]Scenario, error) {
 	can := func(s Scenario) bool {
 		if againstCluster {
-			return s.RunAgainst != nil
+			return s.RunAgainst != nil && !s.LocalOnly
 		}
 		return true
 	}
@@ -99,7 +105,7 @@ func Lookup(names []string, againstCluster bool) ([]Scenario, error) {
 		if can(s) {
 			runnable = append(runnable, s.Name)
 		}
-		if againstCluster && s.RunAgainst != nil || !againstCluster && s.InProcess() {
+		if againstCluster && can(s) || !againstCluster && s.InProcess() {
 			defaults = append(defaults, s)
 		}
 	}
@@ -112,6 +118,8 @@ func Lookup(names []string, againstCluster bool) ([]Scenario, error) {
 		switch {
 		case i < 0:
 			return nil, fmt.Errorf("unknown scenario %s: known scenarios are %s", n, strings.Join(known, ", "))
+		case !can(Scenarios[i]) && Scenarios[i].LocalOnly:
+			return nil, fmt.Errorf("scenario %s runs programs on this machine against a local control plane and takes no --kubeconfig: against a cluster, run %s", n, strings.Join(runnable, ", "))
 		case !can(Scenarios[i]):
 			return nil, fmt.Errorf("scenario %s measures nodeproxy in this process and takes no --kubeconfig: against a cluster, run %s", n, strings.Join(runnable, ", "))
 		}

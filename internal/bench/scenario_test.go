@@ -61,6 +61,9 @@ func TestScenariosInProcess(t *testing.T) {
 	if _, err := Lookup([]string{"bulkget", "graph"}, true); err == nil || !strings.Contains(err.Error(), "scenario graph measures nodeproxy in this process and takes no --kubeconfig: against a cluster, run bulkget, fanout, revoke, apiserver") {
 		t.Errorf("in-process scenario against a cluster: %v", err)
 	}
+	if _, err := Lookup([]string{"kubelets"}, true); err == nil || !strings.Contains(err.Error(), "scenario kubelets runs programs on this machine against a local control plane and takes no --kubeconfig") {
+		t.Errorf("kubelets against a cluster: %v", err)
+	}
 	against, err := Lookup(nil, true)
 	var names []string
 	for _, s := range against {

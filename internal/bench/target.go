@@ -35,6 +35,17 @@ type Target struct {
 	// APIServer measures kube-apiserver; Nodeproxy measures nodeproxy, and
 	// is the zero Server when this machine cannot reach its process.
 	APIServer, Nodeproxy Server
+	// Local is the control plane on this machine, for the scenarios that
+	// run programs of their own against it; nil for --kubeconfig.
+	Local *Local
+}
+
+// Local is a control plane this process started, with the hub in front.
+type Local struct {
+	ControlPlane *controlplane.ControlPlane
+	Hub          *controlplane.Nodeproxy
+	// Nodeproxy is the binary to run as node endpoints.
+	Nodeproxy string
 }
 
 // Server measures one server process.
@@ -65,7 +76,7 @@ func (s Server) sample(ctx context.Context) (Usage, Metrics, error) {
 // LocalTarget is cp with np in front of it, both processes on this
 // machine. Nodes reach nodeproxy directly with their certificates, as a
 // node-local endpoint does.
-func LocalTarget(cp *controlplane.ControlPlane, np *controlplane.Nodeproxy) (Target, error) {
+func LocalTarget(cp *controlplane.ControlPlane, np *controlplane.Nodeproxy, bin string) (Target, error) {
 	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
 		return Target{}, fmt.Errorf("admin client: %w", err)
@@ -82,6 +93,7 @@ func LocalTarget(cp *controlplane.ControlPlane, np *controlplane.Nodeproxy) (Tar
 			Metrics: func(ctx context.Context) (Metrics, error) { return Scrape(ctx, np.Admin, np.URL+"/metrics") },
 			Usage:   func() (Usage, error) { return ReadUsage(np.Process.Pid()) },
 		},
+		Local: &Local{ControlPlane: cp, Hub: np, Nodeproxy: bin},
 	}, nil
 }
 

@@ -44,16 +44,19 @@ func (cp *ControlPlane) configFor(kp *KeyPair) *rest.Config {
 	}
 }
 
-// WriteKubeconfig writes cfg, which must carry its credentials inline as
-// the configurations of this package do, to a kubeconfig file at path:
-// the form that programs such as `nodeproxy serve` and kubectl take.
+// WriteKubeconfig writes cfg's server and credentials, inline or as file
+// paths, to a kubeconfig file at path: the form that programs such as
+// `nodeproxy serve`, kubectl and the kubelet take.
 func WriteKubeconfig(cfg *rest.Config, path string) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["nodeproxy"] = &clientcmdapi.Cluster{
 		Server:                   cfg.Host,
+		CertificateAuthority:     cfg.CAFile,
 		CertificateAuthorityData: cfg.CAData,
 	}
 	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{
+		ClientCertificate:     cfg.CertFile,
+		ClientKey:             cfg.KeyFile,
 		ClientCertificateData: cfg.CertData,
 		ClientKeyData:         cfg.KeyData,
 		Token:                 cfg.BearerToken,

@@ -1,0 +1,41 @@
+package bench
+
+import (
+	"context"
+	"testing"
+)
+
+// TestKubeletsScenario runs the kubelets scenario small: two hollow
+// kubelets, straight on kube-apiserver and then behind node endpoints
+// run from the binary under test.
+func TestKubeletsScenario(t *testing.T) {
+	env := &Env{Kubelets: KubeletLoad{Nodes: 2, PodsPerNode: 1, ObjectsPerPod: 2}}
+	r, err := runKubelets(context.Background(), env, localTarget(t, startNodeproxy(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	figure := func(name string) float64 {
+		for _, f := range r.Figures {
+			if f.Name == name {
+				return f.Value
+			}
+		}
+		t.Fatalf("no figure %q in %+v", name, r.Figures)
+		return 0
+	}
+	// One secret and one configmap per pod, a watch each.
+	if got := figure("their watches on kube-apiserver, direct"); got != 4 {
+		t.Errorf("watches straight on kube-apiserver: %v, want 4", got)
+	}
+	if got := figure("their watches on kube-apiserver, behind endpoints"); got != 0 {
+		t.Errorf("watches on kube-apiserver behind endpoints: %v, want 0", got)
+	}
+	if got := figure("endpoint RSS per node, mean"); got <= 0 {
+		t.Errorf("endpoint RSS not measured: %v", got)
+	}
+	for _, l := range r.Latencies {
+		if l.Count != 2 {
+			t.Errorf("%s: %d samples, want one per pod's secret file (2)", l.Name, l.Count)
+		}
+	}
+}
