@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeproxy/nodeproxy/endpoint"
+	"github.com/nodeproxy/nodeproxy/nodeinstall"
 )
 
 func newNodeCommand() *cobra.Command {
@@ -46,6 +47,54 @@ func newNodeCommand() *cobra.Command {
 			}
 			klog.InfoS("Serving the node endpoint", "node", cfg.NodeName, "address", ln.Addr().String(), "apiserver", cfg.APIServer.Host, "hub", hubHost(cfg))
 			return e.Run(genericapiserver.SetupSignalContext(), ln)
+		},
+	}
+	cmd = withFlags(cmd, o.Flags())
+	cmd.AddCommand(newNodeInstallCommand(), newNodeUninstallCommand())
+	return cmd
+}
+
+func newNodeInstallCommand() *cobra.Command {
+	o := nodeinstall.NewOptions()
+	cmd := &cobra.Command{
+		Use:   "install",
+		Short: "Put the node endpoint in front of this node's kubelet, as a static pod (run by the DaemonSet)",
+		Long: "Keep the kubelet's kubeconfig, write the endpoint's static pod manifest, wait until the endpoint serves, " +
+			"then point the kubelet at it and restart the kubelet. With --keep-reconciling, keep it so, and send the kubelet " +
+			"back to kube-apiserver whenever the endpoint stops serving for longer than --grace.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Complete()
+			if err := o.Validate(); err != nil {
+				return fmt.Errorf("invalid flags: %w", err)
+			}
+			ctx := genericapiserver.SetupSignalContext()
+			if err := nodeinstall.Install(ctx, o.Config); err != nil {
+				return err
+			}
+			klog.InfoS("Node endpoint installed", "node", o.NodeName)
+			if !o.Reconcile {
+				return nil
+			}
+			return nodeinstall.Reconcile(ctx, o.Config, o.ReconcileInterval, o.Grace)
+		},
+	}
+	return withFlags(cmd, o.Flags())
+}
+
+func newNodeUninstallCommand() *cobra.Command {
+	o := nodeinstall.NewOptions()
+	cmd := &cobra.Command{
+		Use:   "uninstall",
+		Short: "Point this node's kubelet back at kube-apiserver and remove the node endpoint",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Complete()
+			if err := nodeinstall.Uninstall(genericapiserver.SetupSignalContext(), o.Config); err != nil {
+				return err
+			}
+			klog.InfoS("Node endpoint uninstalled; the kubelet uses its own kubeconfig again")
+			return nil
 		},
 	}
 	return withFlags(cmd, o.Flags())
