@@ -11,10 +11,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
+	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeproxy/nodeproxy/internal/controlplane"
 	"github.com/nodeproxy/nodeproxy/internal/testserver"
+	"github.com/nodeproxy/nodeproxy/nodeinstall"
 )
 
 var cp *controlplane.ControlPlane
@@ -67,5 +70,48 @@ func TestKustomizationApplies(t *testing.T) {
 	}
 	if err := cp.ApplyFiles(context.Background(), rendered); err != nil {
 		t.Fatalf("kube-apiserver refused the built tree: %v", err)
+	}
+}
+
+// TestNodeEndpointManifests builds manifests/node, which an operator
+// applies on its own, applies it to a real kube-apiserver, and checks
+// that the DaemonSet's arguments are ones `nodeproxy node install` takes.
+func TestNodeEndpointManifests(t *testing.T) {
+	tools, err := controlplane.EnsureTools(context.Background(), os.Stderr, "kubectl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(tools["kubectl"], "kustomize", "node").Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize node: %v", err)
+	}
+	if err := cp.EnsureNamespace(context.Background(), "nodeproxy"); err != nil {
+		t.Fatal(err)
+	}
+	rendered := filepath.Join(t.TempDir(), "node.yaml")
+	if err := os.WriteFile(rendered, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.ApplyFiles(context.Background(), rendered); err != nil {
+		t.Fatalf("kube-apiserver refused manifests/node: %v", err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.Unmarshal(out, &ds); err != nil {
+		t.Fatal(err)
+	}
+	args := ds.Spec.Template.Spec.Containers[0].Args
+	if len(args) < 2 || args[0] != "node" || args[1] != "install" {
+		t.Fatalf("the DaemonSet runs %v, want node install", args)
+	}
+	o := nodeinstall.NewOptions()
+	fs := pflag.NewFlagSet("install", pflag.ContinueOnError)
+	for _, set := range o.Flags().FlagSets {
+		fs.AddFlagSet(set)
+	}
+	if err := fs.Parse(args[2:]); err != nil {
+		t.Fatalf("nodeproxy node install refuses the DaemonSet's arguments: %v", err)
+	}
+	if image := ds.Spec.Template.Spec.Containers[0].Image; o.Image != image {
+		t.Errorf("the static pod would run %s, the DaemonSet runs %s: keep them the same", o.Image, image)
 	}
 }

@@ -84,20 +84,28 @@ func newNodeInstallCommand() *cobra.Command {
 
 func newNodeUninstallCommand() *cobra.Command {
 	o := nodeinstall.NewOptions()
+	var stay bool
 	cmd := &cobra.Command{
 		Use:   "uninstall",
 		Short: "Point this node's kubelet back at kube-apiserver and remove the node endpoint",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Complete()
-			if err := nodeinstall.Uninstall(genericapiserver.SetupSignalContext(), o.Config); err != nil {
+			ctx := genericapiserver.SetupSignalContext()
+			if err := nodeinstall.Uninstall(ctx, o.Config); err != nil {
 				return err
 			}
 			klog.InfoS("Node endpoint uninstalled; the kubelet uses its own kubeconfig again")
+			if stay {
+				<-ctx.Done()
+			}
 			return nil
 		},
 	}
-	return withFlags(cmd, o.Flags())
+	fss := o.Flags()
+	fss.FlagSet("uninstall").BoolVar(&stay, "stay", false,
+		"After uninstalling, keep running until terminated, as a DaemonSet's pod must to count as done.")
+	return withFlags(cmd, fss)
 }
 
 func hubHost(cfg endpoint.Config) string {
