@@ -90,6 +90,13 @@ func run(ctx context.Context, o demoOptions) error {
 		return err
 	}
 
+	if o.kubelets {
+		step("Real kubelet code (hollow kubelets), two behind nodeproxy node endpoints, one straight on kube-apiserver (--kubelets=false skips this)")
+		if err := showKubelets(ctx, cp, np, o.nodeproxy, kube); err != nil {
+			return err
+		}
+	}
+
 	if o.compare {
 		s := o.shape
 		step("kube-apiserver's watches and nodeproxy's side by side: %d nodes x %d watches (--compare=false skips this)", s.Nodes, s.SecretsPerNode+1)
