@@ -114,6 +114,12 @@ func TestHollowKubelets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The kubelet's own pods and Node come from the hub too.
+	for _, resource := range []string{"pods", "nodes"} {
+		if got := metric(t, kubelets[0].endpoint, `nodeproxy_node_watches{path="hub",resource="`+resource+`"}`); got != fmt.Sprint(hollowNodes) {
+			t.Errorf("%s %s watches on the hub, want one per kubelet (%d)", got, resource, hollowNodes)
+		}
+	}
 	for _, resource := range []string{"secrets", "configmaps"} {
 		b := before.Sum("apiserver_longrunning_requests", "verb", "WATCH", "resource", resource)
 		a := after.Sum("apiserver_longrunning_requests", "verb", "WATCH", "resource", resource)
