@@ -51,50 +51,45 @@ func TestKustomizationListsEveryManifest(t *testing.T) {
 // `kubectl apply -k manifests/` does, and applies the result to a real
 // kube-apiserver.
 func TestKustomizationApplies(t *testing.T) {
-	tools, err := controlplane.EnsureTools(context.Background(), os.Stderr, "kubectl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(tools["kubectl"], "kustomize", ".").Output()
-	if err != nil {
-		t.Fatalf("kubectl kustomize: %v", err)
-	}
+	out := buildAndApply(t, ".")
 	for _, kind := range []string{"kind: APIService", "kind: Deployment", "kind: Service", "name: nodeproxy:bulk-nodes", "name: nodeproxy:authorize"} {
 		if !strings.Contains(string(out), kind) {
 			t.Errorf("the built tree lacks %q", kind)
 		}
 	}
-	rendered := filepath.Join(t.TempDir(), "nodeproxy.yaml")
+}
+
+// buildAndApply builds the kustomization in dir with kubectl kustomize,
+// as `kubectl apply -k` does, applies it to the test's kube-apiserver and
+// returns what it built.
+func buildAndApply(t *testing.T, dir string) []byte {
+	t.Helper()
+	tools, err := controlplane.EnsureTools(context.Background(), os.Stderr, "kubectl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(tools["kubectl"], "kustomize", dir).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v", dir, err)
+	}
+	rendered := filepath.Join(t.TempDir(), "built.yaml")
 	if err := os.WriteFile(rendered, out, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := cp.ApplyFiles(context.Background(), rendered); err != nil {
-		t.Fatalf("kube-apiserver refused the built tree: %v", err)
+		t.Fatalf("kube-apiserver refused %s: %v", dir, err)
 	}
+	return out
 }
 
 // TestNodeEndpointManifests builds manifests/node, which an operator
 // applies on its own, applies it to a real kube-apiserver, and checks
 // that the DaemonSet's arguments are ones `nodeproxy node install` takes.
 func TestNodeEndpointManifests(t *testing.T) {
-	tools, err := controlplane.EnsureTools(context.Background(), os.Stderr, "kubectl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(tools["kubectl"], "kustomize", "node").Output()
-	if err != nil {
-		t.Fatalf("kubectl kustomize node: %v", err)
-	}
 	if err := cp.EnsureNamespace(context.Background(), "nodeproxy"); err != nil {
 		t.Fatal(err)
 	}
-	rendered := filepath.Join(t.TempDir(), "node.yaml")
-	if err := os.WriteFile(rendered, out, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := cp.ApplyFiles(context.Background(), rendered); err != nil {
-		t.Fatalf("kube-apiserver refused manifests/node: %v", err)
-	}
+	out := buildAndApply(t, "node")
 	var ds appsv1.DaemonSet
 	if err := yaml.Unmarshal(out, &ds); err != nil {
 		t.Fatal(err)
