@@ -15,8 +15,9 @@ all: build
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
-build: ## build bin/nodeproxy
+build: ## build bin/nodeproxy and bin/nodeproxy-node (the node endpoint alone)
 	$(GO) build -o bin/nodeproxy ./cmd/nodeproxy
+	$(GO) build -o bin/nodeproxy-node ./cmd/nodeproxy-node
 
 tools: ## build kube-apiserver, etcd and the hollow kubelet (kubemark) for tests and the demo (once per machine, ~15 min cold)
 	$(GO) run ./hack/buildtools

@@ -1,16 +1,15 @@
 package endpoint
 
 import (
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apiserver/pkg/authentication/request/x509"
+	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
 	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
-	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 )
 
 // nodeOnly lets through only the node this endpoint stands for: a client
@@ -20,14 +19,19 @@ import (
 // any local process could act as the node: there is no other way in.
 type nodeOnly struct {
 	node  string
-	authn *x509.Authenticator
+	authn *x509request.Authenticator
 	next  http.Handler
 }
 
-func newNodeOnly(node string, clientCA *dynamiccertificates.DynamicFileCAContent, next http.Handler) *nodeOnly {
+func newNodeOnly(node string, clientCA *fileContent[*x509.CertPool], next http.Handler) *nodeOnly {
+	verify := func() (x509.VerifyOptions, bool) {
+		opts := x509request.DefaultVerifyOptions()
+		opts.Roots = clientCA.get()
+		return opts, true
+	}
 	return &nodeOnly{
 		node:  node,
-		authn: x509.NewDynamic(clientCA.VerifyOptions, x509.CommonNameUserConversion),
+		authn: x509request.NewDynamic(verify, x509request.CommonNameUserConversion),
 		next:  next,
 	}
 }
@@ -40,16 +44,15 @@ func (n *nodeOnly) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		if err != nil {
 			msg += ": " + err.Error()
 		}
-		responsewriters.ErrorNegotiated(apierrors.NewUnauthorized(msg), codecs, coreV1, w, req)
+		writeError(w, req, apierrors.NewUnauthorized(msg))
 		return
 	}
 	if u := resp.User; u.GetName() != "system:node:"+n.node || !slices.Contains(u.GetGroups(), user.NodesGroup) {
 		refused.WithLabelValues("forbidden").Inc()
-		responsewriters.ErrorNegotiated(apierrors.NewForbidden(
+		writeError(w, req, apierrors.NewForbidden(
 			// A Status needs a resource; the endpoint refuses the caller, not one.
 			schemaEndpoint, req.URL.Path,
-			fmt.Errorf("this endpoint serves only system:node:%s (group %s), not %q %v", n.node, user.NodesGroup, u.GetName(), u.GetGroups())),
-			codecs, coreV1, w, req)
+			fmt.Errorf("this endpoint serves only system:node:%s (group %s), not %q %v", n.node, user.NodesGroup, u.GetName(), u.GetGroups())))
 		return
 	}
 	n.next.ServeHTTP(w, req)

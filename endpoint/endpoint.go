@@ -1,9 +1,9 @@
 package endpoint
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apiserver/pkg/server/dynamiccertificates"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
@@ -47,11 +45,11 @@ type Endpoint struct {
 	node     string
 	hub      *Hub // nil: no hub configured
 	upstream *upstream
-	clientCA *dynamiccertificates.DynamicFileCAContent
-	serving  *dynamiccertificates.DynamicCertKeyPairContent
+	clientCA *fileContent[*x509.CertPool]
+	serving  *fileContent[*tls.Certificate]
 	handler  http.Handler
 	// readyClient asks kube-apiserver's /readyz when the hub is down.
-	readyClient rest.Interface
+	readyClient *rest.RESTClient
 }
 
 // New checks cfg and builds the endpoint; Run serves it.
@@ -70,21 +68,19 @@ func New(cfg Config) (*Endpoint, error) {
 	}
 	ready := rest.CopyConfig(cfg.APIServer)
 	ready.Timeout = 2 * time.Second
-	kube, err := kubernetes.NewForConfig(ready)
-	if err != nil {
+	if e.readyClient, err = restClient(ready); err != nil {
 		return nil, fmt.Errorf("kube-apiserver at %s: %w", cfg.APIServer.Host, err)
 	}
-	e.readyClient = kube.CoreV1().RESTClient()
 	if cfg.Hub != nil {
 		if e.hub, err = NewHub(cfg.Hub); err != nil {
 			return nil, err
 		}
 		e.hub.onUp = e.upstream.returnToHub
 	}
-	if e.clientCA, err = dynamiccertificates.NewDynamicCAContentFromFile("client-ca", cfg.ClientCAFile); err != nil {
+	if e.clientCA, err = newFileContent(caPool, cfg.ClientCAFile); err != nil {
 		return nil, fmt.Errorf("client CA: %w", err)
 	}
-	if e.serving, err = dynamiccertificates.NewDynamicServingContentFromFiles("serving", cfg.ServingCertFile, cfg.ServingKeyFile); err != nil {
+	if e.serving, err = newFileContent(keyPair, cfg.ServingCertFile, cfg.ServingKeyFile); err != nil {
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
 	mux := http.NewServeMux()
@@ -149,8 +145,6 @@ func (e *Endpoint) Run(ctx context.Context, ln net.Listener) error {
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wg.Go(func() { e.clientCA.Run(ctx, 1) })
-	wg.Go(func() { e.serving.Run(ctx, 1) })
 	if e.hub != nil {
 		wg.Go(func() { e.hub.Run(ctx) })
 	}
@@ -161,7 +155,7 @@ func (e *Endpoint) Run(ctx context.Context, ln net.Listener) error {
 			MinVersion: tls.VersionTLS12,
 			// Verified by the authenticator, against the CA as it is now.
 			ClientAuth:     tls.RequestClientCert,
-			GetCertificate: e.servingCertificate(),
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return e.serving.get(), nil },
 		},
 		BaseContext: func(net.Listener) context.Context { return ctx },
 		// A kubelet multiplexes its watches, one per secret and configmap
@@ -185,28 +179,4 @@ func (e *Endpoint) Run(ctx context.Context, ln net.Listener) error {
 		klog.ErrorS(err, "Shutting down the node endpoint")
 	}
 	return nil
-}
-
-// servingCertificate returns the current serving certificate, parsed once
-// per change of its files.
-func (e *Endpoint) servingCertificate() func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	var (
-		mu             sync.Mutex
-		lastCert, last []byte
-		pair           *tls.Certificate
-	)
-	return func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-		cert, key := e.serving.CurrentCertKeyContent()
-		mu.Lock()
-		defer mu.Unlock()
-		if pair != nil && bytes.Equal(cert, lastCert) && bytes.Equal(key, last) {
-			return pair, nil
-		}
-		p, err := tls.X509KeyPair(cert, key)
-		if err != nil {
-			return nil, fmt.Errorf("serving certificate: %w", err)
-		}
-		pair, lastCert, last = &p, cert, key
-		return pair, nil
-	}
 }

@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -53,11 +52,11 @@ const hubRequestTimeout = 10 * time.Second
 func NewHub(cfg *rest.Config) (*Hub, error) {
 	c := rest.CopyConfig(cfg)
 	c.Timeout = hubRequestTimeout
-	kube, err := kubernetes.NewForConfig(c)
+	rc, err := restClient(c)
 	if err != nil {
 		return nil, fmt.Errorf("hub client for %s: %w", cfg.Host, err)
 	}
-	return &Hub{cfg: rest.CopyConfig(cfg), rest: kube.CoreV1().RESTClient()}, nil
+	return &Hub{cfg: rest.CopyConfig(cfg), rest: rc}, nil
 }
 
 // Run keeps the bulk watch connection up until ctx ends.
@@ -173,4 +172,15 @@ func decisive(err error) bool {
 		return true
 	}
 	return false
+}
+
+// restClient is a core/v1 REST client for cfg, of the endpoint's own
+// scheme.
+func restClient(cfg *rest.Config) (*rest.RESTClient, error) {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion, c.APIPath, c.NegotiatedSerializer = &coreV1, "/api", codecs
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	return rest.RESTClientFor(c)
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -16,7 +17,15 @@ import (
 	"k8s.io/client-go/util/keyutil"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
+
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 )
+
+func init() {
+	// The logging flags consult these gates; nodeproxy-node links nothing
+	// else that registers them.
+	utilruntime.Must(logsapi.AddFeatureGates(utilfeature.DefaultMutableFeatureGate))
+}
 
 // DefaultSecurePort is where `nodeproxy node` listens by default: next to
 // the ports of the node's other components (kubelet 10250, kube-proxy

@@ -10,7 +10,6 @@ import (
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 )
@@ -56,8 +55,7 @@ func newUpstream(cfg *rest.Config) (*upstream, error) {
 				return // the kubelet went away
 			}
 			klog.ErrorS(err, "kube-apiserver unreachable", "path", req.URL.Path)
-			responsewriters.ErrorNegotiated(apierrors.NewServiceUnavailable("kube-apiserver is unreachable from the node endpoint: "+err.Error()),
-				codecs, coreV1, w, req)
+			writeError(w, req, apierrors.NewServiceUnavailable("kube-apiserver is unreachable from the node endpoint: "+err.Error()))
 		},
 	}
 	return up, nil

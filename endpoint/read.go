@@ -14,21 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
-	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
-	"k8s.io/client-go/kubernetes/scheme"
 	restclientwatch "k8s.io/client-go/rest/watch"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeproxy/nodeproxy/watchmux"
-)
-
-// The hub speaks JSON; the kubelet asks for protobuf first. Objects are
-// decoded into client-go's typed objects and encoded again in whatever
-// the request negotiates, by the same serializers kube-apiserver uses.
-var (
-	codecs       = scheme.Codecs.WithoutConversion()
-	deserializer = scheme.Codecs.UniversalDeserializer()
-	coreV1       = schema.GroupVersion{Version: "v1"}
 )
 
 // minWatchTimeout is kube-apiserver's default --min-request-timeout: a
@@ -50,12 +39,12 @@ func (e *Endpoint) serveRead(w http.ResponseWriter, req *http.Request, r route) 
 	}
 	requests.WithLabelValues(pathHub, r.op.Resource.Resource, r.verb).Inc()
 	if err != nil {
-		responsewriters.ErrorNegotiated(err, codecs, coreV1, w, req)
+		writeError(w, req, err)
 		return true
 	}
 	list, err := runtime.Decode(deserializer, raw)
 	if err != nil {
-		responsewriters.ErrorNegotiated(apierrors.NewInternalError(fmt.Errorf("decode the hub's list: %w", err)), codecs, coreV1, w, req)
+		writeError(w, req, apierrors.NewInternalError(fmt.Errorf("decode the hub's list: %w", err)))
 		return true
 	}
 	var obj runtime.Object = list
@@ -63,12 +52,12 @@ func (e *Endpoint) serveRead(w http.ResponseWriter, req *http.Request, r route) 
 		items, err := meta.ExtractList(list)
 		if err != nil || len(items) != 1 {
 			gr := schema.GroupResource{Resource: r.op.Resource.Resource}
-			responsewriters.ErrorNegotiated(apierrors.NewNotFound(gr, r.name), codecs, coreV1, w, req)
+			writeError(w, req, apierrors.NewNotFound(gr, r.name))
 			return true
 		}
 		obj = items[0]
 	}
-	responsewriters.WriteObjectNegotiated(codecs, negotiation.DefaultEndpointRestrictions, coreV1, w, req, http.StatusOK, obj, false)
+	writeObject(w, req, http.StatusOK, obj)
 	return true
 }
 
@@ -102,7 +91,7 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route)
 	resource := r.op.Resource.Resource
 	requests.WithLabelValues(pathHub, resource, r.verb).Inc()
 	if err != nil {
-		responsewriters.ErrorNegotiated(err, codecs, coreV1, w, req)
+		writeError(w, req, err)
 		return true
 	}
 	watches.WithLabelValues(pathHub, resource).Inc()

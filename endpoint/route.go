@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/sets"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
-	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 )
@@ -57,7 +56,7 @@ func hubRoute(req *http.Request, node string) (route, bool) {
 		return route{}, false
 	}
 	var opts metav1.ListOptions
-	if err := scheme.ParameterCodec.DecodeParameters(req.URL.Query(), coreV1, &opts); err != nil {
+	if err := parameterCodec.DecodeParameters(req.URL.Query(), coreV1, &opts); err != nil {
 		return route{}, false // kube-apiserver words the 400
 	}
 	r := route{verb: info.Verb, name: info.Name}

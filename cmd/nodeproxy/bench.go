@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nodeproxy/nodeproxy/internal/cli"
 	"io"
 	"os"
 	"os/signal"
@@ -149,7 +150,7 @@ func newBenchCommand() *cobra.Command {
 			return runBench(ctx, o, scenarios, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	return withFlags(cmd, o.flags())
+	return cli.WithFlags(cmd, o.flags())
 }
 
 // benchReport is the JSON output.
@@ -291,7 +292,9 @@ func startLocalTarget(ctx context.Context, progress io.Writer) (bench.Target, fu
 		return bench.Target{}, nil, err
 	}
 	stop := func() { np.Process.Stop(); cp.Stop() }
-	target, err := bench.LocalTarget(cp, np, self)
+	// The node endpoints run from nodeproxy-node beside this binary when
+	// there is one, as they would on nodes.
+	target, err := bench.LocalTarget(cp, np, controlplane.LeanNodeEndpointCommand(self))
 	if err != nil {
 		stop()
 		return bench.Target{}, nil, err

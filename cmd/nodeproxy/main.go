@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/component-base/cli"
-	cliflag "k8s.io/component-base/cli/flag"
-	"k8s.io/component-base/term"
+
+	"github.com/nodeproxy/nodeproxy/internal/nodecmd"
 )
 
 func main() {
@@ -24,17 +24,6 @@ func newRootCommand() *cobra.Command {
 			"through the pods bound to it, and serves them to nodes from memory.",
 		SilenceUsage: true,
 	}
-	root.AddCommand(newServeCommand(), newNodeCommand(), newBenchCommand())
+	root.AddCommand(newServeCommand(), nodecmd.NewCommand("node"), newBenchCommand())
 	return root
-}
-
-// withFlags adds the named flag sets to cmd, and has --help print them
-// section by section, wrapped to the terminal.
-func withFlags(cmd *cobra.Command, fss cliflag.NamedFlagSets) *cobra.Command {
-	for _, fs := range fss.FlagSets {
-		cmd.Flags().AddFlagSet(fs)
-	}
-	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
-	cliflag.SetUsageAndHelpFunc(cmd, fss, cols)
-	return cmd
 }

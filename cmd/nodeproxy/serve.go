@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/nodeproxy/nodeproxy/internal/cli"
 
 	"github.com/spf13/cobra"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -43,5 +44,5 @@ func newServeCommand() *cobra.Command {
 			return srv.Run(ctx)
 		},
 	}
-	return withFlags(cmd, o.Flags())
+	return cli.WithFlags(cmd, o.Flags())
 }

@@ -30,7 +30,7 @@ func showComparison(ctx context.Context, cp *controlplane.ControlPlane, np *cont
 	fmt.Println("    Status quo: every node watches each of its secrets on kube-apiserver, as kubelets do today (kube-apiserver")
 	fmt.Println("    asking nodeproxy's webhook to authorize each); with nodeproxy: every node holds one websocket straight to")
 	fmt.Println("    nodeproxy, which serves the same watches from its cache.")
-	target, err := bench.LocalTarget(cp, np, "")
+	target, err := bench.LocalTarget(cp, np, nil)
 	if err != nil {
 		return err
 	}

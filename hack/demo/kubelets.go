@@ -75,7 +75,7 @@ func showKubelets(ctx context.Context, cp *controlplane.ControlPlane, np *contro
 			return err
 		}
 		if k.front {
-			if d.endpoint, err = cp.StartNodeEndpoint(ctx, bin, k.name, nodeDir, np.URL); err != nil {
+			if d.endpoint, err = cp.StartNodeEndpoint(ctx, controlplane.LeanNodeEndpointCommand(bin), k.name, nodeDir, np.URL); err != nil {
 				return err
 			}
 			kubeconfig = d.endpoint.KubeletKubeconfig

@@ -66,8 +66,8 @@ func runKubelets(ctx context.Context, env *Env, t Target) (*Result, error) {
 	if t.Local == nil {
 		return nil, errors.New("kubelets runs hollow kubelets and node endpoints on this machine: it needs the local control plane, not --kubeconfig")
 	}
-	if t.Local.Nodeproxy == "" {
-		return nil, errors.New("kubelets needs the nodeproxy binary to run as node endpoints")
+	if len(t.Local.NodeEndpoint) == 0 {
+		return nil, errors.New("kubelets needs a nodeproxy binary to run as node endpoints")
 	}
 	l := env.Kubelets
 	tools, err := controlplane.EnsureTools(ctx, env.Progress, "kubemark")
@@ -192,7 +192,7 @@ func runKubeletSide(ctx context.Context, env *Env, t Target, kubemark string, fr
 				return err
 			}
 			if fronted {
-				if n.endpoint, err = t.Local.ControlPlane.StartNodeEndpoint(gctx, t.Local.Nodeproxy, name, nodeDir, t.Local.Hub.URL); err != nil {
+				if n.endpoint, err = t.Local.ControlPlane.StartNodeEndpoint(gctx, t.Local.NodeEndpoint, name, nodeDir, t.Local.Hub.URL); err != nil {
 					return err
 				}
 				kubeconfig = n.endpoint.KubeletKubeconfig

@@ -44,8 +44,9 @@ type Target struct {
 type Local struct {
 	ControlPlane *controlplane.ControlPlane
 	Hub          *controlplane.Nodeproxy
-	// Nodeproxy is the binary to run as node endpoints.
-	Nodeproxy string
+	// NodeEndpoint is the command that runs a node endpoint (see
+	// controlplane.NodeEndpointCommand); nil when there is none.
+	NodeEndpoint []string
 }
 
 // Server measures one server process.
@@ -76,7 +77,7 @@ func (s Server) sample(ctx context.Context) (Usage, Metrics, error) {
 // LocalTarget is cp with np in front of it, both processes on this
 // machine. Nodes reach nodeproxy directly with their certificates, as a
 // node-local endpoint does.
-func LocalTarget(cp *controlplane.ControlPlane, np *controlplane.Nodeproxy, bin string) (Target, error) {
+func LocalTarget(cp *controlplane.ControlPlane, np *controlplane.Nodeproxy, nodeEndpoint []string) (Target, error) {
 	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
 		return Target{}, fmt.Errorf("admin client: %w", err)
@@ -93,7 +94,7 @@ func LocalTarget(cp *controlplane.ControlPlane, np *controlplane.Nodeproxy, bin 
 			Metrics: func(ctx context.Context) (Metrics, error) { return Scrape(ctx, np.Admin, np.URL+"/metrics") },
 			Usage:   func() (Usage, error) { return ReadUsage(np.Process.Pid()) },
 		},
-		Local: &Local{ControlPlane: cp, Hub: np, Nodeproxy: bin},
+		Local: &Local{ControlPlane: cp, Hub: np, NodeEndpoint: nodeEndpoint},
 	}, nil
 }
 

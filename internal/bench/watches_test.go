@@ -43,7 +43,7 @@ func startNodeproxy(tb testing.TB) *controlplane.Nodeproxy {
 // localTarget is the harness's control plane with np in front of it.
 func localTarget(tb testing.TB, np *controlplane.Nodeproxy) Target {
 	tb.Helper()
-	target, err := LocalTarget(cp, np, bin)
+	target, err := LocalTarget(cp, np, controlplane.NodeEndpointCommand(bin))
 	if err != nil {
 		tb.Fatal(err)
 	}

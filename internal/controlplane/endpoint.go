@@ -29,10 +29,34 @@ type NodeEndpoint struct {
 	DirectKubeconfig string
 }
 
-// StartNodeEndpoint writes node's kubelet credentials into dir, starts bin
-// node in front of the control plane, with the hub at hubURL ("" for
-// none), and returns once its /readyz answers 200.
-func (cp *ControlPlane) StartNodeEndpoint(ctx context.Context, bin, node, dir, hubURL string) (*NodeEndpoint, error) {
+// NodeEndpointCommand is how bin runs the node endpoint: nodeproxy-node
+// is the endpoint alone, nodeproxy runs it as its node command.
+func NodeEndpointCommand(bin string) []string {
+	if filepath.Base(bin) == "nodeproxy-node" {
+		return []string{bin}
+	}
+	return []string{bin, "node"}
+}
+
+// LeanNodeEndpointCommand is NodeEndpointCommand of the nodeproxy-node
+// binary beside nodeproxy's bin when there is one (make build makes
+// both), else of bin itself.
+func LeanNodeEndpointCommand(bin string) []string {
+	lean := filepath.Join(filepath.Dir(bin), "nodeproxy-node")
+	if exists(lean) {
+		return NodeEndpointCommand(lean)
+	}
+	return NodeEndpointCommand(bin)
+}
+
+// StartNodeEndpoint writes node's kubelet credentials into dir, runs
+// command (see NodeEndpointCommand) in front of the control plane, with
+// the hub at hubURL ("" for none), and returns once its /readyz answers
+// 200.
+func (cp *ControlPlane) StartNodeEndpoint(ctx context.Context, command []string, node, dir, hubURL string) (*NodeEndpoint, error) {
+	if len(command) == 0 {
+		return nil, fmt.Errorf("endpoint of %s: no command", node)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("endpoint of %s: %w", node, err)
 	}
@@ -67,21 +91,20 @@ func (cp *ControlPlane) StartNodeEndpoint(ctx context.Context, bin, node, dir, h
 	if err := WriteKubeconfig(asKubelet(e.URL), e.KubeletKubeconfig); err != nil {
 		return nil, err
 	}
-	args := []string{
-		"node",
-		"--node-name=" + node,
+	args := append(command[1:len(command):len(command)],
+		"--node-name="+node,
 		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(ports[0]),
-		"--tls-cert-file=" + serving.CertPath,
-		"--tls-private-key-file=" + serving.KeyPath,
-		"--client-ca-file=" + cp.ClientCA.CertPath,
-		"--kubeconfig=" + e.DirectKubeconfig,
-		"--hub-url=" + hubURL,
-	}
+		"--secure-port="+strconv.Itoa(ports[0]),
+		"--tls-cert-file="+serving.CertPath,
+		"--tls-private-key-file="+serving.KeyPath,
+		"--client-ca-file="+cp.ClientCA.CertPath,
+		"--kubeconfig="+e.DirectKubeconfig,
+		"--hub-url="+hubURL,
+	)
 	if hubURL != "" {
 		args = append(args, "--hub-ca-file="+cp.ServingCA.CertPath)
 	}
-	if e.Process, err = StartProcess("endpoint of "+node, bin, args, filepath.Join(dir, "endpoint.log")); err != nil {
+	if e.Process, err = StartProcess("endpoint of "+node, command[0], args, filepath.Join(dir, "endpoint.log")); err != nil {
 		return nil, err
 	}
 	client, err := rest.HTTPClientFor(&rest.Config{Timeout: 5 * time.Second, TLSClientConfig: rest.TLSClientConfig{CAFile: cp.ServingCA.CertPath}})

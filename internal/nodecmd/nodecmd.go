@@ -1,23 +1,27 @@
-package main
+// Package nodecmd is the `node` command and its install and uninstall
+// subcommands, shared by nodeproxy and the lean nodeproxy-node binary,
+// which links nothing of the hub or the benchmarks.
+package nodecmd
 
 import (
 	"fmt"
 	"net"
 
 	"github.com/spf13/cobra"
-	genericapiserver "k8s.io/apiserver/pkg/server"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeproxy/nodeproxy/endpoint"
+	"github.com/nodeproxy/nodeproxy/internal/cli"
 	"github.com/nodeproxy/nodeproxy/nodeinstall"
 )
 
-func newNodeCommand() *cobra.Command {
+// NewCommand returns the node command, named use.
+func NewCommand(use string) *cobra.Command {
 	o := endpoint.NewOptions()
 	cmd := &cobra.Command{
-		Use:   "node",
+		Use:   use,
 		Short: "Run the node endpoint in front of this node's kubelet",
 		Long: "Run the node endpoint: the kubelet's kubeconfig points at it (https://127.0.0.1:<secure-port>). " +
 			"It serves the kubelet's reads of its secrets, configmaps, pods and Node from the hub over one bulk watch, " +
@@ -46,10 +50,10 @@ func newNodeCommand() *cobra.Command {
 				return fmt.Errorf("listen on %s: %w", addr, err)
 			}
 			klog.InfoS("Serving the node endpoint", "node", cfg.NodeName, "address", ln.Addr().String(), "apiserver", cfg.APIServer.Host, "hub", hubHost(cfg))
-			return e.Run(genericapiserver.SetupSignalContext(), ln)
+			return e.Run(cli.SignalContext(), ln)
 		},
 	}
-	cmd = withFlags(cmd, o.Flags())
+	cmd = cli.WithFlags(cmd, o.Flags())
 	cmd.AddCommand(newNodeInstallCommand(), newNodeUninstallCommand())
 	return cmd
 }
@@ -68,7 +72,7 @@ func newNodeInstallCommand() *cobra.Command {
 			if err := o.Validate(); err != nil {
 				return fmt.Errorf("invalid flags: %w", err)
 			}
-			ctx := genericapiserver.SetupSignalContext()
+			ctx := cli.SignalContext()
 			if err := nodeinstall.Install(ctx, o.Config); err != nil {
 				return err
 			}
@@ -79,7 +83,7 @@ func newNodeInstallCommand() *cobra.Command {
 			return nodeinstall.Reconcile(ctx, o.Config, o.ReconcileInterval, o.Grace)
 		},
 	}
-	return withFlags(cmd, o.Flags())
+	return cli.WithFlags(cmd, o.Flags())
 }
 
 func newNodeUninstallCommand() *cobra.Command {
@@ -91,7 +95,7 @@ func newNodeUninstallCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Complete()
-			ctx := genericapiserver.SetupSignalContext()
+			ctx := cli.SignalContext()
 			if err := nodeinstall.Uninstall(ctx, o.Config); err != nil {
 				return err
 			}
@@ -105,7 +109,7 @@ func newNodeUninstallCommand() *cobra.Command {
 	fss := o.Flags()
 	fss.FlagSet("uninstall").BoolVar(&stay, "stay", false,
 		"After uninstalling, keep running until terminated, as a DaemonSet's pod must to count as done.")
-	return withFlags(cmd, fss)
+	return cli.WithFlags(cmd, fss)
 }
 
 func hubHost(cfg endpoint.Config) string {
