@@ -73,6 +73,7 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 	fs.IntVar(&k.Nodes, "kubelet-nodes", k.Nodes, "Hollow kubelets in the kubelets scenario (about 80 MB each, plus its endpoint's).")
 	fs.IntVar(&k.PodsPerNode, "kubelet-pods", k.PodsPerNode, "Pods bound to each hollow kubelet.")
 	fs.IntVar(&k.ObjectsPerPod, "kubelet-objects", k.ObjectsPerPod, "Secrets and configmaps each pod mounts (half each, its own).")
+	fs.DurationVar(&k.Idle, "kubelet-idle", k.Idle, "How long kube-apiserver and the endpoints are measured with nothing changing, after the updates.")
 
 	fs = fss.FlagSet("target")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "Measure the cluster this kubeconfig reaches, with nodeproxy registered as its bulk.k8s.io APIService "+
@@ -109,6 +110,9 @@ func (o *benchOptions) validate() error {
 	}
 	if w.Updates > 1000 {
 		errs = append(errs, fmt.Errorf("--updates must be at most 1000, got %d: more would overflow a channel's queue and close it", w.Updates))
+	}
+	if o.kubelets.Idle <= 0 {
+		errs = append(errs, fmt.Errorf("--kubelet-idle must be positive, got %s", o.kubelets.Idle))
 	}
 	if o.phaseDuration <= 0 {
 		errs = append(errs, fmt.Errorf("--phase-duration must be positive, got %s", o.phaseDuration))

@@ -28,12 +28,15 @@ type KubeletLoad struct {
 	// ObjectsPerPod are the secrets and configmaps (half each, secrets
 	// first) each pod mounts, its own.
 	ObjectsPerPod int
+	// Idle is how long the servers and endpoints are watched with
+	// nothing changing, after the updates.
+	Idle time.Duration
 }
 
 // DefaultKubeletLoad is the floor: 20 kubelets, pods with at
 // least 5 secrets and configmaps.
 func DefaultKubeletLoad() KubeletLoad {
-	return KubeletLoad{Nodes: 20, PodsPerNode: 2, ObjectsPerPod: 6}
+	return KubeletLoad{Nodes: 20, PodsPerNode: 2, ObjectsPerPod: 6, Idle: 30 * time.Second}
 }
 
 var kubeletsScenario = Scenario{
@@ -52,7 +55,10 @@ type kubeletSide struct {
 	// api and hub are the servers' usage while the pods came up and
 	// through the round of updates.
 	apiUp, apiUpdates, hubUp, hubUpdates time.Duration
-	apiRSSAdded                          int64
+	// apiIdle and endpointIdle (the mean per endpoint) are CPU while
+	// nothing changes but what the kubelets do by themselves.
+	apiIdle, endpointIdle time.Duration
+	apiRSSAdded           int64
 	// upTook is from creating the pods to the last one Running.
 	upTook time.Duration
 	// latencies are from a secret's update to its file's new content,
@@ -102,6 +108,9 @@ func runKubelets(ctx context.Context, env *Env, t Target) (*Result, error) {
 		{"kube-apiserver CPU, updates, direct", secs(direct.apiUpdates), "s"},
 		{"kube-apiserver CPU, updates, behind endpoints", secs(fronted.apiUpdates), "s"},
 		{"hub CPU, updates, behind endpoints", secs(fronted.hubUpdates), "s"},
+		{fmt.Sprintf("kube-apiserver CPU, idle %s, direct", l.Idle), secs(direct.apiIdle), "s"},
+		{fmt.Sprintf("kube-apiserver CPU, idle %s, behind endpoints", l.Idle), secs(fronted.apiIdle), "s"},
+		{fmt.Sprintf("endpoint CPU per node, idle %s, mean", l.Idle), secs(fronted.endpointIdle), "s"},
 		{"kube-apiserver RSS added, direct", mib(direct.apiRSSAdded), "MiB"},
 		{"kube-apiserver RSS added, behind endpoints", mib(fronted.apiRSSAdded), "MiB"},
 		{"time to all pods Running, direct", secs(direct.upTook), "s"},
@@ -321,16 +330,52 @@ func runKubeletSide(ctx context.Context, env *Env, t Target, kubemark string, fr
 		return side, err
 	}
 	side.apiUpdates, side.hubUpdates = apiDone.CPU-apiUp.CPU, hubDone.CPU-hubUp.CPU
-	for _, n := range nodes {
-		if n.endpoint != nil {
-			u, err := ReadUsage(n.endpoint.Process.Pid())
-			if err != nil {
-				return side, err
-			}
+
+	env.progressf("kubelets (%s): idle for %s", way, l.Idle)
+	endpointsBefore, err := endpointUsage(nodes)
+	if err != nil {
+		return side, err
+	}
+	select {
+	case <-time.After(l.Idle):
+	case <-ctx.Done():
+		return side, ctx.Err()
+	}
+	apiIdle, _, err := serverUsage(t)
+	if err != nil {
+		return side, err
+	}
+	side.apiIdle = apiIdle.CPU - apiDone.CPU
+	endpointsAfter, err := endpointUsage(nodes)
+	if err != nil {
+		return side, err
+	}
+	if len(endpointsAfter) > 0 {
+		var cpu time.Duration
+		for i, u := range endpointsAfter {
+			cpu += u.CPU - endpointsBefore[i].CPU
 			side.endpointRSS = append(side.endpointRSS, u.RSS)
 		}
+		side.endpointIdle = cpu / time.Duration(len(endpointsAfter))
 	}
 	return side, nil
+}
+
+// endpointUsage reads every node endpoint's usage; none when the nodes
+// have no endpoints.
+func endpointUsage(nodes []*hollowNode) ([]Usage, error) {
+	var out []Usage
+	for _, n := range nodes {
+		if n.endpoint == nil {
+			continue
+		}
+		u, err := ReadUsage(n.endpoint.Process.Pid())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	return out, nil
 }
 
 // kubeletWatches is kube-apiserver's count of secrets and configmaps

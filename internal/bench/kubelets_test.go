@@ -3,13 +3,14 @@ package bench
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 // TestKubeletsScenario runs the kubelets scenario small: two hollow
 // kubelets, straight on kube-apiserver and then behind node endpoints
 // run from the binary under test.
 func TestKubeletsScenario(t *testing.T) {
-	env := &Env{Kubelets: KubeletLoad{Nodes: 2, PodsPerNode: 1, ObjectsPerPod: 2}}
+	env := &Env{Kubelets: KubeletLoad{Nodes: 2, PodsPerNode: 1, ObjectsPerPod: 2, Idle: time.Second}}
 	r, err := runKubelets(context.Background(), env, localTarget(t, startNodeproxy(t)))
 	if err != nil {
 		t.Fatal(err)

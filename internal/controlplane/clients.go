@@ -49,14 +49,22 @@ func (cp *ControlPlane) configFor(kp *KeyPair) *rest.Config {
 // `nodeproxy serve`, kubectl and the kubelet take.
 func WriteKubeconfig(cfg *rest.Config, path string) error {
 	kc := clientcmdapi.NewConfig()
+	// Inline data wins over a file, as in client-go; a kubeconfig that
+	// named both would be refused.
+	ifNoData := func(path string, data []byte) string {
+		if len(data) > 0 {
+			return ""
+		}
+		return path
+	}
 	kc.Clusters["nodeproxy"] = &clientcmdapi.Cluster{
 		Server:                   cfg.Host,
-		CertificateAuthority:     cfg.CAFile,
+		CertificateAuthority:     ifNoData(cfg.CAFile, cfg.CAData),
 		CertificateAuthorityData: cfg.CAData,
 	}
 	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{
-		ClientCertificate:     cfg.CertFile,
-		ClientKey:             cfg.KeyFile,
+		ClientCertificate:     ifNoData(cfg.CertFile, cfg.CertData),
+		ClientKey:             ifNoData(cfg.KeyFile, cfg.KeyData),
 		ClientCertificateData: cfg.CertData,
 		ClientKeyData:         cfg.KeyData,
 		Token:                 cfg.BearerToken,
