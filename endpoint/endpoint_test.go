@@ -328,26 +328,61 @@ func TestHubOutage(t *testing.T) {
 	ns := workload(t, "node-e")
 	password := reflect(t, kubernetes.NewForConfigOrDie(n.kubelet), ns, "s")
 	eventuallyPassword(t, "the initial state", password, "pw-s")
-	watching := func(path string) func(context.Context) error {
-		return func(context.Context) error {
-			if got := metric(t, n, `nodeproxy_node_watches{path="`+path+`",resource="secrets"}`); got != "1" {
-				return fmt.Errorf("%s secrets watches through %s", got, path)
-			}
-			return nil
-		}
-	}
-	testserver.Eventually(t, 30*time.Second, "the watch on the hub", watching("hub"))
+	testserver.Eventually(t, 30*time.Second, "the watch on the hub", watching(t, n, "hub"))
 
 	hub.Stop(t)
-	testserver.Eventually(t, 60*time.Second, "the watch moved to kube-apiserver", watching("apiserver"))
+	testserver.Eventually(t, 60*time.Second, "the watch moved to kube-apiserver", watching(t, n, "apiserver"))
 	rotate(t, ns, "s", "while the hub is down")
 	eventuallyPassword(t, "an update through kube-apiserver", password, "while the hub is down")
 
 	startHubOn(t, port)
-	testserver.Eventually(t, 60*time.Second, "the watch back on the hub", watching("hub"))
+	testserver.Eventually(t, 60*time.Second, "the watch back on the hub", watching(t, n, "hub"))
 	rotate(t, ns, "s", "after the hub is back")
 	eventuallyPassword(t, "an update through the hub", password, "after the hub is back")
 	if got := metric(t, n, "nodeproxy_node_watches_returned_to_hub_total"); got == "0" {
 		t.Errorf("no proxied watch was returned to the hub")
 	}
+}
+
+// watching checks that n's endpoint serves one secrets watch through
+// path (hub or apiserver).
+func watching(t *testing.T, n *node, path string) func(context.Context) error {
+	return func(context.Context) error {
+		if got := metric(t, n, `nodeproxy_node_watches{path="`+path+`",resource="secrets"}`); got != "1" {
+			return fmt.Errorf("%s secrets watches through %s", got, path)
+		}
+		return nil
+	}
+}
+
+// TestHubKilled: the hub, a process, is killed with SIGKILL under a
+// watching kubelet (no ERROR, no close frame: the connection just dies),
+// then started again on its port.
+func TestHubKilled(t *testing.T) {
+	ctx := context.Background()
+	port := freePort(t)
+	hub, err := cp.StartNodeproxy(ctx, bin, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hub.Process.Stop)
+	n := startNode(t, "node-f", hub.URL)
+	ns := workload(t, "node-f")
+	password := reflect(t, kubernetes.NewForConfigOrDie(n.kubelet), ns, "s")
+	eventuallyPassword(t, "the initial state", password, "pw-s")
+	testserver.Eventually(t, 30*time.Second, "the watch on the hub", watching(t, n, "hub"))
+
+	hub.Process.Kill()
+	testserver.Eventually(t, 60*time.Second, "the watch moved to kube-apiserver", watching(t, n, "apiserver"))
+	rotate(t, ns, "s", "while the hub is dead")
+	eventuallyPassword(t, "an update through kube-apiserver", password, "while the hub is dead")
+
+	again, err := cp.StartNodeproxy(ctx, bin, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(again.Process.Stop)
+	testserver.Eventually(t, 60*time.Second, "the watch back on the hub", watching(t, n, "hub"))
+	rotate(t, ns, "s", "after the hub is back")
+	eventuallyPassword(t, "an update through the hub", password, "after the hub is back")
 }

@@ -12,10 +12,13 @@ import (
 // Node and RBAC authorizers and the NodeRestriction admission plugin, as
 // a kubeadm cluster runs them, so that the kubelets' writes through the
 // endpoints are checked as the node's.
-var cp *controlplane.ControlPlane
+var (
+	cp  *controlplane.ControlPlane
+	bin string // nodeproxy, built from this tree, for hubs run as processes
+)
 
 func TestMain(m *testing.M) {
-	os.Exit(testserver.RunTests(m, controlplane.Options{
+	os.Exit(testserver.RunTestsWithNodeproxy(m, controlplane.Options{
 		ExtraAPIServerArgs: []string{"--enable-admission-plugins=NodeRestriction"},
-	}, &cp))
+	}, &cp, &bin))
 }

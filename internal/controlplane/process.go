@@ -96,6 +96,16 @@ func (p *Process) Stop() {
 	}
 }
 
+// Kill ends the process at once with SIGKILL, as a crash or an OOM kill
+// would, and waits for it.
+func (p *Process) Kill() {
+	if ok, _ := p.Exited(); ok {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+}
+
 // Describe names the process, its log file and its last lines: what a
 // developer needs to see when it did not get ready.
 func (p *Process) Describe() string {
