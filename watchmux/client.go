@@ -3,7 +3,9 @@ package watchmux
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -57,11 +59,44 @@ type Client struct {
 	channels map[int64]*Channel    // guarded by mu
 	err      error                 // guarded by mu: why the connection ended
 	done     chan struct{}
+
+	// idleTimeout is how long the reader waits for anything from the
+	// server; 0 forever.
+	idleTimeout time.Duration
+}
+
+// extendDeadline gives the server another idleTimeout to be heard from.
+// Only the reader calls it.
+func (c *Client) extendDeadline() {
+	if c.idleTimeout > 0 {
+		_ = c.ws.SetReadDeadline(time.Now().Add(c.idleTimeout))
+	}
 }
 
 type result struct {
 	channel *Channel
 	err     error
+}
+
+// DialOption adjusts Dial.
+type DialOption func(*dialOptions)
+
+type dialOptions struct {
+	idleTimeout time.Duration
+}
+
+// DefaultIdleTimeout is two of the server's default ping intervals: a
+// live server sends a ping or a message well within it.
+var DefaultIdleTimeout = 2 * DefaultOptions().PingInterval
+
+// WithIdleTimeout ends the connection when nothing, neither a message nor
+// a ping, has come from the server for d; 0 never does. A server that
+// went away without closing its connections (its node lost, a network
+// partition) is then noticed within d, where TCP's keepalive would take
+// minutes, during which the channels would just be silent. Use at least
+// twice the server's --watch-ping-interval.
+func WithIdleTimeout(d time.Duration) DialOption {
+	return func(o *dialOptions) { o.idleTimeout = d }
 }
 
 // Dial opens a bulk watch connection to the server cfg points at (a
@@ -70,7 +105,11 @@ type result struct {
 // authenticates as every client-go request does: client certificates,
 // bearer tokens and token files, exec credential plugins, impersonation.
 // A refused upgrade carries the server's Status when it sent one.
-func Dial(ctx context.Context, cfg *rest.Config) (*Client, error) {
+func Dial(ctx context.Context, cfg *rest.Config, opts ...DialOption) (*Client, error) {
+	o := dialOptions{idleTimeout: DefaultIdleTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	base, _, err := rest.DefaultServerUrlFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("server address %q: %w", cfg.Host, err)
@@ -90,7 +129,22 @@ func Dial(ctx context.Context, cfg *rest.Config) (*Client, error) {
 	}
 	c := &Client{
 		ws: ws, pending: map[int64]chan result{}, watches: map[int64]bool{},
-		channels: map[int64]*Channel{}, done: make(chan struct{}),
+		channels: map[int64]*Channel{}, done: make(chan struct{}), idleTimeout: o.idleTimeout,
+	}
+	if c.idleTimeout > 0 {
+		c.extendDeadline()
+		// gorilla's default handler answers pings; this one also takes
+		// each ping as a sign of life. It runs in the reader.
+		ws.SetPingHandler(func(data string) error {
+			c.extendDeadline()
+			// WriteControl may run beside the other writes.
+			err := ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+			var ne net.Error
+			if err == websocket.ErrCloseSent || errors.As(err, &ne) && ne.Timeout() {
+				return nil
+			}
+			return err
+		})
 	}
 	go c.readLoop()
 	return c, nil
@@ -188,6 +242,7 @@ func (c *Client) readLoop() {
 		if _, data, err = c.ws.ReadMessage(); err != nil {
 			return
 		}
+		c.extendDeadline()
 		var msg v1alpha1.ServerMessage
 		if err = json.Unmarshal(data, &msg); err != nil {
 			err = fmt.Errorf("server sent a message that is not JSON: %w", err)

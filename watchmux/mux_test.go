@@ -504,3 +504,43 @@ func TestKeepalive(t *testing.T) {
 	case <-time.After(3 * o.PingInterval):
 	}
 }
+
+// TestClientNoticesASilentServer: a server that stops sending anything,
+// pings included, as one whose node is lost does, ends the client's
+// connection within its idle timeout; a live server's pings keep it.
+func TestClientNoticesASilentServer(t *testing.T) {
+	upgrader := websocket.Upgrader{Subprotocols: []string{v1alpha1.WatchSubprotocol}}
+	silent := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := upgrader.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.Close()
+		<-r.Context().Done() // says nothing, closes nothing
+	}))
+	defer silent.Close()
+	c, err := Dial(context.Background(), restConfigFor(silent), WithIdleTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Done():
+		t.Logf("silent server noticed: %v", c.Err())
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection to a silent server was still up after 10s (50 idle timeouts)")
+	}
+
+	o := DefaultOptions()
+	o.PingInterval = 50 * time.Millisecond
+	_, live, _ := startServer(t, o)
+	lc, err := Dial(context.Background(), restConfigFor(live), WithIdleTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	select {
+	case <-lc.Done():
+		t.Fatalf("a pinging server's connection ended: %v", lc.Err())
+	case <-time.After(time.Second):
+	}
+}
