@@ -50,8 +50,8 @@ var kubeletsScenario = Scenario{
 // kubeletSide is one way of running the kubelets, measured.
 type kubeletSide struct {
 	// watches are kube-apiserver's secrets and configmaps watches added
-	// with the kubelets and their pods.
-	watches float64
+	// with the kubelets and their pods, goroutines its goroutines added.
+	watches, goroutines float64
 	// api and hub are the servers' usage while the pods came up and
 	// through the round of updates.
 	apiUp, apiUpdates, hubUp, hubUpdates time.Duration
@@ -102,6 +102,8 @@ func runKubelets(ctx context.Context, env *Env, t Target) (*Result, error) {
 		{"secrets and configmaps mounted", float64(l.Nodes * l.PodsPerNode * l.ObjectsPerPod), ""},
 		{"their watches on kube-apiserver, direct", direct.watches, ""},
 		{"their watches on kube-apiserver, behind endpoints", fronted.watches, ""},
+		{"kube-apiserver goroutines added, direct", direct.goroutines, ""},
+		{"kube-apiserver goroutines added, behind endpoints", fronted.goroutines, ""},
 		{"kube-apiserver CPU, pods up, direct", secs(direct.apiUp), "s"},
 		{"kube-apiserver CPU, pods up, behind endpoints", secs(fronted.apiUp), "s"},
 		{"hub CPU, pods up, behind endpoints", secs(fronted.hubUp), "s"},
@@ -177,7 +179,7 @@ func runKubeletSide(ctx context.Context, env *Env, t Target, kubemark string, fr
 	if err := controlplane.EnsureNamespace(ctx, admin, ns, map[string]string{benchLabel: run}); err != nil {
 		return side, err
 	}
-	watchesBefore, err := kubeletWatches(ctx, t)
+	watchesBefore, goroutinesBefore, err := kubeletWatches(ctx, t)
 	if err != nil {
 		return side, err
 	}
@@ -287,11 +289,11 @@ func runKubeletSide(ctx context.Context, env *Env, t Target, kubemark string, fr
 	}
 	side.apiUp, side.hubUp = apiUp.CPU-apiStart.CPU, hubUp.CPU-hubStart.CPU
 	side.apiRSSAdded = apiUp.RSS - rssBefore.RSS
-	watchesUp, err := kubeletWatches(ctx, t)
+	watchesUp, goroutinesUp, err := kubeletWatches(ctx, t)
 	if err != nil {
 		return side, err
 	}
-	side.watches = watchesUp - watchesBefore
+	side.watches, side.goroutines = watchesUp-watchesBefore, goroutinesUp-goroutinesBefore
 
 	env.progressf("kubelets (%s): updating %d secrets", way, len(secrets))
 	updated := make(map[string]time.Time, len(secrets))
@@ -379,14 +381,14 @@ func endpointUsage(nodes []*hollowNode) ([]Usage, error) {
 }
 
 // kubeletWatches is kube-apiserver's count of secrets and configmaps
-// watches now.
-func kubeletWatches(ctx context.Context, t Target) (float64, error) {
+// watches now, and of its goroutines.
+func kubeletWatches(ctx context.Context, t Target) (watches, goroutines float64, err error) {
 	m, err := t.APIServer.Metrics(ctx)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	return m.Sum("apiserver_longrunning_requests", "verb", "WATCH", "resource", "secrets") +
-		m.Sum("apiserver_longrunning_requests", "verb", "WATCH", "resource", "configmaps"), nil
+		m.Sum("apiserver_longrunning_requests", "verb", "WATCH", "resource", "configmaps"), m.Sum("go_goroutines"), nil
 }
 
 // serverUsage reads kube-apiserver's and the hub's usage, both on this
