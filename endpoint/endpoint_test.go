@@ -197,7 +197,7 @@ func TestOnlyTheNode(t *testing.T) {
 	}{
 		{"no certificate", func() *rest.Config {
 			c := rest.CopyConfig(n.kubelet)
-			c.CertData, c.KeyData = nil, nil
+			c.CertFile, c.KeyFile = "", ""
 			return c
 		}, http.StatusUnauthorized},
 		{"another node", func() *rest.Config {
@@ -224,7 +224,7 @@ func TestOnlyTheNode(t *testing.T) {
 	}
 	t.Run("health is open", func(t *testing.T) {
 		c := rest.CopyConfig(n.kubelet)
-		c.CertData, c.KeyData = nil, nil
+		c.CertFile, c.KeyFile = "", ""
 		hc, err := rest.HTTPClientFor(c)
 		if err != nil {
 			t.Fatal(err)
@@ -385,4 +385,65 @@ func TestHubKilled(t *testing.T) {
 	testserver.Eventually(t, 60*time.Second, "the watch back on the hub", watching(t, n, "hub"))
 	rotate(t, ns, "s", "after the hub is back")
 	eventuallyPassword(t, "an update through the hub", password, "after the hub is back")
+}
+
+// TestKubeletCertificateRotation: the kubelet's certificate, which the
+// endpoint presents upstream, is rotated and the old one expires. With no
+// restart, the endpoint's new connections carry the new one: to
+// kube-apiserver (client-go closes the connections made with the old
+// certificate when it sees the file change), and to a hub restarted
+// meanwhile, which refuses an expired certificate.
+func TestKubeletCertificateRotation(t *testing.T) {
+	port := freePort(t)
+	hub := startHubOn(t, port)
+	const validity = 20 * time.Second
+	old, err := cp.ClientCA.ShortLivedClientCert("system:node:node-r", []string{"system:nodes"}, validity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expires := time.Now().Add(validity)
+	n := startNodeWith(t, "node-r", hub.URL, old)
+	ns := workload(t, "node-r")
+	kubelet := kubernetes.NewForConfigOrDie(n.kubelet)
+	ctx := context.Background()
+	testserver.Eventually(t, 30*time.Second, "the secret through the hub", func(ctx context.Context) error {
+		_, err := kubelet.CoreV1().Secrets(ns).Get(ctx, "s", metav1.GetOptions{})
+		return err
+	})
+
+	rotated, err := cp.ClientCA.ClientCert("system:node:node-r", []string{"system:nodes"}, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.writeCert(t, rotated)
+	// Waiting on the clock is the point: the old certificate must be past
+	// its NotAfter before anything dials again.
+	time.Sleep(time.Until(expires) + time.Second)
+
+	// kube-apiserver: the kubelet registers its Node through the endpoint.
+	if _, err := kubelet.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-r"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a request to kube-apiserver after the old certificate expired: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = kubernetes.NewForConfigOrDie(cp.AdminConfig()).CoreV1().Nodes().Delete(context.Background(), "node-r", metav1.DeleteOptions{})
+	})
+
+	// The hub: restarted, it is dialed again, with the new certificate.
+	hub.Stop(t)
+	testserver.Eventually(t, 30*time.Second, "the hub connection gone", func(context.Context) error {
+		if got := metric(t, n, "nodeproxy_node_hub_connected"); got != "0" {
+			return fmt.Errorf("hub_connected %s", got)
+		}
+		return nil
+	})
+	startHubOn(t, port)
+	testserver.Eventually(t, 60*time.Second, "the hub dialed again", func(context.Context) error {
+		if got := metric(t, n, "nodeproxy_node_hub_connected"); got != "1" {
+			return fmt.Errorf("hub_connected %s", got)
+		}
+		return nil
+	})
+	password := reflect(t, kubelet, ns, "s")
+	rotate(t, ns, "s", "after the rotation")
+	eventuallyPassword(t, "an update through the hub", password, "after the rotation")
 }

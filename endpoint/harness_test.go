@@ -60,15 +60,19 @@ type node struct {
 // the hub at hubURL ("" for none). The endpoint runs until the test ends.
 func startNode(t *testing.T, name, hubURL string) *node {
 	t.Helper()
-	dir := t.TempDir()
-	n := &node{name: name, pem: filepath.Join(dir, "kubelet-client-current.pem")}
 	kp, err := cp.ClientCA.ClientCert("system:node:"+name, []string{"system:nodes"}, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(n.pem, append(kp.CertPEM, kp.KeyPEM...), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	return startNodeWith(t, name, hubURL, kp)
+}
+
+// startNodeWith is startNode with kp as the kubelet's certificate.
+func startNodeWith(t *testing.T, name, hubURL string, kp *controlplane.KeyPair) *node {
+	t.Helper()
+	dir := t.TempDir()
+	n := &node{name: name, pem: filepath.Join(dir, "kubelet-client-current.pem")}
+	n.writeCert(t, kp)
 	serving, err := cp.ServingCA.ServingCert(dir, "endpoint")
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +122,8 @@ func startNode(t *testing.T, name, hubURL string) *node {
 	n.kubelet = &rest.Config{
 		Host: "https://127.0.0.1:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port),
 		TLSClientConfig: rest.TLSClientConfig{
-			CAData: servingCA, CertData: kp.CertPEM, KeyData: kp.KeyPEM,
+			// The kubelet's own file, which it rotates (writeCert).
+			CAData: servingCA, CertFile: n.pem, KeyFile: n.pem,
 		},
 		// The kubelet's own client settings: protobuf first.
 		ContentConfig: rest.ContentConfig{
@@ -128,4 +133,17 @@ func startNode(t *testing.T, name, hubURL string) *node {
 		QPS: 100, Burst: 200,
 	}
 	return n
+}
+
+// writeCert replaces the kubelet's certificate file, as the kubelet's
+// rotation does: a new file renamed over the old one.
+func (n *node) writeCert(t *testing.T, kp *controlplane.KeyPair) {
+	t.Helper()
+	tmp := n.pem + ".tmp"
+	if err := os.WriteFile(tmp, append(kp.CertPEM, kp.KeyPEM...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, n.pem); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -3,6 +3,9 @@ package endpoint_test
 import (
 	"os"
 	"testing"
+	"time"
+
+	"k8s.io/client-go/transport"
 
 	"github.com/nodeproxy/nodeproxy/internal/controlplane"
 	"github.com/nodeproxy/nodeproxy/internal/testserver"
@@ -18,6 +21,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// client-go checks the kubelet's certificate file for a rotation every
+	// five minutes; the rotation test cannot wait that long.
+	transport.CertCallbackRefreshDuration = time.Second
 	os.Exit(testserver.RunTestsWithNodeproxy(m, controlplane.Options{
 		ExtraAPIServerArgs: []string{"--enable-admission-plugins=NodeRestriction"},
 	}, &cp, &bin))

@@ -78,6 +78,9 @@ type leafSpec struct {
 	usages       []x509.ExtKeyUsage
 	dnsNames     []string
 	ips          []net.IP
+	// validity is how long the certificate is good for; 0 is
+	// certValidity.
+	validity time.Duration
 }
 
 // issue signs a new leaf certificate. When dir is not empty the pair is also
@@ -92,11 +95,15 @@ func (ca *CA) issue(spec leafSpec, dir, file string) (*KeyPair, error) {
 		return nil, fmt.Errorf("serial for %q: %w", spec.commonName, err)
 	}
 	now := time.Now()
+	validity := spec.validity
+	if validity == 0 {
+		validity = certValidity
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: spec.commonName, Organization: spec.organization},
 		NotBefore:    now.Add(-time.Minute), // tolerate small clock steps between processes
-		NotAfter:     now.Add(certValidity),
+		NotAfter:     now.Add(validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  spec.usages,
 		DNSNames:     spec.dnsNames,
@@ -147,6 +154,17 @@ func (ca *CA) ClientCert(user string, groups []string, dir, file string) (*KeyPa
 		organization: groups,
 		usages:       []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}, dir, file)
+}
+
+// ShortLivedClientCert is ClientCert valid for validity only, kept in
+// memory: a kubelet's certificate about to be rotated.
+func (ca *CA) ShortLivedClientCert(user string, groups []string, validity time.Duration) (*KeyPair, error) {
+	return ca.issue(leafSpec{
+		commonName:   user,
+		organization: groups,
+		usages:       []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		validity:     validity,
+	}, "", "")
 }
 
 // writeServiceAccountKey writes the key pair kube-apiserver signs and
