@@ -129,11 +129,36 @@ func (w *Watcher) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 
 // start sends the initial state, if the selector asks for it, and joins
 // the dispatcher.
+//
+// sendInitialEvents with a resourceVersion X (a streaming list resumed by
+// client-go's reflector after a failed attempt, with resourceVersionMatch
+// NotOlderThan) is kube-apiserver's: the state at a version no older than
+// X, waiting briefly for the cache to reach X, then the
+// initial-events-end bookmark, then the changes. Treating X as a resume
+// point instead would never send the bookmark, and the reflector would
+// wait for it forever.
 func (w *Watcher) start(s *stream, d *dispatcher) {
 	q := s.q
 	from := q.rv
-	if !q.rvSet && (q.initialEvents == nil || *q.initialEvents) {
+	sendInitial := q.initialEvents != nil && *q.initialEvents
+	if sendInitial || !q.rvSet && q.initialEvents == nil {
 		snap := q.store.Snapshot()
+		if q.rvSet && snap.RV < q.rv {
+			// X may be kube-apiserver's (a reflector that fell back to it
+			// while the hub was away), where a bookmark moves the version
+			// past anything this type's watch has delivered. Wait as a
+			// read at X does; past that, the cache's latest state is the
+			// state at X unless a change is still in flight, and an error
+			// instead would have the reflector retry the same X until a
+			// bookmark of this type arrives, a minute later. Issue 13's
+			// freshness check (ask kube-apiserver, then wait) closes that
+			// gap.
+			if fresher, err := waitFor(context.Background(), q.store, q.rv); err == nil {
+				snap = fresher
+			} else {
+				snap = q.store.Snapshot()
+			}
+		}
 		var err error
 		visit := func(o *cache.Object) bool {
 			if !q.matches(o, s.graph) {
@@ -152,7 +177,7 @@ func (w *Watcher) start(s *stream, d *dispatcher) {
 			return
 		}
 		from = snap.RV
-		if q.initialEvents != nil && *q.initialEvents {
+		if sendInitial {
 			s.sink.Initial(watch.Bookmark, bookmarkObject(q.store, snap.RV, true))
 		}
 	} else if !q.rvSet {

@@ -388,11 +388,12 @@ func TestHubKilled(t *testing.T) {
 }
 
 // TestKubeletCertificateRotation: the kubelet's certificate, which the
-// endpoint presents upstream, is rotated and the old one expires. With no
-// restart, the endpoint's new connections carry the new one: to
-// kube-apiserver (client-go closes the connections made with the old
-// certificate when it sees the file change), and to a hub restarted
-// meanwhile, which refuses an expired certificate.
+// endpoint presents upstream, is rotated and the old one expires. The
+// kubelet's watch keeps receiving updates, and with no restart the
+// endpoint's new connections carry the new certificate: to kube-apiserver
+// (client-go closes the connections made with the old one when it sees
+// the file change), and to a hub restarted meanwhile, which refuses an
+// expired certificate.
 func TestKubeletCertificateRotation(t *testing.T) {
 	port := freePort(t)
 	hub := startHubOn(t, port)
@@ -406,10 +407,8 @@ func TestKubeletCertificateRotation(t *testing.T) {
 	ns := workload(t, "node-r")
 	kubelet := kubernetes.NewForConfigOrDie(n.kubelet)
 	ctx := context.Background()
-	testserver.Eventually(t, 30*time.Second, "the secret through the hub", func(ctx context.Context) error {
-		_, err := kubelet.CoreV1().Secrets(ns).Get(ctx, "s", metav1.GetOptions{})
-		return err
-	})
+	password := reflect(t, kubelet, ns, "s")
+	eventuallyPassword(t, "the initial state", password, "pw-s")
 
 	rotated, err := cp.ClientCA.ClientCert("system:node:node-r", []string{"system:nodes"}, "", "")
 	if err != nil {
@@ -419,6 +418,9 @@ func TestKubeletCertificateRotation(t *testing.T) {
 	// Waiting on the clock is the point: the old certificate must be past
 	// its NotAfter before anything dials again.
 	time.Sleep(time.Until(expires) + time.Second)
+	// The kubelet's own client rotated too, and watched again.
+	rotate(t, ns, "s", "after the rotation")
+	eventuallyPassword(t, "an update after the rotation", password, "after the rotation")
 
 	// kube-apiserver: the kubelet registers its Node through the endpoint.
 	if _, err := kubelet.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-r"}}, metav1.CreateOptions{}); err != nil {
@@ -443,7 +445,58 @@ func TestKubeletCertificateRotation(t *testing.T) {
 		}
 		return nil
 	})
-	password := reflect(t, kubelet, ns, "s")
-	rotate(t, ns, "s", "after the rotation")
-	eventuallyPassword(t, "an update through the hub", password, "after the rotation")
+	rotate(t, ns, "s", "through the hub again")
+	eventuallyPassword(t, "an update through the hub", password, "through the hub again")
+}
+
+// TestStreamingListFromAResourceVersion: client-go's reflector, when a
+// streaming list fails, tries again with the last resourceVersion it
+// has (sendInitialEvents=true, resourceVersionMatch=NotOlderThan,
+// resourceVersion=X). As from kube-apiserver, the state comes first and
+// then the initial-events-end bookmark, which the reflector waits for.
+func TestStreamingListFromAResourceVersion(t *testing.T) {
+	hub := startHub(t)
+	n := startNode(t, "node-w", hub.URL)
+	ns := workload(t, "node-w")
+	kubelet := kubernetes.NewForConfigOrDie(n.kubelet)
+	var rv string
+	testserver.Eventually(t, 30*time.Second, "a list through the hub", func(ctx context.Context) error {
+		l, err := kubelet.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=s"})
+		if err == nil {
+			rv = l.ResourceVersion
+		}
+		return err
+	})
+	sendInitial := true
+	w, err := kubelet.CoreV1().Secrets(ns).Watch(context.Background(), metav1.ListOptions{
+		FieldSelector: "metadata.name=s", ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+		SendInitialEvents: &sendInitial, AllowWatchBookmarks: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var got []string
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("the watch ended after %v", got)
+			}
+			s, _ := ev.Object.(*corev1.Secret)
+			if s == nil {
+				t.Fatalf("event %s of %T after %v", ev.Type, ev.Object, got)
+			}
+			got = append(got, string(ev.Type)+" "+s.Name)
+			if ev.Type == watch.Bookmark && s.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
+				if len(got) != 2 || got[0] != "ADDED s" {
+					t.Errorf("events %v, want the secret ADDED, then the bookmark", got)
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no initial-events-end bookmark within 30s; events: %v", got)
+		}
+	}
 }
