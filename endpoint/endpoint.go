@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
@@ -95,26 +96,26 @@ func New(cfg Config) (*Endpoint, error) {
 	return e, nil
 }
 
-// Handler is the endpoint's HTTP handler, for tests that serve it
-// themselves; Run serves it over TLS.
-func (e *Endpoint) Handler() http.Handler { return e.handler }
-
 // serveKubelet answers an authenticated request of the kubelet: from the
 // hub when it is a read the hub serves and the hub can answer, from
 // kube-apiserver otherwise.
 func (e *Endpoint) serveKubelet(w http.ResponseWriter, req *http.Request) {
-	r, hubServed := hubRoute(req, e.node)
+	// Parsed once: both the route and the metrics' names come from it.
+	info, err := requestInfo.NewRequestInfo(req)
+	if err != nil {
+		info = nil
+	}
+	r, hubServed := hubRoute(req, info, e.node)
 	if hubServed && e.hub != nil && e.serveRead(w, req, r) {
 		return
 	}
-	resource, verb := describe(req)
+	resource, verb := describe(req, info)
 	e.upstream.serve(w, req, resource, verb, hubServed && e.hub != nil && verb == "watch")
 }
 
 // describe names a request for metrics, as kube-apiserver would.
-func describe(req *http.Request) (resource, verb string) {
-	info, err := requestInfo.NewRequestInfo(req)
-	if err != nil || !info.IsResourceRequest {
+func describe(req *http.Request, info *apirequest.RequestInfo) (resource, verb string) {
+	if info == nil || !info.IsResourceRequest {
 		return "", strings.ToLower(req.Method)
 	}
 	if info.Subresource != "" {

@@ -47,12 +47,13 @@ var requestInfo = &apirequest.RequestInfoFactory{
 // patch and is cheap there. Anything else a node may not list through
 // the hub (pods of another node, every secret) goes to kube-apiserver too,
 // which refuses it as it always has.
-func hubRoute(req *http.Request, node string) (route, bool) {
-	if req.Method != http.MethodGet {
+//
+// info is req as requestInfo parsed it, nil if it could not.
+func hubRoute(req *http.Request, info *apirequest.RequestInfo, node string) (route, bool) {
+	if req.Method != http.MethodGet || info == nil {
 		return route{}, false
 	}
-	info, err := requestInfo.NewRequestInfo(req)
-	if err != nil || !info.IsResourceRequest || info.APIGroup != "" || info.APIVersion != "v1" || info.Subresource != "" {
+	if !info.IsResourceRequest || info.APIGroup != "" || info.APIVersion != "v1" || info.Subresource != "" {
 		return route{}, false
 	}
 	var opts metav1.ListOptions

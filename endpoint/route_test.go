@@ -37,7 +37,12 @@ func TestHubRoute(t *testing.T) {
 		if method == "" {
 			method = "GET"
 		}
-		r, ok := hubRoute(httptest.NewRequest(method, tc.url, nil), "node-a")
+		req := httptest.NewRequest(method, tc.url, nil)
+		info, err := requestInfo.NewRequestInfo(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, ok := hubRoute(req, info, "node-a")
 		if ok != tc.hub {
 			t.Errorf("%s %s: hub %v, want %v", method, tc.url, ok, tc.hub)
 			continue
