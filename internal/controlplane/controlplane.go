@@ -255,7 +255,10 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, port int
 		"--proxy-client-cert-file=" + cp.FrontProxyClient.CertPath,
 		"--proxy-client-key-file=" + cp.FrontProxyClient.KeyPath,
 		"--allow-privileged=true",
-		"--profiling=false",
+		// The kubelets benchmark reads kube-apiserver's live heap after a
+		// collection it forces through /debug/pprof/heap?gc=1; only the
+		// admin may reach it.
+		"--profiling=true",
 	}
 	args = append(args, extra...)
 	var err error
