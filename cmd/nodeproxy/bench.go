@@ -73,7 +73,7 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 	fs.IntVar(&k.Nodes, "kubelet-nodes", k.Nodes, "Hollow kubelets in the kubelets scenario (about 80 MB each, plus its endpoint's).")
 	fs.IntVar(&k.PodsPerNode, "kubelet-pods", k.PodsPerNode, "Pods bound to each hollow kubelet.")
 	fs.IntVar(&k.ObjectsPerPod, "kubelet-objects", k.ObjectsPerPod, "Secrets and configmaps each pod mounts (half each, its own).")
-	fs.IntVar(&k.Pairs, "kubelet-pairs", k.Pairs, "Pairs of rounds on each side: the pods mounting nothing, then mounting their objects (or the other way); what the objects cost is the median difference.")
+	fs.IntVar(&k.Pairs, "kubelet-pairs", k.Pairs, "Pairs of rounds on each side: the pods mounting emptyDir volumes, then the same pods mounting their objects instead (or the other way); what the objects cost is the median difference.")
 	fs.DurationVar(&k.Round, "kubelet-round", k.Round, "How long a round lasts: a quarter for the pods to come up, half for every secret's update to reach the files, a quarter to delete the pods. "+
 		"A round whose work takes longer is counted in the results; raise it then.")
 	fs.DurationVar(&k.Idle, "kubelet-idle", k.Idle, "How long kube-apiserver and the endpoints are measured with nothing changing and the mounting pods running, after the rounds.")

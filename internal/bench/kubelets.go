@@ -19,7 +19,8 @@ type KubeletLoad struct {
 	// first) each pod mounts, its own.
 	ObjectsPerPod int
 	// Pairs of rounds run on each side: one round with pods that mount
-	// nothing, one with the same pods mounting their objects. The
+	// emptyDir volumes, one with the same pods mounting their objects
+	// in their place. The
 	// difference is what the secrets and configmaps cost; the pairs
 	// give it a median.
 	Pairs int
@@ -91,6 +92,10 @@ func runKubelets(ctx context.Context, env *Env, t Target) (*Result, error) {
 		{"kube-apiserver CPU a round, mounting pods, behind endpoints", secs(f.mountingCPU), "s"},
 		{"kube-apiserver CPU for the objects a round, direct", secs(d.cpu), "s"},
 		{"kube-apiserver CPU for the objects a round, behind endpoints", secs(f.cpu), "s"},
+		{"kube-apiserver CPU for the objects, lowest pair, direct", secs(d.cpuLow), "s"},
+		{"kube-apiserver CPU for the objects, highest pair, direct", secs(d.cpuHigh), "s"},
+		{"kube-apiserver CPU for the objects, lowest pair, behind endpoints", secs(f.cpuLow), "s"},
+		{"kube-apiserver CPU for the objects, highest pair, behind endpoints", secs(f.cpuHigh), "s"},
 		{"hub CPU for the objects a round, behind endpoints", secs(f.hubCPU), "s"},
 		{"kube-apiserver live heap for the objects, direct", mib(d.heap), "MiB"},
 		{"kube-apiserver live heap for the objects, behind endpoints", mib(f.heap), "MiB"},

@@ -16,7 +16,7 @@ import (
 
 // kubeletRound is one round of a side: the same pods brought up,
 // through an update of every secret, and deleted; they mount their
-// objects or mount nothing.
+// objects, or as many emptyDir volumes in their place (bare pods).
 type kubeletRound struct {
 	mounting bool
 	// apiCPU and hubCPU are the servers' CPU over the whole round.
@@ -107,8 +107,9 @@ func (s *sideRun) round(ctx context.Context, k int, mounting bool) (r kubeletRou
 	return r, nil
 }
 
-// createPods creates round k's pods, mounting their objects or not, and
-// returns the secret files the kubelets will write.
+// createPods creates round k's pods, mounting their objects or as many
+// emptyDir volumes, and returns the secret files the kubelets will
+// write.
 func (s *sideRun) createPods(ctx context.Context, k int, mounting bool) ([]mountedFile, error) {
 	l := s.env.Kubelets
 	var files []mountedFile
@@ -117,12 +118,14 @@ func (s *sideRun) createPods(ctx context.Context, k int, mounting bool) ([]mount
 			var volumes []corev1.Volume
 			var mounts []corev1.VolumeMount
 			for o := range l.ObjectsPerPod {
-				if !mounting {
-					break
-				}
 				name := objectName(i, p, o)
 				var src corev1.VolumeSource
-				if isSecret(l, o) {
+				if !mounting {
+					// The same volumes, local: the pods weigh the same in
+					// every write, read and event, and the kubelet mounts as
+					// many volumes; only the objects are missing.
+					src.EmptyDir = &corev1.EmptyDirVolumeSource{}
+				} else if isSecret(l, o) {
 					src.Secret = &corev1.SecretVolumeSource{SecretName: name}
 				} else {
 					src.ConfigMap = &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}
@@ -243,7 +246,10 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 // what both pay (the pods, their status, node heartbeats, the secrets'
 // writes).
 type objectsCost struct {
-	cpu, hubCPU          time.Duration
+	cpu, hubCPU time.Duration
+	// cpuLow and cpuHigh are the pairs' lowest and highest CPU
+	// difference: the spread the median is taken from.
+	cpuLow, cpuHigh      time.Duration
 	heap                 int64
 	goroutines           float64
 	bareCPU, mountingCPU time.Duration
@@ -270,6 +276,9 @@ func (s kubeletSide) objectsCost() objectsCost {
 	}
 	c.cpu, c.hubCPU, c.bareCPU, c.mountingCPU, c.upTook = median(cpu), median(hubCPU), median(bareCPU), median(mountingCPU), median(upTook)
 	c.heap, c.goroutines = median(heap), median(goroutines)
+	if len(cpu) > 0 {
+		c.cpuLow, c.cpuHigh = slices.Min(cpu), slices.Max(cpu)
+	}
 	return c
 }
 
