@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,8 +31,11 @@ import (
 //	flood       events until the channel is closed under it
 //	revoke      one ADDED, then ERROR 403
 //	hold        Open waits until release is closed
+//	slow        Open counts itself in entered, then waits until release
+//	            is closed, as an open waiting on a SubjectAccessReview
 type testHandler struct {
 	release chan struct{}
+	entered atomic.Int64
 }
 
 func (h *testHandler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink Sink) (func(), *metav1.Status) {
@@ -39,6 +43,9 @@ func (h *testHandler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink
 	switch {
 	case name == "refuse":
 		return nil, &metav1.Status{Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Message: "not yours"}
+	case name == "slow":
+		h.entered.Add(1)
+		fallthrough
 	case name == "hold":
 		select {
 		case <-h.release:
