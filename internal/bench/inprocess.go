@@ -163,7 +163,7 @@ func startInProcess(ctx context.Context, c *workload.Cluster, objectSize int) (*
 	ctx, cancel := context.WithCancel(ctx)
 	go watcher.Run(ctx)
 	mux := watchmux.NewServer(watcher, watchmux.DefaultOptions())
-	gets := bulk.NewREST(getter)
+	gets := bulk.NewREST(getter, bulk.DefaultGetLimits())
 	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u := &user.DefaultInfo{Name: r.Header.Get(transport.ImpersonateUserHeader), Groups: r.Header.Values(transport.ImpersonateGroupHeader)}
 		r = r.WithContext(request.WithUser(r.Context(), u))

@@ -53,7 +53,7 @@ func (c *Config) New() (*Server, error) {
 	nodes := authorizer.New(g)
 	generic.Handler.NonGoRestfulMux.Handle(authorizer.WebhookPath, &authorizer.Webhook{Authorizer: nodes})
 	getter := bulk.NewGetter(objects, g, nodes, c.Generic.Authorization.Authorizer)
-	if err := installBulkAPI(generic, getter); err != nil {
+	if err := installBulkAPI(generic, getter, c.BulkGet); err != nil {
 		return nil, err
 	}
 	watcher := bulk.NewWatcher(getter, g, c.Watcher)
@@ -78,10 +78,10 @@ func (c *Config) New() (*Server, error) {
 
 // installBulkAPI serves bulk.k8s.io/v1alpha1: discovery, OpenAPI and the
 // create verb on bulkgetoperations come from the generic server.
-func installBulkAPI(generic *genericapiserver.GenericAPIServer, getter *bulk.Getter) error {
+func installBulkAPI(generic *genericapiserver.GenericAPIServer, getter *bulk.Getter, limits bulk.GetLimits) error {
 	info := genericapiserver.NewDefaultAPIGroupInfo(v1alpha1.GroupName, scheme, metav1.ParameterCodec, codecs)
 	info.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
-		"bulkgetoperations": bulk.NewREST(getter),
+		"bulkgetoperations": bulk.NewREST(getter, limits),
 	}
 	if err := generic.InstallAPIGroup(&info); err != nil {
 		return fmt.Errorf("install %s: %w", v1alpha1.SchemeGroupVersion, err)
