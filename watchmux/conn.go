@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -58,6 +59,12 @@ type conn struct {
 	closing bool // guarded by mu: shutting down, close when drained
 
 	nextID int64 // reader only: channel identifiers are never reused
+
+	// draining is set by shutdown: the writer then skips the events of
+	// the batch it is writing whose channel has closed, so that the
+	// ERRORs and the close frame are not queued behind events no one
+	// will use (a slow client's batch can be thousands of events).
+	draining atomic.Bool
 }
 
 func newConn(ctx context.Context, ws *websocket.Conn, h Handler, o Options, m *counters) *conn {
@@ -375,7 +382,11 @@ func (c *conn) writeLoop() {
 			batch, closing := c.take()
 			if closing {
 				msg := websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down; resubscribe elsewhere")
-				_ = c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.opts.WriteTimeout))
+				result := "closed"
+				if err := c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.opts.WriteTimeout)); err != nil {
+					result = "write_failed"
+				}
+				shutdownTotal.WithLabelValues(result).Inc()
 				c.cancel()
 				return
 			}
@@ -386,6 +397,9 @@ func (c *conn) writeLoop() {
 				c.batch.begin()
 			}
 			for i := range batch {
+				if c.draining.Load() && c.dropped(&batch[i]) {
+					continue
+				}
 				if err := c.write(&batch[i]); err != nil {
 					if c.batch != nil {
 						_ = c.batch.end()
@@ -433,9 +447,21 @@ func (c *conn) fail(err error) {
 	c.ws.Close() // unblocks the reader
 }
 
+// dropped reports whether f is an event of a channel closed since the
+// batch was taken.
+func (c *conn) dropped(f *frame) bool {
+	if f.ch == nil || f.final {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return f.ch.closed
+}
+
 // shutdown ends every channel with closedByServer, then the connection
 // with a close frame once they are written.
 func (c *conn) shutdown() {
+	c.draining.Store(true)
 	c.mu.Lock()
 	c.closing = true
 	var callbacks []func()

@@ -87,7 +87,7 @@ func startServer(t *testing.T, o Options) (*Server, *httptest.Server, *testHandl
 		default:
 			close(h.release)
 		}
-		srv.Shutdown()
+		_ = srv.Shutdown(context.Background())
 		hs.Close()
 	})
 	return srv, hs, h
@@ -399,7 +399,7 @@ func TestShutdownClosesChannelsThenTheConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Shutdown()
+	go func() { _ = srv.Shutdown(context.Background()) }()
 	ev, _ := next(t, ch)
 	if ev.Type != watch.Error || ev.Status.Code != http.StatusServiceUnavailable {
 		t.Fatalf("want ERROR 503, got %+v", ev)

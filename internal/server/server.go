@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/authorizer"
@@ -27,6 +29,8 @@ type Server struct {
 	cache       *cache.Cache
 	watcher     *bulk.Watcher
 	watchServer *watchmux.Server
+	// drainTimeout bounds the wait for bulk watch connections to end.
+	drainTimeout time.Duration
 }
 
 // New builds the server. It starts nothing.
@@ -69,7 +73,7 @@ func (c *Config) New() (*Server, error) {
 	); err != nil {
 		return nil, fmt.Errorf("readiness check: %w", err)
 	}
-	s := &Server{generic: generic, cache: objects, watcher: watcher, watchServer: watchServer}
+	s := &Server{generic: generic, cache: objects, watcher: watcher, watchServer: watchServer, drainTimeout: c.Watch.DrainTimeout()}
 	if err := generic.AddPostStartHook("nodeproxy-start-cache", s.startCache); err != nil {
 		return nil, fmt.Errorf("cache start hook: %w", err)
 	}
@@ -108,7 +112,21 @@ func (s *Server) Run(ctx context.Context) error {
 	defer s.cache.Wait()
 	// On shutdown, bulk watch clients get ERROR 503 on every channel and a
 	// close frame, and resubscribe elsewhere, while the listener drains.
-	stop := context.AfterFunc(ctx, s.watchServer.Shutdown)
-	defer stop()
-	return s.generic.PrepareRun().RunWithContext(ctx)
+	// Run returns only once every connection has ended, or
+	// watchmux.Options.DrainTimeout (30 s by default) has passed: the
+	// process exiting sooner cut connections before their close frame.
+	drained := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(drained)
+		dctx, cancel := context.WithTimeout(context.Background(), s.drainTimeout)
+		defer cancel()
+		if err := s.watchServer.Shutdown(dctx); err != nil {
+			klog.ErrorS(err, "Bulk watch connections did not all end cleanly on shutdown")
+		}
+	})
+	err := s.generic.PrepareRun().RunWithContext(ctx)
+	if !stop() { // the shutdown started: wait for it
+		<-drained
+	}
+	return err
 }
