@@ -5,10 +5,16 @@ GO      ?= go
 # -race on every test: nodeproxy is concurrent by design. The timeout
 # covers a loaded 2-core machine; a warm run takes a few minutes.
 TESTFLAGS ?= -race -count=1 -timeout 30m
-# How long `make test` fuzzes the bulk watch request decoder beyond its seeds.
+# How long `make test` fuzzes each decoder beyond its seeds and its corpus
+# in testdata/fuzz: the bulk watch request, the bulk get and the
+# SubjectAccessReview (three targets, 30 s in all).
 FUZZTIME ?= 10s
+# How long `make fuzz` fuzzes each of them.
+FUZZLONG ?= 10m
+# The fuzz targets, as package:target.
+FUZZTARGETS = ./watchmux:FuzzDecodeRequest ./bulk:FuzzBulkGet ./authorizer:FuzzWebhook
 
-.PHONY: all build tools generate verify-codegen test demo bench vet clean help
+.PHONY: all build tools generate verify-codegen test fuzz demo bench vet clean help
 
 all: build
 
@@ -36,7 +42,16 @@ vet: ## gofmt and go vet
 
 test: tools verify-codegen vet ## run every test, with the race detector, against a real control plane
 	$(GO) test $(TESTFLAGS) ./...
-	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime $(FUZZTIME) ./watchmux
+	@for t in $(FUZZTARGETS); do \
+	  echo "$(GO) test -run '^$$' -fuzz $${t#*:} -fuzztime $(FUZZTIME) $${t%%:*}"; \
+	  $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; \
+	done
+
+fuzz: ## fuzz every decoder for FUZZLONG each (default 10m); a failing input lands in testdata/fuzz: commit it with the fix
+	@for t in $(FUZZTARGETS); do \
+	  echo "$(GO) test -run '^$$' -fuzz $${t#*:} -fuzztime $(FUZZLONG) $${t%%:*}"; \
+	  $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZLONG) $${t%%:*} || exit 1; \
+	done
 
 demo: tools build ## start a local control plane with nodeproxy in front of it (Ctrl-C stops it)
 	$(GO) run ./hack/demo --nodeproxy=bin/nodeproxy $(DEMOFLAGS)

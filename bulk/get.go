@@ -189,37 +189,3 @@ func (q *query) startFromContinue() (namespace, name string) {
 	namespace, name, _ = strings.Cut(key, "/")
 	return namespace, name
 }
-
-// size bounds the length of l's JSON.
-func (l *list) size() int {
-	n := 128 + len(l.store.Kind) + len(l.cont)
-	for _, it := range l.items {
-		n += len(it) + 1
-	}
-	return n
-}
-
-// appendJSON appends l shaped like kube-apiserver's lists (SecretList,
-// ...) around the already encoded items.
-func (l *list) appendJSON(b []byte) []byte {
-	b = append(b, `{"kind":"`...)
-	b = append(b, l.store.Kind...)
-	b = append(b, `List","apiVersion":"`...)
-	b = append(b, l.store.Resource.GroupVersion().String()...)
-	b = append(b, `","metadata":{"resourceVersion":"`...)
-	b = strconv.AppendUint(b, l.rv, 10)
-	b = append(b, '"')
-	if l.cont != "" {
-		b = append(b, `,"continue":"`...)
-		b = append(b, l.cont...) // base64url: nothing to escape
-		b = append(b, '"')
-	}
-	b = append(b, `},"items":[`...)
-	for i, it := range l.items {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, it...)
-	}
-	return append(b, "]}"...)
-}

@@ -47,8 +47,23 @@ func NewGetter(c *cache.Cache, g Reachability, nodes, delegated authorizer.Autho
 }
 
 // Get validates every operation, authorizes every one, then answers them
-// all, or returns the first error: nothing partial is ever returned.
+// all, or returns the first error: nothing partial is ever returned. The
+// results are built in memory, a copy of every item; the REST handler
+// streams an Answer instead.
 func (g *Getter) Get(ctx context.Context, u user.Info, spec *v1alpha1.BulkGetOperationSpec) ([]runtime.RawExtension, error) {
+	a, err := g.Answer(ctx, u, spec, 0)
+	if err != nil {
+		return nil, err
+	}
+	return a.Results(), nil
+}
+
+// Answer validates every operation, authorizes every one, then looks
+// every one up, or returns the first error. The Answer refers to the
+// cache's encoded objects: nothing of the answer is built yet. An answer
+// larger than maxBytes (unless 0) is refused with 413, before anything of
+// it is built or written.
+func (g *Getter) Answer(ctx context.Context, u user.Info, spec *v1alpha1.BulkGetOperationSpec, maxBytes int64) (*Answer, error) {
 	queries, errs := parse(spec, func(r metav1.GroupVersionResource) *cache.Store { return g.stores[r] })
 	if len(errs) > 0 {
 		observeRequest(outcomeInvalid)
@@ -60,31 +75,27 @@ func (g *Getter) Get(ctx context.Context, u user.Info, spec *v1alpha1.BulkGetOpe
 			return nil, err
 		}
 	}
-	lists := make([]list, len(queries))
-	size := 0
+	a := &Answer{lists: make([]list, len(queries))}
 	for i, q := range queries {
 		l, err := g.run(ctx, q)
 		if err != nil {
 			observeRequest(outcomeError)
 			return nil, at(q, err)
 		}
-		lists[i] = l
-		size += l.size()
+		a.lists[i] = l
+		a.size += l.size()
 	}
-	// One buffer for every result: the items are copied once, and a
-	// request makes one large allocation instead of one per operation.
-	buf := make([]byte, 0, size)
-	results := make([]runtime.RawExtension, len(lists))
-	for i := range lists {
-		start := len(buf)
-		buf = lists[i].appendJSON(buf)
-		results[i].Raw = buf[start:len(buf):len(buf)]
+	if maxBytes > 0 && int64(a.size) > maxBytes {
+		observeRequest(outcomeTooLarge)
+		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf(
+			"the answer of this bulk get would be %d bytes, more than the %d allowed (--bulk-get-max-answer-bytes): split its operations over several requests, or page lists with limit",
+			a.size, maxBytes))
 	}
 	observeRequest(outcomeOK)
 	for _, q := range queries {
 		g.series[q.store].operations.Inc()
 	}
-	return results, nil
+	return a, nil
 }
 
 // at prefixes an API error's message with the operation it is about.

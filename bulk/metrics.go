@@ -13,6 +13,11 @@ const (
 	outcomeInvalid   = "invalid"
 	outcomeForbidden = "forbidden"
 	outcomeError     = "error"
+	// outcomeTooLarge: the answer would pass --bulk-get-max-answer-bytes (413).
+	outcomeTooLarge = "too_large"
+	// outcomeTooManyInFlight: the caller had --bulk-get-max-in-flight-per-user
+	// requests in flight (429).
+	outcomeTooManyInFlight = "too_many_in_flight"
 )
 
 var (
@@ -20,7 +25,7 @@ var (
 		Namespace:      "nodeproxy",
 		Subsystem:      "bulk_get",
 		Name:           "requests_total",
-		Help:           "Bulk get requests, by outcome: ok, invalid (422), forbidden (403), error (anything else, e.g. 410 Expired).",
+		Help:           "Bulk get requests, by outcome: ok, invalid (422), forbidden (403), error (anything else, e.g. 410 Expired), too_large (413: the answer would pass --bulk-get-max-answer-bytes), too_many_in_flight (429: the caller had --bulk-get-max-in-flight-per-user requests in flight).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"outcome"})
 

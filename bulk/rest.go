@@ -8,16 +8,52 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 )
 
+// GetLimits bound what one bulk get request may cost the hub.
+type GetLimits struct {
+	// MaxAnswerBytes bounds the results of one request, in bytes of JSON.
+	// A larger answer is refused with 413 before anything is written.
+	// Streamed, an answer costs the hub 24 bytes per item beyond the cache
+	// (BenchmarkBulkGetAnswerLargeSecret), so the bound is on what it
+	// costs to write: the hub's CPU and the link, not its memory.
+	MaxAnswerBytes int64
+	// MaxInFlightPerUser bounds the bulk gets one identity may have in
+	// flight; beyond it a request gets 429 with Retry-After.
+	MaxInFlightPerUser int
+}
+
+// DefaultGetLimits returns the defaults.
+func DefaultGetLimits() GetLimits {
+	return GetLimits{
+		// 64 MiB: 160 times what a kubelet with 110 pods reads at start
+		// (100 objects of 1-4 KiB, about 400 KiB), and 64 of the largest
+		// object etcd stores. Streamed, an answer costs no memory per byte;
+		// what is left is writing it: issue 14 measured 24 MB/s for a bulk
+		// get through kube-apiserver's aggregator (287 MB in 12 s, RSS
+		// 1.9 GB when built in memory), so 64 MiB holds a connection about
+		// 3 s.
+		MaxAnswerBytes: 64 << 20,
+		// 16: the node endpoint turns each kubelet GET into a bulk get,
+		// and a kubelet starting pods issues them in bursts (client-go's
+		// default burst is 10 per client); a named bulk get takes about
+		// 100 µs (BenchmarkBulkGet100Named), so 16 in flight is never the
+		// limit of a kubelet, only of a caller that holds requests open.
+		MaxInFlightPerUser: 16,
+	}
+}
+
 // REST is the bulkgetoperations resource: create only, like TokenReview.
 // Nothing is stored; the created object comes back with its results.
 type REST struct {
-	getter *Getter
+	getter   *Getter
+	limits   GetLimits
+	inFlight *inFlight
 }
 
 var (
@@ -27,8 +63,10 @@ var (
 	_ rest.GroupVersionKindProvider = (*REST)(nil)
 )
 
-// NewREST serves bulkgetoperations from g.
-func NewREST(g *Getter) *REST { return &REST{getter: g} }
+// NewREST serves bulkgetoperations from g, within l.
+func NewREST(g *Getter, l GetLimits) *REST {
+	return &REST{getter: g, limits: l, inFlight: newInFlight(l.MaxInFlightPerUser)}
+}
 
 // New returns an empty BulkGetOperation.
 func (r *REST) New() runtime.Object { return &v1alpha1.BulkGetOperation{} }
@@ -47,7 +85,9 @@ func (r *REST) GroupVersionKind(schema.GroupVersion) schema.GroupVersionKind {
 	return v1alpha1.SchemeGroupVersion.WithKind("BulkGetOperation")
 }
 
-// Create answers the operations of obj.
+// Create answers the operations of obj. The answer it returns is written
+// from the cache as the server encodes it (streamedOperation); the
+// caller's in-flight slot is held until then, or until the request ends.
 func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, _ *metav1.CreateOptions) (runtime.Object, error) {
 	op, ok := obj.(*v1alpha1.BulkGetOperation)
 	if !ok {
@@ -57,18 +97,29 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 	if !ok {
 		return nil, apierrors.NewInternalError(fmt.Errorf("no user in the request context"))
 	}
-	if createValidation != nil {
-		if err := createValidation(ctx, obj.DeepCopyObject()); err != nil {
-			return nil, err
-		}
-	}
-	results, err := r.getter.Get(ctx, u, &op.Spec)
+	release, err := r.inFlight.acquire(u.GetName())
 	if err != nil {
+		observeRequest(outcomeTooManyInFlight)
+		return nil, err
+	}
+	done := once(release)
+	context.AfterFunc(ctx, done)
+	answer, err := r.answer(ctx, u, op, createValidation)
+	if err != nil {
+		done()
 		return nil, err
 	}
 	// The generic create handler records managed fields as for a stored
 	// object; nothing is stored, so they would only echo noise back.
 	op.ManagedFields = nil
-	op.Status.Results = results
-	return op, nil
+	return &streamedOperation{BulkGetOperation: op, answer: answer, done: done}, nil
+}
+
+func (r *REST) answer(ctx context.Context, u user.Info, op *v1alpha1.BulkGetOperation, createValidation rest.ValidateObjectFunc) (*Answer, error) {
+	if createValidation != nil {
+		if err := createValidation(ctx, op.DeepCopyObject()); err != nil {
+			return nil, err
+		}
+	}
+	return r.getter.Answer(ctx, u, &op.Spec, r.limits.MaxAnswerBytes)
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -48,9 +49,22 @@ type conn struct {
 	// next swap: steady traffic then allocates no queue at all.
 	spare    []frame            // guarded by mu
 	channels map[int64]*channel // guarded by mu
-	closing  bool               // guarded by mu: shutting down, close when drained
+	// slots counts the channels open plus those being opened: a slot is
+	// taken when the reader accepts a Watch, before Handler.Open (which
+	// may wait on a SubjectAccessReview), and given back when the open
+	// fails or the channel closes. Counting open channels alone let a
+	// burst of opens all pass the check before any registered (issue 14:
+	// 4,128 channels on a limit of 4,096).
+	slots   int  // guarded by mu
+	closing bool // guarded by mu: shutting down, close when drained
 
 	nextID int64 // reader only: channel identifiers are never reused
+
+	// draining is set by shutdown: the writer then skips the events of
+	// the batch it is writing whose channel has closed, so that the
+	// ERRORs and the close frame are not queued behind events no one
+	// will use (a slow client's batch can be thousands of events).
+	draining atomic.Bool
 }
 
 func newConn(ctx context.Context, ws *websocket.Conn, h Handler, o Options, m *counters) *conn {
@@ -88,6 +102,7 @@ func (c *conn) serve() {
 		ch.cancel()
 		callbacks = append(callbacks, ch.onClose...)
 		ch.onClose = nil
+		c.slots--
 		c.metrics.channels.Dec()
 	}
 	c.channels = nil
@@ -137,16 +152,22 @@ func (c *conn) readLoop() {
 // kube-apiserver, so it runs beside the reader, at most MaxPending at once.
 func (c *conn) open(requestID int64, sel *v1alpha1.GetOperation) {
 	c.mu.Lock()
-	open := len(c.channels)
+	taken := c.slots
+	if taken < c.opts.MaxChannels {
+		c.slots++
+	}
 	c.mu.Unlock()
-	if open >= c.opts.MaxChannels {
+	if taken >= c.opts.MaxChannels {
 		c.metrics.requests.WithLabelValues("too_many_channels").Inc()
-		c.respond(v1alpha1.WatchResponse{RequestID: requestID, Error: tooMany("this connection has %d channels open, the most allowed", open)})
+		c.respond(v1alpha1.WatchResponse{RequestID: requestID, Error: tooMany("this connection has %d channels open or being opened, the most allowed", taken)})
 		return
 	}
 	select {
 	case c.pending <- struct{}{}:
 	default:
+		c.mu.Lock()
+		c.slots--
+		c.mu.Unlock()
 		c.metrics.requests.WithLabelValues("too_many_pending").Inc()
 		c.respond(v1alpha1.WatchResponse{RequestID: requestID, Error: tooMany("%d watch requests are already being opened on this connection, the most allowed", c.opts.MaxPending)})
 		return
@@ -159,6 +180,7 @@ func (c *conn) open(requestID int64, sel *v1alpha1.GetOperation) {
 		run, refused := c.handler.Open(ch.ctx, sel, ch)
 		if refused != nil {
 			c.mu.Lock()
+			c.slots--
 			ch.closed = true
 			callbacks := ch.onClose
 			ch.onClose = nil
@@ -171,6 +193,7 @@ func (c *conn) open(requestID int64, sel *v1alpha1.GetOperation) {
 		}
 		c.mu.Lock()
 		if c.channels == nil || c.closing { // the connection ended meanwhile
+			c.slots--
 			ch.closed = true
 			callbacks := ch.onClose
 			c.mu.Unlock()
@@ -186,6 +209,7 @@ func (c *conn) open(requestID int64, sel *v1alpha1.GetOperation) {
 		if ch.closed {
 			// Closed while it was being opened (access lost at once):
 			// the client learns of the channel, then of its end.
+			c.slots--
 			if ch.closeStatus != nil {
 				c.queue = append(c.queue, frame{ch: ch, typ: watch.Error, object: statusJSON(ch.closeStatus), final: true})
 			}
@@ -246,6 +270,7 @@ func (c *conn) closeChannelLocked(ch *channel, status *metav1.Status) []func() {
 	if c.channels != nil {
 		delete(c.channels, ch.id)
 	}
+	c.slots--
 	c.metrics.channels.Dec()
 	if status != nil {
 		c.queue = append(c.queue, frame{ch: ch, typ: watch.Error, object: statusJSON(status), final: true})
@@ -357,7 +382,11 @@ func (c *conn) writeLoop() {
 			batch, closing := c.take()
 			if closing {
 				msg := websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down; resubscribe elsewhere")
-				_ = c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.opts.WriteTimeout))
+				result := "closed"
+				if err := c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.opts.WriteTimeout)); err != nil {
+					result = "write_failed"
+				}
+				shutdownTotal.WithLabelValues(result).Inc()
 				c.cancel()
 				return
 			}
@@ -368,6 +397,9 @@ func (c *conn) writeLoop() {
 				c.batch.begin()
 			}
 			for i := range batch {
+				if c.draining.Load() && c.dropped(&batch[i]) {
+					continue
+				}
 				if err := c.write(&batch[i]); err != nil {
 					if c.batch != nil {
 						_ = c.batch.end()
@@ -415,9 +447,21 @@ func (c *conn) fail(err error) {
 	c.ws.Close() // unblocks the reader
 }
 
+// dropped reports whether f is an event of a channel closed since the
+// batch was taken.
+func (c *conn) dropped(f *frame) bool {
+	if f.ch == nil || f.final {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return f.ch.closed
+}
+
 // shutdown ends every channel with closedByServer, then the connection
 // with a close frame once they are written.
 func (c *conn) shutdown() {
+	c.draining.Store(true)
 	c.mu.Lock()
 	c.closing = true
 	var callbacks []func()

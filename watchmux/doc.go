@@ -43,7 +43,9 @@
 //   - A write that takes longer than WriteTimeout ends the connection; a
 //     client silent for two PingIntervals too.
 //   - Shutdown closes every channel with ERROR 503, then the connection
-//     with close code 1001 (going away), so clients resubscribe elsewhere.
+//     with close code 1001 (going away), so clients resubscribe elsewhere;
+//     Shutdown returns when every connection has ended, or cuts those left
+//     when its context ends.
 //
 // The Client mirrors the server: its reader never blocks either; a channel
 // whose consumer leaves ClientEventBuffer events unread ends with ERROR 410

@@ -42,6 +42,13 @@ var (
 		Help: "Connections closed because a write did not finish within the write timeout.", StabilityLevel: metrics.ALPHA,
 	})
 
+	shutdownTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "watchmux", Name: "shutdown_connections_total",
+		Help: "Connections ended by a shutdown, by result: closed (close frame 1001 written after the ERRORs), " +
+			"write_failed (the close frame could not be written), cut (still writing when the shutdown's time ran out).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+
 	registerOnce sync.Once
 )
 
@@ -49,7 +56,7 @@ var (
 // that k8s.io/apiserver serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(connectionsGauge, channelsGauge, requestsTotal, closedTotal, framesTotal, batchFrames, writeTimeoutsTotal)
+		legacyregistry.MustRegister(connectionsGauge, channelsGauge, requestsTotal, closedTotal, framesTotal, batchFrames, writeTimeoutsTotal, shutdownTotal)
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,8 +31,11 @@ import (
 //	flood       events until the channel is closed under it
 //	revoke      one ADDED, then ERROR 403
 //	hold        Open waits until release is closed
+//	slow        Open counts itself in entered, then waits until release
+//	            is closed, as an open waiting on a SubjectAccessReview
 type testHandler struct {
 	release chan struct{}
+	entered atomic.Int64
 }
 
 func (h *testHandler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink Sink) (func(), *metav1.Status) {
@@ -39,6 +43,9 @@ func (h *testHandler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink
 	switch {
 	case name == "refuse":
 		return nil, &metav1.Status{Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Message: "not yours"}
+	case name == "slow":
+		h.entered.Add(1)
+		fallthrough
 	case name == "hold":
 		select {
 		case <-h.release:
@@ -80,7 +87,7 @@ func startServer(t *testing.T, o Options) (*Server, *httptest.Server, *testHandl
 		default:
 			close(h.release)
 		}
-		srv.Shutdown()
+		_ = srv.Shutdown(context.Background())
 		hs.Close()
 	})
 	return srv, hs, h
@@ -392,7 +399,7 @@ func TestShutdownClosesChannelsThenTheConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Shutdown()
+	go func() { _ = srv.Shutdown(context.Background()) }()
 	ev, _ := next(t, ch)
 	if ev.Type != watch.Error || ev.Status.Code != http.StatusServiceUnavailable {
 		t.Fatalf("want ERROR 503, got %+v", ev)

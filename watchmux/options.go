@@ -42,3 +42,8 @@ func DefaultOptions() Options {
 		PingInterval: 30 * time.Second,
 	}
 }
+
+// DrainTimeout bounds how long a connection takes to end on shutdown: the
+// batch its writer is writing, the close frame, and the client's answer
+// to it, each bounded by WriteTimeout.
+func (o Options) DrainTimeout() time.Duration { return 3 * o.WriteTimeout }

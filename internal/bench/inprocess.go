@@ -94,6 +94,12 @@ func serveBulkGet(gets *bulk.REST, w http.ResponseWriter, r *http.Request) {
 		status(err)
 		return
 	}
+	// The generic server streams the answer through its serializer; this
+	// plain handler has none, so it takes the answer built in memory (its
+	// in-flight slot is freed when the request ends).
+	if co, ok := out.(runtime.CacheableObject); ok {
+		out = co.GetObject()
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
 	_ = json.NewEncoder(w).Encode(out)
@@ -163,7 +169,7 @@ func startInProcess(ctx context.Context, c *workload.Cluster, objectSize int) (*
 	ctx, cancel := context.WithCancel(ctx)
 	go watcher.Run(ctx)
 	mux := watchmux.NewServer(watcher, watchmux.DefaultOptions())
-	gets := bulk.NewREST(getter)
+	gets := bulk.NewREST(getter, bulk.DefaultGetLimits())
 	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u := &user.DefaultInfo{Name: r.Header.Get(transport.ImpersonateUserHeader), Groups: r.Header.Values(transport.ImpersonateGroupHeader)}
 		r = r.WithContext(request.WithUser(r.Context(), u))
@@ -179,7 +185,9 @@ func startInProcess(ctx context.Context, c *workload.Cluster, objectSize int) (*
 	p.TLS = hs.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
 	p.host, p.ca = hs.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: hs.Certificate().Raw})
 	p.stop = func() {
-		mux.Shutdown()
+		sctx, stop := context.WithTimeout(context.Background(), watchmux.DefaultOptions().DrainTimeout())
+		_ = mux.Shutdown(sctx)
+		stop()
 		hs.Close()
 		cancel()
 	}

@@ -32,6 +32,8 @@ type Config struct {
 	// Watch and Watcher tune the bulk watch.
 	Watch   watchmux.Options
 	Watcher bulk.WatcherOptions
+	// BulkGet bounds each bulk get.
+	BulkGet bulk.GetLimits
 	// router hands bulk watch upgrades to the watch server New makes.
 	router *upgradeRouter
 	// ClientCASources counts the CA sources client certificates are
@@ -92,7 +94,7 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 	if o.Authentication.RequestHeader.ClientCAFile != "" || lookup {
 		sources++
 	}
-	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, Watch: o.Watch, Watcher: o.Watcher, ClientCASources: sources, router: router}, nil
+	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, Watch: o.Watch, Watcher: o.Watcher, BulkGet: o.BulkGet, ClientCASources: sources, router: router}, nil
 }
 
 func (o *Options) kubeConfig() (*rest.Config, error) {

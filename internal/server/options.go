@@ -54,6 +54,8 @@ type Options struct {
 	Watch watchmux.Options
 	// Watcher tunes the bulk watch's bookmarks and re-authorization.
 	Watcher bulk.WatcherOptions
+	// BulkGet bounds each bulk get.
+	BulkGet bulk.GetLimits
 }
 
 // NewOptions returns the defaults of `nodeproxy serve`.
@@ -67,6 +69,7 @@ func NewOptions() *Options {
 		Cache:          cache.Options{LogSize: cache.DefaultLogSize, EncodedEntries: cache.DefaultEncodedEntries},
 		Watch:          watchmux.DefaultOptions(),
 		Watcher:        bulk.DefaultWatcherOptions(),
+		BulkGet:        bulk.DefaultGetLimits(),
 	}
 	o.SecureServing.BindPort = DefaultSecurePort
 	// No default directory: without --cert-dir or --tls-cert-file the
@@ -97,6 +100,15 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 			"the log reaches gets 410 Expired and must relist.")
 	fs.IntVar(&o.Cache.EncodedEntries, "cache-encoded-entries", o.Cache.EncodedEntries,
 		"Encoded object versions kept so that an object many nodes read is serialized once.")
+
+	fs = fss.FlagSet("bulk get")
+	fs.Int64Var(&o.BulkGet.MaxAnswerBytes, "bulk-get-max-answer-bytes", o.BulkGet.MaxAnswerBytes,
+		"Largest answer, in bytes of JSON, one bulk get may have; a request whose answer would be larger is refused with 413 "+
+			"before anything is written. Answers are written from the cache's encoded objects, so this bounds the time and "+
+			"bandwidth an answer takes, not memory.")
+	fs.IntVar(&o.BulkGet.MaxInFlightPerUser, "bulk-get-max-in-flight-per-user", o.BulkGet.MaxInFlightPerUser,
+		"Bulk gets one caller (one node) may have in flight; beyond it a request is refused with 429 and Retry-After, "+
+			"so that one caller cannot take the hub from the others.")
 
 	fs = fss.FlagSet("bulk watch")
 	fs.IntVar(&o.Watch.MaxChannels, "watch-max-channels", o.Watch.MaxChannels,
@@ -173,6 +185,8 @@ func (o *Options) Validate() error {
 		flag  string
 		value int64
 	}{
+		{"--bulk-get-max-answer-bytes", o.BulkGet.MaxAnswerBytes},
+		{"--bulk-get-max-in-flight-per-user", int64(o.BulkGet.MaxInFlightPerUser)},
 		{"--watch-max-channels", int64(o.Watch.MaxChannels)},
 		{"--watch-max-pending", int64(o.Watch.MaxPending)},
 		{"--watch-channel-queue", int64(o.Watch.ChannelQueue)},

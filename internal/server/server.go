@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/authorizer"
@@ -27,6 +29,8 @@ type Server struct {
 	cache       *cache.Cache
 	watcher     *bulk.Watcher
 	watchServer *watchmux.Server
+	// drainTimeout bounds the wait for bulk watch connections to end.
+	drainTimeout time.Duration
 }
 
 // New builds the server. It starts nothing.
@@ -53,7 +57,7 @@ func (c *Config) New() (*Server, error) {
 	nodes := authorizer.New(g)
 	generic.Handler.NonGoRestfulMux.Handle(authorizer.WebhookPath, &authorizer.Webhook{Authorizer: nodes})
 	getter := bulk.NewGetter(objects, g, nodes, c.Generic.Authorization.Authorizer)
-	if err := installBulkAPI(generic, getter); err != nil {
+	if err := installBulkAPI(generic, getter, c.BulkGet); err != nil {
 		return nil, err
 	}
 	watcher := bulk.NewWatcher(getter, g, c.Watcher)
@@ -69,7 +73,7 @@ func (c *Config) New() (*Server, error) {
 	); err != nil {
 		return nil, fmt.Errorf("readiness check: %w", err)
 	}
-	s := &Server{generic: generic, cache: objects, watcher: watcher, watchServer: watchServer}
+	s := &Server{generic: generic, cache: objects, watcher: watcher, watchServer: watchServer, drainTimeout: c.Watch.DrainTimeout()}
 	if err := generic.AddPostStartHook("nodeproxy-start-cache", s.startCache); err != nil {
 		return nil, fmt.Errorf("cache start hook: %w", err)
 	}
@@ -78,10 +82,10 @@ func (c *Config) New() (*Server, error) {
 
 // installBulkAPI serves bulk.k8s.io/v1alpha1: discovery, OpenAPI and the
 // create verb on bulkgetoperations come from the generic server.
-func installBulkAPI(generic *genericapiserver.GenericAPIServer, getter *bulk.Getter) error {
+func installBulkAPI(generic *genericapiserver.GenericAPIServer, getter *bulk.Getter, limits bulk.GetLimits) error {
 	info := genericapiserver.NewDefaultAPIGroupInfo(v1alpha1.GroupName, scheme, metav1.ParameterCodec, codecs)
 	info.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
-		"bulkgetoperations": bulk.NewREST(getter),
+		"bulkgetoperations": bulk.NewREST(getter, limits),
 	}
 	if err := generic.InstallAPIGroup(&info); err != nil {
 		return fmt.Errorf("install %s: %w", v1alpha1.SchemeGroupVersion, err)
@@ -108,7 +112,21 @@ func (s *Server) Run(ctx context.Context) error {
 	defer s.cache.Wait()
 	// On shutdown, bulk watch clients get ERROR 503 on every channel and a
 	// close frame, and resubscribe elsewhere, while the listener drains.
-	stop := context.AfterFunc(ctx, s.watchServer.Shutdown)
-	defer stop()
-	return s.generic.PrepareRun().RunWithContext(ctx)
+	// Run returns only once every connection has ended, or
+	// watchmux.Options.DrainTimeout (30 s by default) has passed: the
+	// process exiting sooner cut connections before their close frame.
+	drained := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(drained)
+		dctx, cancel := context.WithTimeout(context.Background(), s.drainTimeout)
+		defer cancel()
+		if err := s.watchServer.Shutdown(dctx); err != nil {
+			klog.ErrorS(err, "Bulk watch connections did not all end cleanly on shutdown")
+		}
+	})
+	err := s.generic.PrepareRun().RunWithContext(ctx)
+	if !stop() { // the shutdown started: wait for it
+		<-drained
+	}
+	return err
 }
