@@ -49,8 +49,10 @@ type Endpoint struct {
 	clientCA *fileContent[*x509.CertPool]
 	serving  *fileContent[*tls.Certificate]
 	handler  http.Handler
-	// readyClient asks kube-apiserver's /readyz when the hub is down.
+	// readyClient asks kube-apiserver's /readyz when the hub is down,
+	// and reviews scrapers' tokens.
 	readyClient *rest.RESTClient
+	scrapers    *scrapers
 }
 
 // New checks cfg and builds the endpoint; Run serves it.
@@ -85,7 +87,7 @@ func New(cfg Config) (*Endpoint, error) {
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/livez", livez)
 	mux.HandleFunc("/readyz", e.readyz)
 	mux.HandleFunc("/healthz", e.readyz)
 	authenticated := http.NewServeMux()
@@ -93,8 +95,11 @@ func New(cfg Config) (*Endpoint, error) {
 	authenticated.HandleFunc("/", e.serveKubelet)
 	mux.Handle("/", newNodeOnly(cfg.NodeName, e.clientCA, authenticated))
 	e.handler = mux
+	e.scrapers = newScrapers(e.readyClient)
 	return e, nil
 }
+
+func livez(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }
 
 // serveKubelet answers an authenticated request of the kubelet: from the
 // hub when it is a read the hub serves and the hub can answer, from
@@ -149,13 +154,28 @@ func (e *Endpoint) Run(ctx context.Context, ln net.Listener) error {
 	if e.hub != nil {
 		wg.Go(func() { e.hub.Run(ctx) })
 	}
+	// Verified by the authenticator, against the CA as it is now.
+	return e.serve(ctx, ln, e.handler, tls.RequestClientCert)
+}
+
+// RunMetrics serves /metrics to scrapers kube-apiserver allows (see
+// scrapers), and /livez and /readyz, on ln over TLS until ctx ends. It
+// runs beside Run, on an address other hosts reach.
+func (e *Endpoint) RunMetrics(ctx context.Context, ln net.Listener) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/livez", livez)
+	mux.HandleFunc("/readyz", e.readyz)
+	mux.Handle("/metrics", e.scrapers.wrap("/metrics", legacyregistry.Handler()))
+	return e.serve(ctx, ln, mux, tls.NoClientCert)
+}
+
+func (e *Endpoint) serve(ctx context.Context, ln net.Listener, handler http.Handler, clientAuth tls.ClientAuthType) error {
 	srv := &http.Server{
-		Handler:           e.handler,
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{
-			MinVersion: tls.VersionTLS12,
-			// Verified by the authenticator, against the CA as it is now.
-			ClientAuth:     tls.RequestClientCert,
+			MinVersion:     tls.VersionTLS12,
+			ClientAuth:     clientAuth,
 			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return e.serving.get(), nil },
 		},
 		BaseContext: func(net.Listener) context.Context { return ctx },

@@ -53,6 +53,8 @@ type node struct {
 	pem string
 	// kubelet reaches the endpoint as the kubelet does.
 	kubelet *rest.Config
+	// metrics is the endpoint's scrapers' address (RunMetrics).
+	metrics string
 	stop    func()
 }
 
@@ -100,18 +102,27 @@ func startNodeWith(t *testing.T, name, hubURL string, kp *controlplane.KeyPair) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	mln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.metrics = "https://" + mln.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	done := make(chan error, 2)
 	go func() { done <- e.Run(ctx, ln) }()
+	go func() { done <- e.RunMetrics(ctx, mln) }()
 	n.stop = func() {
 		cancel()
-		select {
-		case err := <-done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("endpoint of %s: %v", name, err)
+		for range 2 {
+			select {
+			case err := <-done:
+				if err != nil && !errors.Is(err, context.Canceled) {
+					t.Errorf("endpoint of %s: %v", name, err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("endpoint of %s did not stop within 30s", name)
+				return
 			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("endpoint of %s did not stop within 30s", name)
 		}
 	}
 	t.Cleanup(n.stop)

@@ -46,7 +46,7 @@ var (
 	})
 	refused = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "refused_requests_total",
-		Help:           "Requests refused before reaching anything, by reason: unauthenticated (no valid client certificate), forbidden (not this node's identity).",
+		Help:           "Requests refused before reaching anything, by reason: unauthenticated (no valid client certificate on the kubelet port; no valid bearer token on the metrics port), forbidden (not this node's identity; a scraper kube-apiserver does not allow to get /metrics).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 

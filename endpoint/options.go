@@ -46,7 +46,9 @@ type Options struct {
 	Kubeconfig          string
 	HubURL, HubCAFile   string
 	HubThroughAPIServer bool
-	Logs                *logsapi.LoggingConfiguration
+	// MetricsBindAddress is host:port for scrapers; empty for none.
+	MetricsBindAddress string
+	Logs               *logsapi.LoggingConfiguration
 }
 
 // NewOptions returns the defaults, those of a kubeadm node.
@@ -93,6 +95,12 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.BoolVar(&o.HubThroughAPIServer, "hub-through-apiserver", o.HubThroughAPIServer,
 		"Reach the hub through kube-apiserver's aggregator (bulk.k8s.io) instead of --hub-url: no Service route needed, at the cost of one long-running request per node on kube-apiserver.")
 
+	fs = fss.FlagSet("metrics")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress,
+		"host:port (for example 0.0.0.0:10263) to serve /metrics on, over TLS, to callers with a bearer token that kube-apiserver authenticates (TokenReview) "+
+			"and allows to get the non-resource path /metrics (SubjectAccessReview), as Prometheus scrapes a kubelet. "+
+			"Empty: /metrics is served only on --secure-port, to the node's own certificate.")
+
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
 	return fss
 }
@@ -117,6 +125,13 @@ func (o *Options) Validate() error {
 	}
 	if net.ParseIP(o.BindAddress) == nil {
 		errs = append(errs, fmt.Errorf("--bind-address must be an IP address, got %q", o.BindAddress))
+	}
+	if o.MetricsBindAddress != "" {
+		if _, port, err := net.SplitHostPort(o.MetricsBindAddress); err != nil {
+			errs = append(errs, fmt.Errorf("--metrics-bind-address must be host:port: %w", err))
+		} else if p, err := strconv.Atoi(port); err != nil || p <= 0 || p > 65535 {
+			errs = append(errs, fmt.Errorf("--metrics-bind-address port must be between 1 and 65535, got %q", port))
+		}
 	}
 	if (o.TLSCertFile == "") != (o.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file must be given together"))

@@ -8,6 +8,7 @@ import (
 	"net"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
@@ -50,7 +51,18 @@ func NewCommand(use string) *cobra.Command {
 				return fmt.Errorf("listen on %s: %w", addr, err)
 			}
 			klog.InfoS("Serving the node endpoint", "node", cfg.NodeName, "address", ln.Addr().String(), "apiserver", cfg.APIServer.Host, "hub", hubHost(cfg))
-			return e.Run(cli.SignalContext(), ln)
+			if o.MetricsBindAddress == "" {
+				return e.Run(cli.SignalContext(), ln)
+			}
+			mln, err := net.Listen("tcp", o.MetricsBindAddress)
+			if err != nil {
+				return fmt.Errorf("listen on --metrics-bind-address %s: %w", o.MetricsBindAddress, err)
+			}
+			klog.InfoS("Serving metrics to scrapers kube-apiserver allows", "address", mln.Addr().String())
+			g, ctx := errgroup.WithContext(cli.SignalContext())
+			g.Go(func() error { return e.Run(ctx, ln) })
+			g.Go(func() error { return e.RunMetrics(ctx, mln) })
+			return g.Wait()
 		},
 	}
 	cmd = cli.WithFlags(cmd, o.Flags())
