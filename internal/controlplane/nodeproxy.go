@@ -138,15 +138,21 @@ func (cp *ControlPlane) writeNodeproxyFiles() (*NodeproxyFiles, error) {
 // path: tests and benchmarks that run nodeproxy as its own process, as
 // operators do, build it from the tree under test.
 func BuildNodeproxy(ctx context.Context, dir string) (string, error) {
+	return BuildCommand(ctx, dir, "nodeproxy")
+}
+
+// BuildCommand builds cmd/<name> of this repository into dir/<name> and
+// returns the binary's path.
+func BuildCommand(ctx context.Context, dir, name string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "nodeproxy")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/nodeproxy")
+	bin := filepath.Join(dir, name)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/"+name)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build nodeproxy: %w\n%s", err, out)
+		return "", fmt.Errorf("build %s: %w\n%s", name, err, out)
 	}
 	return bin, nil
 }
