@@ -53,5 +53,8 @@ BENCHSCENARIOS ?= authz graph bulkget fanout revoke apiserver
 bench: tools build ## nodeproxy-bench: the in-tree Node authorizer's shape (100k pods) and kube-apiserver side by side (~2.5 min; BENCHFLAGS, BENCHSCENARIOS)
 	bin/nodeproxy-bench --chart bin/bench.svg $(BENCHFLAGS) $(BENCHSCENARIOS)
 
+image: ## build the nodeproxy image with only Go: bin/image/ (OCI layout and docker tarballs, amd64 and arm64; IMAGEFLAGS)
+	$(GO) run ./hack/image --output bin/image --version $(VERSION) $(IMAGEFLAGS)
+
 clean: ## remove build output (the tools cache stays; see docs/operations.md)
 	rm -rf bin
