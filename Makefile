@@ -20,16 +20,21 @@ FUZZLONG ?= 10m
 # The fuzz targets, as package:target.
 FUZZTARGETS = ./watchmux:FuzzDecodeRequest ./bulk:FuzzBulkGet ./authorizer:FuzzWebhook
 
-.PHONY: all build tools generate verify-codegen test fuzz demo bench vet clean help
+# What --version prints: the commit, -dirty when the tree has changes.
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
+LDFLAGS := -X github.com/nodeproxy/nodeproxy/internal/cli.version=$(VERSION)
+
+.PHONY: all build tools generate verify-codegen test fuzz demo bench image vet clean help
 
 all: build
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
-build: ## build bin/nodeproxy and bin/nodeproxy-node (the node endpoint alone)
-	$(GO) build -o bin/nodeproxy ./cmd/nodeproxy
-	$(GO) build -o bin/nodeproxy-node ./cmd/nodeproxy-node
+build: ## build bin/nodeproxy (hub), bin/nodeproxy-node (the node endpoint alone) and bin/nodeproxy-bench
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/nodeproxy ./cmd/nodeproxy
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/nodeproxy-node ./cmd/nodeproxy-node
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/nodeproxy-bench ./cmd/nodeproxy-bench
 
 tools: ## build kube-apiserver, etcd and the hollow kubelet (kubemark) for tests and the demo (once per machine, ~15 min cold)
 	$(GO) run ./hack/buildtools
@@ -66,8 +71,11 @@ demo: tools build ## start a local control plane with nodeproxy in front of it (
 # local control plane, as make demo does).
 BENCHSCENARIOS ?= authz graph bulkget fanout revoke apiserver
 
-bench: tools build ## nodeproxy bench: the in-tree Node authorizer's shape (100k pods) and kube-apiserver side by side (~2.5 min; BENCHFLAGS, BENCHSCENARIOS)
-	bin/nodeproxy bench --chart bin/bench.svg $(BENCHFLAGS) $(BENCHSCENARIOS)
+bench: tools build ## nodeproxy-bench: the in-tree Node authorizer's shape (100k pods) and kube-apiserver side by side (~2.5 min; BENCHFLAGS, BENCHSCENARIOS)
+	bin/nodeproxy-bench --chart bin/bench.svg $(BENCHFLAGS) $(BENCHSCENARIOS)
+
+image: ## build the nodeproxy image with only Go: bin/image/ (OCI layout and docker tarballs, amd64 and arm64; IMAGEFLAGS)
+	$(GO) run ./hack/image --output bin/image --version $(VERSION) $(IMAGEFLAGS)
 
 clean: ## remove build output (the tools cache stays; see docs/operations.md)
 	rm -rf bin

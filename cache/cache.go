@@ -125,7 +125,7 @@ func New(client kubernetes.Interface, opts Options) (*Cache, error) {
 
 // NewDetached returns a cache with no reflectors: its stores are written
 // by hand (Replace, then Add, Update, Delete), as a reflector would write
-// them. `nodeproxy bench` feeds it a generated cluster this way; Start
+// them. `nodeproxy-bench` feeds it a generated cluster this way; Start
 // does nothing.
 func NewDetached(opts Options) (*Cache, error) {
 	if opts.LogSize <= 0 {

@@ -9,9 +9,12 @@ import (
 
 	"k8s.io/component-base/cli"
 
+	npcli "github.com/nodeproxy/nodeproxy/internal/cli"
 	"github.com/nodeproxy/nodeproxy/internal/nodecmd"
 )
 
 func main() {
-	os.Exit(cli.Run(nodecmd.NewCommand("nodeproxy-node")))
+	cmd := nodecmd.NewCommand("nodeproxy-node")
+	cmd.Version = npcli.Version()
+	os.Exit(cli.Run(cmd))
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/component-base/cli"
 
+	npcli "github.com/nodeproxy/nodeproxy/internal/cli"
 	"github.com/nodeproxy/nodeproxy/internal/nodecmd"
 )
 
@@ -23,7 +24,10 @@ func newRootCommand() *cobra.Command {
 			"read which Secret, ConfigMap, PersistentVolumeClaim, PersistentVolume and ServiceAccount " +
 			"through the pods bound to it, and serves them to nodes from memory.",
 		SilenceUsage: true,
+		Version:      npcli.Version(),
 	}
-	root.AddCommand(newServeCommand(), nodecmd.NewCommand("node"), newBenchCommand())
+	// The benchmark is nodeproxy-bench, a binary of its own: what only it
+	// needs (plotting, fonts, synthetic clusters) stays out of the hub.
+	root.AddCommand(newServeCommand(), nodecmd.NewCommand("node"))
 	return root
 }

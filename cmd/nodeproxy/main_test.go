@@ -3,11 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,41 +30,12 @@ func TestMain(m *testing.M) {
 	os.Exit(testserver.RunTestsWithNodeproxy(m, controlplane.Options{}, &cp, &bin))
 }
 
-// run runs nodeproxy with args and returns its combined output and exit
-// code; it fails the test if the command does not end within timeout.
 func run(t *testing.T, timeout time.Duration, args ...string) (string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("nodeproxy %v did not end within %s:\n%s", args, timeout, out)
-	}
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return string(out), 0
-	case errors.As(err, &exit):
-		return string(out), exit.ExitCode()
-	default:
-		t.Fatalf("run nodeproxy: %v", err)
-		return "", -1
-	}
+	return testserver.RunCommand(t, timeout, bin, args...)
 }
 
-func kubeconfigFor(t *testing.T, host string) string {
-	t.Helper()
-	cfg := cp.AdminConfig()
-	if host != "" {
-		cfg.Host = host
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := controlplane.WriteKubeconfig(cfg, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
+func kubeconfigFor(t *testing.T, host string) string { return testserver.AdminKubeconfig(t, cp, host) }
 
 func TestServeRefusesBadInvocations(t *testing.T) {
 	ports, err := controlplane.FreePorts(1)

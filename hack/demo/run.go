@@ -29,9 +29,9 @@ func run(ctx context.Context, o demoOptions) error {
 	step("Starting etcd and kube-apiserver on 127.0.0.1, nodeproxy as the authorizer of nodes")
 	cp, err := controlplane.Start(ctx, controlplane.Options{
 		Log: prefixed("    "),
-		// manifests/kube-apiserver-authorization-config.yaml as shipped:
+		// the authorization-webhook overlay's authorization-config.yaml as shipped:
 		// nodeproxy's webhook for system:nodes, then RBAC.
-		AuthorizationFor: controlplane.WebhookAuthorization(filepath.Join("manifests", "kube-apiserver-authorization-config.yaml"),
+		AuthorizationFor: controlplane.WebhookAuthorization(filepath.FromSlash(controlplane.AuthorizationConfigManifest),
 			url+"/authorize", "kube-apiserver-nodeproxy-webhook", true),
 	})
 	if err != nil {
@@ -51,7 +51,7 @@ func run(ctx context.Context, o demoOptions) error {
 	files, admin := np.Files, np.Admin
 
 	step("Registering bulk.k8s.io/v1alpha1 with kube-apiserver's aggregator (manifests/apiservice.yaml)")
-	if err := cp.RegisterAPIService(ctx, filepath.Join("manifests", "apiservice.yaml"), ports[0]); err != nil {
+	if err := cp.RegisterAPIService(ctx, filepath.Join("manifests", "base", "apiservice.yaml"), ports[0]); err != nil {
 		return err
 	}
 

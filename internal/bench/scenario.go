@@ -11,7 +11,7 @@ import (
 	"github.com/nodeproxy/nodeproxy/internal/workload"
 )
 
-// Scenario is one named measurement of `nodeproxy bench`.
+// Scenario is one named measurement of `nodeproxy-bench`.
 type Scenario struct {
 	Name string
 	// Help is one line for --help.
@@ -83,7 +83,7 @@ func (e *Env) progressf(format string, args ...any) {
 	}
 }
 
-// Scenarios are the scenarios in the order `nodeproxy bench` runs them
+// Scenarios are the scenarios in the order `nodeproxy-bench` runs them
 // when none is named.
 var Scenarios = []Scenario{authzScenario, graphScenario, bulkgetScenario, fanoutScenario, revokeScenario, apiserverScenario, kubeletsScenario}
 

@@ -20,6 +20,18 @@ import (
 // admin, the way `kubectl apply --server-side -f` would. Tests use it to
 // install the very manifests an operator installs.
 func (cp *ControlPlane) ApplyFiles(ctx context.Context, paths ...string) error {
+	return cp.applyFiles(ctx, false, paths...)
+}
+
+// DryRunApplyFiles is ApplyFiles with server-side dry-run: kube-apiserver
+// decodes, defaults, validates and admits every object as it would apply
+// it (schemas, immutable fields, CRD kinds it does not serve), and stores
+// nothing. Tests use it for manifests that would start real workloads.
+func (cp *ControlPlane) DryRunApplyFiles(ctx context.Context, paths ...string) error {
+	return cp.applyFiles(ctx, true, paths...)
+}
+
+func (cp *ControlPlane) applyFiles(ctx context.Context, dryRun bool, paths ...string) error {
 	dc, err := discovery.NewDiscoveryClientForConfig(cp.admin)
 	if err != nil {
 		return fmt.Errorf("discovery client: %w", err)
@@ -34,7 +46,7 @@ func (cp *ControlPlane) ApplyFiles(ctx context.Context, paths ...string) error {
 		if err != nil {
 			return fmt.Errorf("open manifest: %w", err)
 		}
-		err = applyStream(ctx, f, mapper, dyn)
+		err = applyStream(ctx, f, mapper, dyn, dryRun)
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("apply %s: %w", path, err)
@@ -43,7 +55,11 @@ func (cp *ControlPlane) ApplyFiles(ctx context.Context, paths ...string) error {
 	return nil
 }
 
-func applyStream(ctx context.Context, r io.Reader, mapper *restmapper.DeferredDiscoveryRESTMapper, dyn dynamic.Interface) error {
+func applyStream(ctx context.Context, r io.Reader, mapper *restmapper.DeferredDiscoveryRESTMapper, dyn dynamic.Interface, dryRun bool) error {
+	opts := metav1.ApplyOptions{FieldManager: "nodeproxy-test", Force: true}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
 	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
 	for {
 		obj := &unstructured.Unstructured{}
@@ -62,7 +78,7 @@ func applyStream(ctx context.Context, r io.Reader, mapper *restmapper.DeferredDi
 			return fmt.Errorf("map %s: %w", gvk, err)
 		}
 		client := dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
-		if _, err := client.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "nodeproxy-test", Force: true}); err != nil {
+		if _, err := client.Apply(ctx, obj.GetName(), obj, opts); err != nil {
 			return fmt.Errorf("%s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
 		}
 	}

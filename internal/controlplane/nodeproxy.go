@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// NodeproxyManifests are the files of manifests/ a nodeproxy process needs
+// NodeproxyManifests are the files of manifests/base/ a nodeproxy process needs
 // from kube-apiserver: its identity, and the RBAC for delegated
 // authentication and authorization, its cache's watches, the webhook and
 // the bulk API.
@@ -48,7 +48,7 @@ type NodeproxyFiles struct {
 }
 
 // StartNodeproxy applies NodeproxyManifests from the repository's
-// manifests/, starts bin serve on port with args appended, and returns
+// manifests/base/, starts bin serve on port with args appended, and returns
 // once its /readyz answers 200 (its cache has synced). The caller stops
 // the process.
 func (cp *ControlPlane) StartNodeproxy(ctx context.Context, bin string, port int, args ...string) (*Nodeproxy, error) {
@@ -58,7 +58,7 @@ func (cp *ControlPlane) StartNodeproxy(ctx context.Context, bin string, port int
 	}
 	manifests := make([]string, len(NodeproxyManifests))
 	for i, m := range NodeproxyManifests {
-		manifests[i] = filepath.Join(root, "manifests", m)
+		manifests[i] = filepath.Join(root, "manifests", "base", m)
 	}
 	if err := cp.ApplyFiles(ctx, manifests...); err != nil {
 		return nil, err
@@ -138,15 +138,21 @@ func (cp *ControlPlane) writeNodeproxyFiles() (*NodeproxyFiles, error) {
 // path: tests and benchmarks that run nodeproxy as its own process, as
 // operators do, build it from the tree under test.
 func BuildNodeproxy(ctx context.Context, dir string) (string, error) {
+	return BuildCommand(ctx, dir, "nodeproxy")
+}
+
+// BuildCommand builds cmd/<name> of this repository into dir/<name> and
+// returns the binary's path.
+func BuildCommand(ctx context.Context, dir, name string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "nodeproxy")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/nodeproxy")
+	bin := filepath.Join(dir, name)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/"+name)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build nodeproxy: %w\n%s", err, out)
+		return "", fmt.Errorf("build %s: %w\n%s", name, err, out)
 	}
 	return bin, nil
 }

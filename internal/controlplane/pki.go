@@ -55,6 +55,11 @@ func newKey() (*ecdsa.PrivateKey, error) {
 // key costs ~100 ms per CA, three per control plane.
 const caKeyBits = 2048
 
+// NewCA makes a CA of its own, its certificate written to
+// dir/<name>-ca.crt, for tests that rotate a CA or certificate nodeproxy
+// trusts.
+func NewCA(dir, name string) (*CA, error) { return newCA(dir, name) }
+
 func newCA(dir, name string) (*CA, error) {
 	key, err := rsa.GenerateKey(rand.Reader, caKeyBits)
 	if err != nil {

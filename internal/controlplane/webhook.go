@@ -10,6 +10,11 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// AuthorizationConfigManifest is kube-apiserver's --authorization-config
+// as the authorization-webhook overlay ships it, relative to the
+// repository, for tests and the demo to run kube-apiserver with.
+const AuthorizationConfigManifest = "manifests/overlays/authorization-webhook/authorization-config.yaml"
+
 // WebhookAuthorization returns an Options.AuthorizationFor that loads the
 // AuthorizationConfiguration file at configPath (nodeproxy's manifest),
 // points its first authorizer, a webhook, at url with a client certificate

@@ -39,15 +39,25 @@ func RunTests(m *testing.M, opts controlplane.Options, cp **controlplane.Control
 // own process: it also builds the nodeproxy binary and stores its path in
 // *bin.
 func RunTestsWithNodeproxy(m *testing.M, opts controlplane.Options, cp **controlplane.ControlPlane, bin *string) int {
+	return RunTestsWithCommands(m, opts, cp, map[string]*string{"nodeproxy": bin})
+}
+
+// RunTestsWithCommands is RunTests for packages that run several of this
+// repository's commands: it builds each cmd/<name> of bins into one
+// directory, as make build lays them out in bin/ (so that a binary finds
+// its siblings), and stores each path in bins[name].
+func RunTestsWithCommands(m *testing.M, opts controlplane.Options, cp **controlplane.ControlPlane, bins map[string]*string) int {
 	dir, err := os.MkdirTemp("", "nodeproxy-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if *bin, err = controlplane.BuildNodeproxy(context.Background(), dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	for name, bin := range bins {
+		if *bin, err = controlplane.BuildCommand(context.Background(), dir, name); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 	}
 	return RunTests(m, opts, cp)
 }

@@ -29,14 +29,14 @@ import (
 // client certificate with this user name is, to RBAC, that ServiceAccount.
 const ServiceAccount = "system:serviceaccount:nodeproxy:nodeproxy"
 
-// Manifest returns the path of a file under manifests/.
+// Manifest returns the path of a file of the base, manifests/base/.
 func Manifest(t testing.TB, name string) string {
 	t.Helper()
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(root, "manifests", name)
+	return filepath.Join(root, "manifests", "base", name)
 }
 
 // InstallRBAC applies the manifests that let nodeproxy's ServiceAccount
@@ -214,7 +214,7 @@ const WebhookUser = "kube-apiserver-nodeproxy-webhook"
 
 // RunBehindWebhook is a TestMain for packages whose tests put nodeproxy in
 // front of kube-apiserver as the manifests do: kube-apiserver runs with
-// manifests/kube-apiserver-authorization-config.yaml (nodeproxy's webhook
+// controlplane.AuthorizationConfigManifest (nodeproxy's webhook
 // for node identities, then RBAC), calling nodeproxy on *port, which the
 // tests then serve on. kube-apiserver's decision cache is off, so that
 // revocation shows nodeproxy's graph, not the cache's TTL.
@@ -232,7 +232,7 @@ func RunBehindWebhook(m *testing.M, cp **controlplane.ControlPlane, port *int) i
 	}
 	return RunTests(m, controlplane.Options{
 		AuthorizationFor: controlplane.WebhookAuthorization(
-			filepath.Join(root, "manifests", "kube-apiserver-authorization-config.yaml"),
+			filepath.Join(root, filepath.FromSlash(controlplane.AuthorizationConfigManifest)),
 			fmt.Sprintf("https://127.0.0.1:%d/authorize", *port), WebhookUser, false),
 	}, cp)
 }

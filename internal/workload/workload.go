@@ -1,7 +1,7 @@
 // Package workload generates synthetic clusters: nodes, pods and the
 // objects they reference, named so that a test can tell from a name who
 // may read it. Benchmarks feed the same objects to nodeproxy's graph and to
-// whatever they compare it with; `nodeproxy bench` will build on it.
+// whatever they compare it with; `nodeproxy-bench` will build on it.
 //
 // Names follow the in-tree Node authorizer's benchmarks, so figures can be
 // set side by side: pod<p>-node<n> in namespace ns<p mod namespaces>, its

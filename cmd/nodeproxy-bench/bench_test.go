@@ -21,7 +21,7 @@ var small = []string{"--nodes=20", "--pods-per-node=5", "--namespaces=4", "--att
 
 func TestBenchReportsEveryScenario(t *testing.T) {
 	chart := filepath.Join(t.TempDir(), "bench.svg")
-	out, code := run(t, 2*time.Minute, append([]string{"bench", "--output=json", "--chart=" + chart}, small...)...)
+	out, code := run(t, 2*time.Minute, append([]string{"--output=json", "--chart=" + chart}, small...)...)
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
@@ -91,19 +91,19 @@ func TestBenchRefusesBadInvocations(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"zero nodes", []string{"bench", "--nodes=0"}, "nodes must be positive, got 0"},
-		{"negative secrets", []string{"bench", "--secrets-per-pod=-1"}, "unique secrets per pod must not be negative"},
-		{"more shared per pod than exist", []string{"bench", "--shared-secrets-per-pod=3", "--shared-secrets-per-namespace=2"},
+		{"zero nodes", []string{"--nodes=0"}, "nodes must be positive, got 0"},
+		{"negative secrets", []string{"--secrets-per-pod=-1"}, "unique secrets per pod must not be negative"},
+		{"more shared per pod than exist", []string{"--shared-secrets-per-pod=3", "--shared-secrets-per-namespace=2"},
 			"--shared-secrets-per-pod (3) must not exceed --shared-secrets-per-namespace (2)"},
-		{"more namespaces than pods", []string{"bench", "--nodes=1", "--pods-per-node=2", "--namespaces=5"}, "--namespaces (5) must not outnumber the pods (2)"},
-		{"unknown scenario", []string{"bench", "--nodes=2", "--pods-per-node=2", "--namespaces=1", "nosuch"}, "unknown scenario nosuch: known scenarios are authz, graph, bulkget, fanout, revoke, apiserver"},
-		{"unknown output", []string{"bench", "--output=xml"}, "--output must be table or json"},
-		{"zero phase", []string{"bench", "--phase-duration=0s"}, "--phase-duration must be positive"},
-		{"too many updates", []string{"bench", "--updates=5000"}, "--updates must be at most 1000"},
-		{"zero object size", []string{"bench", "--object-size=0"}, "--object-size must be positive"},
-		{"chart in a missing directory", []string{"bench", "--chart=/nonexistent-nodeproxy-dir/bench.svg"},
+		{"more namespaces than pods", []string{"--nodes=1", "--pods-per-node=2", "--namespaces=5"}, "--namespaces (5) must not outnumber the pods (2)"},
+		{"unknown scenario", []string{"--nodes=2", "--pods-per-node=2", "--namespaces=1", "nosuch"}, "unknown scenario nosuch: known scenarios are authz, graph, bulkget, fanout, revoke, apiserver"},
+		{"unknown output", []string{"--output=xml"}, "--output must be table or json"},
+		{"zero phase", []string{"--phase-duration=0s"}, "--phase-duration must be positive"},
+		{"too many updates", []string{"--updates=5000"}, "--updates must be at most 1000"},
+		{"zero object size", []string{"--object-size=0"}, "--object-size must be positive"},
+		{"chart in a missing directory", []string{"--chart=/nonexistent-nodeproxy-dir/bench.svg"},
 			"--chart /nonexistent-nodeproxy-dir/bench.svg: directory /nonexistent-nodeproxy-dir: stat /nonexistent-nodeproxy-dir: no such file or directory"},
-		{"chart onto a directory", []string{"bench", "--chart=/"}, "--chart /: is a directory"},
+		{"chart onto a directory", []string{"--chart=/"}, "--chart /: is a directory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
@@ -127,7 +127,7 @@ func TestBenchInterruptPrintsPartialResults(t *testing.T) {
 	// The chart is attempted too; interrupted before any latency was
 	// timed, it has nothing to draw and says so.
 	chart := filepath.Join(t.TempDir(), "bench.svg")
-	args := append([]string{"bench", "authz", "--chart=" + chart}, small...)
+	args := append([]string{"authz", "--chart=" + chart}, small...)
 	cmd := exec.Command(bin, append(args, "--phase-duration=10m")...) // the last --phase-duration wins
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout

@@ -10,7 +10,7 @@ import (
 	"github.com/nodeproxy/nodeproxy/internal/testserver"
 )
 
-// TestBenchAgainstAKubeconfig runs `nodeproxy bench --kubeconfig` as an
+// TestBenchAgainstAKubeconfig runs `nodeproxy-bench --kubeconfig` as an
 // operator would against a cluster fronted by nodeproxy: the harness's,
 // with nodeproxy serving and registered as the bulk.k8s.io APIService.
 // Without scenarios named it runs those that take a cluster; the ones
@@ -21,7 +21,7 @@ func TestBenchAgainstAKubeconfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	np, err := cp.StartNodeproxy(ctx, bin, ports[0])
+	np, err := cp.StartNodeproxy(ctx, hub, ports[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,9 +29,9 @@ func TestBenchAgainstAKubeconfig(t *testing.T) {
 	if err := cp.RegisterAPIService(ctx, testserver.Manifest(t, "apiservice.yaml"), np.Port); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := kubeconfigFor(t, "")
+	kubeconfig := testserver.AdminKubeconfig(t, cp, "")
 
-	out, code := run(t, 3*time.Minute, "bench", "--kubeconfig="+kubeconfig, "--output=json", "--watch-nodes=3", "--channels-per-node=3",
+	out, code := run(t, 3*time.Minute, "--kubeconfig="+kubeconfig, "--output=json", "--watch-nodes=3", "--channels-per-node=3",
 		"--object-size=64", "--phase-duration=10ms", "--updates=5", "--revoke-rate=50")
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
@@ -64,10 +64,11 @@ func TestBenchAgainstAKubeconfig(t *testing.T) {
 	}{
 		{[]string{"--kubeconfig=" + kubeconfig, "authz"}, "scenario authz measures nodeproxy in this process and takes no --kubeconfig"},
 		{[]string{"--kubeconfig=/nonexistent/kubeconfig"}, "--kubeconfig: stat /nonexistent/kubeconfig"},
+		{[]string{"--nodeproxy=/nonexistent/nodeproxy", "apiserver"}, "--nodeproxy: stat /nonexistent/nodeproxy"},
 	} {
-		out, code := run(t, time.Minute, append([]string{"bench"}, tc.args...)...)
+		out, code := run(t, time.Minute, tc.args...)
 		if code == 0 || !strings.Contains(out, tc.want) {
-			t.Errorf("bench %v: exit %d, want non-zero and %q in:\n%s", tc.args, code, tc.want, out)
+			t.Errorf("nodeproxy-bench %v: exit %d, want non-zero and %q in:\n%s", tc.args, code, tc.want, out)
 		}
 	}
 }

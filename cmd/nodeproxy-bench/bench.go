@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nodeproxy/nodeproxy/internal/cli"
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"sync"
 	"syscall"
@@ -20,11 +20,12 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 
 	"github.com/nodeproxy/nodeproxy/internal/bench"
+	"github.com/nodeproxy/nodeproxy/internal/cli"
 	"github.com/nodeproxy/nodeproxy/internal/controlplane"
 	"github.com/nodeproxy/nodeproxy/internal/workload"
 )
 
-// benchOptions are the flags of `nodeproxy bench`.
+// benchOptions are the flags of nodeproxy-bench.
 type benchOptions struct {
 	shape         workload.Shape
 	watch         bench.WatchLoad
@@ -36,6 +37,10 @@ type benchOptions struct {
 	// kubeconfig, when set, points the scenarios at that cluster instead
 	// of nodeproxy in this process.
 	kubeconfig string
+	// nodeproxy is the hub binary the local control plane runs as
+	// `nodeproxy serve`; "" is the nodeproxy beside this binary, as make
+	// build lays them out.
+	nodeproxy string
 }
 
 func newBenchOptions() *benchOptions {
@@ -83,6 +88,8 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 		"(for example make demo's), instead of nodeproxy in this process. Objects are created through the API in namespaces and simulated nodes "+
 		"labelled bench.nodeproxy.io/run, removed at the end; nodes are played by impersonation, so the kubeconfig's user must be allowed to impersonate. "+
 		"Runs bulkget, fanout, revoke and apiserver.")
+	fs.StringVar(&o.nodeproxy, "nodeproxy", o.nodeproxy, "The nodeproxy binary that serves in front of the local control plane (apiserver and kubelets scenarios "+
+		"without --kubeconfig); empty for the nodeproxy beside this binary.")
 
 	fs = fss.FlagSet("run")
 	fs.DurationVar(&o.phaseDuration, "phase-duration", o.phaseDuration, "How long each timed phase of a scenario runs.")
@@ -128,6 +135,11 @@ func (o *benchOptions) validate() error {
 			errs = append(errs, fmt.Errorf("--kubeconfig: %w", err))
 		}
 	}
+	if o.nodeproxy != "" {
+		if _, err := os.Stat(o.nodeproxy); err != nil {
+			errs = append(errs, fmt.Errorf("--nodeproxy: %w", err))
+		}
+	}
 	if o.output != "table" && o.output != "json" {
 		errs = append(errs, fmt.Errorf("--output must be table or json, got %s", o.output))
 	}
@@ -144,7 +156,7 @@ func newBenchCommand() *cobra.Command {
 		long += fmt.Sprintf("  %-10s %s\n", s.Name, s.Help)
 	}
 	cmd := &cobra.Command{
-		Use:   "bench [scenario...]",
+		Use:   "nodeproxy-bench [scenario...]",
 		Short: "Benchmark nodeproxy on a synthetic cluster",
 		Long:  long,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -194,7 +206,7 @@ func runBench(ctx context.Context, o *benchOptions, scenarios []bench.Scenario, 
 	connect := sync.OnceValues(func() (bench.Target, error) {
 		if o.kubeconfig == "" {
 			fmt.Fprintln(progress, "starting etcd, kube-apiserver (Node and RBAC authorizers) and nodeproxy serve")
-			t, stop, err := startLocalTarget(ctx, progress)
+			t, stop, err := startLocalTarget(ctx, o.nodeproxy, progress)
 			if err == nil {
 				stopTarget = stop
 			}
@@ -281,11 +293,12 @@ func humanNumber(v float64) string {
 
 // startLocalTarget starts the control plane of `make demo` (etcd and
 // kube-apiserver built from this checkout's hack/tools, Node and RBAC
-// authorizers) and this very binary as `nodeproxy serve` in front of it.
-func startLocalTarget(ctx context.Context, progress io.Writer) (bench.Target, func(), error) {
-	self, err := os.Executable()
+// authorizers) and hub, or the nodeproxy beside this binary when hub is
+// "", as `nodeproxy serve` in front of it.
+func startLocalTarget(ctx context.Context, hub string, progress io.Writer) (bench.Target, func(), error) {
+	hub, err := hubBinary(hub)
 	if err != nil {
-		return bench.Target{}, nil, fmt.Errorf("find this binary to run it as nodeproxy serve: %w", err)
+		return bench.Target{}, nil, err
 	}
 	cp, err := controlplane.Start(ctx, controlplane.Options{Log: progress})
 	if err != nil {
@@ -296,18 +309,36 @@ func startLocalTarget(ctx context.Context, progress io.Writer) (bench.Target, fu
 		cp.Stop()
 		return bench.Target{}, nil, err
 	}
-	np, err := cp.StartNodeproxy(ctx, self, ports[0])
+	np, err := cp.StartNodeproxy(ctx, hub, ports[0])
 	if err != nil {
 		cp.Stop()
 		return bench.Target{}, nil, err
 	}
 	stop := func() { np.Process.Stop(); cp.Stop() }
-	// The node endpoints run from nodeproxy-node beside this binary when
+	// The node endpoints run from nodeproxy-node beside the hub when
 	// there is one, as they would on nodes.
-	target, err := bench.LocalTarget(cp, np, controlplane.LeanNodeEndpointCommand(self))
+	target, err := bench.LocalTarget(cp, np, controlplane.LeanNodeEndpointCommand(hub))
 	if err != nil {
 		stop()
 		return bench.Target{}, nil, err
 	}
 	return target, stop, nil
+}
+
+// hubBinary is the nodeproxy binary to run as the hub: path when set,
+// else the nodeproxy beside this binary. The hub is a binary of its own
+// so that this one, not the hub, carries the benchmark's weight.
+func hubBinary(path string) (string, error) {
+	if path != "" {
+		return path, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find this binary, to run the nodeproxy beside it: %w", err)
+	}
+	hub := filepath.Join(filepath.Dir(self), "nodeproxy")
+	if _, err := os.Stat(hub); err != nil {
+		return "", fmt.Errorf("no nodeproxy beside this binary to serve in front of the local control plane (make build builds both, or pass --nodeproxy): %w", err)
+	}
+	return hub, nil
 }

@@ -1,0 +1,110 @@
+// Command image builds nodeproxy's container image with only Go (make
+// image): the nodeproxy binary alone, static and non-root, for each
+// architecture, written as an OCI layout (a directory and a tar) and as one
+// `docker save` tarball per architecture. See internal/image and
+// docs/operations.md, "Building the image".
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/nodeproxy/nodeproxy/internal/cli"
+	"github.com/nodeproxy/nodeproxy/internal/image"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "make image:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	out := flag.String("output", "bin/image", "Directory to write into; its previous image is replaced.")
+	tag := flag.String("tag", "nodeproxy:dev", "The name the image is loaded as (manifests/ and `nodeproxy node install` default to nodeproxy:dev).")
+	archs := flag.String("platforms", strings.Join(image.Architectures, ","), "Comma-separated Linux architectures.")
+	version := flag.String("version", "", "What --version prints; empty for `git describe --always --dirty`.")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %v", flag.Args())
+	}
+	ref, err := name.NewTag(*tag)
+	if err != nil {
+		return fmt.Errorf("--tag: %w", err)
+	}
+	root, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	if *version == "" {
+		if *version, err = git(root, "describe", "--always", "--dirty"); err != nil {
+			return err
+		}
+	}
+	created, err := commitTime(root)
+	if err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "nodeproxy-image-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	idx, err := image.Build(context.Background(), image.Options{
+		Root: root, Package: "./cmd/nodeproxy", Name: "nodeproxy",
+		Architectures: strings.Split(*archs, ","), Created: created,
+		LDFlags: cli.VersionLDFlag + *version, WorkDir: work,
+	})
+	if err != nil {
+		return err
+	}
+	w, err := image.Write(*out, idx, ref, created)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s %s (%s) %s\n", ref.Name(), w.Digest, *archs, created.Format(time.RFC3339))
+	fmt.Printf("  OCI layout     %s (crane push %s REGISTRY/nodeproxy:TAG)\n", w.Layout, w.Layout)
+	fmt.Printf("  OCI archive    %s (ctr -n k8s.io images import --all-platforms)\n", w.LayoutTar)
+	for _, arch := range strings.Split(*archs, ",") {
+		fmt.Printf("  docker archive %s (docker load -i, kind load image-archive)\n", w.DockerTarballs[arch])
+	}
+	return nil
+}
+
+// commitTime is HEAD's commit time: the image's every timestamp, so the
+// same commit gives the same digest (SOURCE_DATE_EPOCH overrides it, as
+// reproducible-builds tools expect).
+func commitTime(root string) (time.Time, error) {
+	s := os.Getenv("SOURCE_DATE_EPOCH")
+	if s == "" {
+		var err error
+		if s, err = git(root, "log", "-1", "--format=%ct"); err != nil {
+			return time.Time{}, err
+		}
+	}
+	sec, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("commit time %q: %w", s, err)
+	}
+	return time.Unix(sec, 0).UTC(), nil
+}
+
+func git(dir string, args ...string) (string, error) {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("git %s: %w", strings.Join(args, " "), err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
