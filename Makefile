@@ -74,8 +74,9 @@ BENCHSCENARIOS ?= authz graph bulkget fanout revoke apiserver
 bench: tools build ## nodeproxy-bench: the in-tree Node authorizer's shape (100k pods) and kube-apiserver side by side (~2.5 min; BENCHFLAGS, BENCHSCENARIOS)
 	bin/nodeproxy-bench --chart bin/bench.svg $(BENCHFLAGS) $(BENCHSCENARIOS)
 
-image: ## build the nodeproxy image with only Go: bin/image/ (OCI layout and docker tarballs, amd64 and arm64; IMAGEFLAGS)
+image: ## build the images with only Go: the hub's (bin/image/) and the node endpoint's (bin/image-node/), OCI layout and docker tarballs, amd64 and arm64 (IMAGEFLAGS, NODEIMAGEFLAGS)
 	$(GO) run ./hack/image --output bin/image --version $(VERSION) $(IMAGEFLAGS)
+	$(GO) run ./hack/image --binary nodeproxy-node --output bin/image-node --version $(VERSION) $(NODEIMAGEFLAGS)
 
 clean: ## remove build output (the tools cache stays; see docs/operations.md)
 	rm -rf bin

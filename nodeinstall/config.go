@@ -35,7 +35,9 @@ type Config struct {
 	ClientCAFile string
 
 	NodeName string
-	// Image runs `nodeproxy node`.
+	// Image is the node endpoint's: its entrypoint is nodeproxy-node
+	// (make image's nodeproxy-node:dev), which the static pod's
+	// arguments are for.
 	Image  string
 	Port   int
 	HubURL string

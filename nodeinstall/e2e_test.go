@@ -63,8 +63,8 @@ func (k *kubelet) current() (*controlplane.HollowKubelet, time.Time) {
 }
 
 // staticPod runs the endpoint as the kubelet would run the manifest
-// install wrote: its container's arguments, parsed by `nodeproxy node`'s
-// own flags, in this process.
+// install wrote: its container's arguments, parsed by the flags of the
+// image's entrypoint (nodeproxy-node), in this process.
 func staticPod(t *testing.T, manifest string) (stop func()) {
 	t.Helper()
 	raw, err := os.ReadFile(manifest)
@@ -76,12 +76,12 @@ func staticPod(t *testing.T, manifest string) (stop func()) {
 		t.Fatal(err)
 	}
 	o := endpoint.NewOptions()
-	fs := pflag.NewFlagSet("node", pflag.ContinueOnError)
+	fs := pflag.NewFlagSet("nodeproxy-node", pflag.ContinueOnError)
 	for _, set := range o.Flags().FlagSets {
 		fs.AddFlagSet(set)
 	}
-	if err := fs.Parse(pod.Spec.Containers[0].Args[1:]); err != nil {
-		t.Fatalf("the static pod's arguments: %v", err)
+	if err := fs.Parse(pod.Spec.Containers[0].Args); err != nil || fs.NArg() > 0 {
+		t.Fatalf("the static pod's arguments: %v (left over: %v)", err, fs.Args())
 	}
 	if err := o.Complete(); err != nil {
 		t.Fatal(err)

@@ -9,9 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodeproxy/nodeproxy/endpoint"
 )
 
 // kubeadmKubeletConf is what kubeadm writes for a kubelet: the CA inline,
@@ -121,10 +124,22 @@ func TestInstallAndUninstall(t *testing.T) {
 		t.Fatalf("static pod manifest: %v", err)
 	}
 	args := strings.Join(pod.Spec.Containers[0].Args, " ")
-	for _, want := range []string{"node", "--node-name=node-a", "--kubeconfig=/etc/kubernetes/kubelet-direct.conf", "--secure-port=10262", "--cert-dir=/var/lib/nodeproxy/pki"} {
+	for _, want := range []string{"--node-name=node-a", "--kubeconfig=/etc/kubernetes/kubelet-direct.conf", "--secure-port=10262", "--cert-dir=/var/lib/nodeproxy/pki"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("static pod args %q lack %q", args, want)
 		}
+	}
+	// The image's entrypoint, nodeproxy-node, takes them as they are.
+	endpointFlags := pflag.NewFlagSet("nodeproxy-node", pflag.ContinueOnError)
+	for _, set := range endpoint.NewOptions().Flags().FlagSets {
+		endpointFlags.AddFlagSet(set)
+	}
+	if err := endpointFlags.Parse(pod.Spec.Containers[0].Args); err != nil || endpointFlags.NArg() > 0 {
+		t.Errorf("nodeproxy-node refuses the static pod's args %q: %v (left over: %v)", args, err, endpointFlags.Args())
+	}
+	// The image runs as 65532; the kubelet's certificate is root's, 0600.
+	if sc := pod.Spec.Containers[0].SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 0 {
+		t.Errorf("static pod does not run as root, and could not read the kubelet's certificate: %+v", sc)
 	}
 	if !pod.Spec.HostNetwork || pod.Spec.Containers[0].Image != n.cfg.Image {
 		t.Errorf("static pod: hostNetwork %v, image %s", pod.Spec.HostNetwork, pod.Spec.Containers[0].Image)

@@ -41,8 +41,9 @@ func (c *Config) staticPod(kubeletCertDir string) ([]byte, error) {
 				Name:            "node",
 				Image:           c.Image,
 				ImagePullPolicy: corev1.PullIfNotPresent,
+				// The image's entrypoint is the node endpoint
+				// (nodeproxy-node: make image's nodeproxy-node:dev).
 				Args: []string{
-					"node",
 					"--node-name=" + c.NodeName,
 					"--secure-port=" + strconv.Itoa(c.Port),
 					"--kubeconfig=" + c.DirectKubeconfig,
@@ -58,6 +59,8 @@ func (c *Config) staticPod(kubeletCertDir string) ([]byte, error) {
 				},
 				SecurityContext: &corev1.SecurityContext{
 					// Root, to read the kubelet's 0600 certificate; nothing more.
+					// Said here, since the image runs as 65532.
+					RunAsUser:                ptr.To(int64(0)),
 					AllowPrivilegeEscalation: ptr.To(false),
 					ReadOnlyRootFilesystem:   ptr.To(true),
 					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},

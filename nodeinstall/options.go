@@ -41,7 +41,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 
 	fs = fss.FlagSet("endpoint")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "The node (from the downward API's spec.nodeName in a DaemonSet).")
-	fs.StringVar(&o.Image, "image", o.Image, "The image the static pod runs `nodeproxy node` from: this DaemonSet's own.")
+	fs.StringVar(&o.Image, "image", o.Image, "The node endpoint's image, whose entrypoint is nodeproxy-node (make image's nodeproxy-node:dev), that the static pod runs: this DaemonSet's own.")
 	fs.IntVar(&o.Port, "secure-port", o.Port, "The endpoint's port on 127.0.0.1.")
 	fs.StringVar(&o.HubURL, "hub-url", o.HubURL, "The hub, as the endpoint reaches it.")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", o.ReadyTimeout, "How long install waits for the endpoint before leaving the kubelet as it was.")

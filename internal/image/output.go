@@ -3,6 +3,7 @@ package image
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"time"
 
@@ -22,10 +23,12 @@ type Written struct {
 }
 
 // Write replaces dir's contents with idx as an OCI layout (dir/oci), its
-// tar (dir/nodeproxy-oci.tar) and one docker tarball per architecture
-// (dir/nodeproxy-<arch>.tar), all tagged ref.
+// tar (dir/<name>-oci.tar) and one docker tarball per architecture
+// (dir/<name>-<arch>.tar), all tagged ref, whose repository's last
+// element is <name> (nodeproxy, nodeproxy-node).
 func Write(dir string, idx v1.ImageIndex, ref name.Tag, created time.Time) (Written, error) {
-	w := Written{Layout: filepath.Join(dir, "oci"), LayoutTar: filepath.Join(dir, "nodeproxy-oci.tar"), DockerTarballs: map[string]string{}}
+	base := path.Base(ref.RepositoryStr())
+	w := Written{Layout: filepath.Join(dir, "oci"), LayoutTar: filepath.Join(dir, base+"-oci.tar"), DockerTarballs: map[string]string{}}
 	var err error
 	if w.Digest, err = idx.Digest(); err != nil {
 		return w, fmt.Errorf("digest of the index: %w", err)
@@ -47,11 +50,11 @@ func Write(dir string, idx v1.ImageIndex, ref name.Tag, created time.Time) (Writ
 		return w, err
 	}
 	for arch, img := range imgs {
-		path := filepath.Join(dir, "nodeproxy-"+arch+".tar")
-		if err := WriteDockerTarball(path, img, ref); err != nil {
+		tarball := filepath.Join(dir, base+"-"+arch+".tar")
+		if err := WriteDockerTarball(tarball, img, ref); err != nil {
 			return w, err
 		}
-		w.DockerTarballs[arch] = path
+		w.DockerTarballs[arch] = tarball
 	}
 	return w, nil
 }
