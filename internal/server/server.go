@@ -54,6 +54,7 @@ func (c *Config) New() (*Server, error) {
 	graph.RegisterMetrics()
 	authorizer.RegisterMetrics()
 	bulk.RegisterMetrics()
+	registerMetrics()
 	nodes := authorizer.New(g)
 	generic.Handler.NonGoRestfulMux.Handle(authorizer.WebhookPath, &authorizer.Webhook{Authorizer: nodes})
 	getter := bulk.NewGetter(objects, g, nodes, c.Generic.Authorization.Authorizer)
