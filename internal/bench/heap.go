@@ -7,19 +7,15 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// liveHeap is the memory kube-apiserver's live objects hold: it forces a
+// afterGC scrapes kube-apiserver's /metrics right after forcing a
 // garbage collection there (its /debug/pprof/heap?gc=1 runs one before
-// it profiles, and needs --profiling, kube-apiserver's default) and then
-// reads the heap allocated. RSS and an unforced heap reading drift with
+// it profiles, and needs --profiling, kube-apiserver's default), so that
+// its go_memstats_heap_alloc_bytes is the memory its live objects hold. RSS and an unforced heap reading drift with
 // the collector's timing by tens of MiB; this drifts by what is
 // allocated between the collection and the scrape.
-func liveHeap(ctx context.Context, client rest.Interface) (int64, error) {
+func afterGC(ctx context.Context, client rest.Interface) (Metrics, error) {
 	if _, err := client.Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(ctx); err != nil {
-		return 0, fmt.Errorf("force a garbage collection in kube-apiserver: %w", err)
+		return nil, fmt.Errorf("force a garbage collection in kube-apiserver: %w", err)
 	}
-	m, err := ScrapeAPIServer(ctx, client)
-	if err != nil {
-		return 0, err
-	}
-	return int64(m.Sum("go_memstats_heap_alloc_bytes")), nil
+	return ScrapeAPIServer(ctx, client)
 }

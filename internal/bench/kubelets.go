@@ -158,14 +158,14 @@ func endpointUsage(nodes []*hollowNode) ([]Usage, error) {
 }
 
 // kubeletWatches is kube-apiserver's count of secrets and configmaps
-// watches now, and of its goroutines.
-func kubeletWatches(ctx context.Context, t Target) (watches, goroutines float64, err error) {
+// watches now.
+func kubeletWatches(ctx context.Context, t Target) (float64, error) {
 	m, err := t.APIServer.Metrics(ctx)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	return m.Sum("apiserver_longrunning_requests", "verb", "WATCH", "resource", "secrets") +
-		m.Sum("apiserver_longrunning_requests", "verb", "WATCH", "resource", "configmaps"), m.Sum("go_goroutines"), nil
+		m.Sum("apiserver_longrunning_requests", "verb", "WATCH", "resource", "configmaps"), nil
 }
 
 // serverUsage reads kube-apiserver's and the hub's usage, both on this

@@ -73,7 +73,7 @@ func runKubeletSide(ctx context.Context, env *Env, t Target, kubemark string, fr
 	if err := controlplane.EnsureNamespace(ctx, admin, s.ns, map[string]string{benchLabel: run}); err != nil {
 		return side, err
 	}
-	watchesBefore, _, err := kubeletWatches(ctx, t)
+	watchesBefore, err := kubeletWatches(ctx, t)
 	if err != nil {
 		return side, err
 	}
@@ -110,7 +110,7 @@ func runKubeletSide(ctx context.Context, env *Env, t Target, kubemark string, fr
 	if err := s.waitPods(ctx, k, corev1.PodRunning); err != nil {
 		return side, err
 	}
-	watchesUp, _, err := kubeletWatches(ctx, t)
+	watchesUp, err := kubeletWatches(ctx, t)
 	if err != nil {
 		return side, err
 	}
