@@ -60,6 +60,10 @@ type Client struct {
 	err      error                 // guarded by mu: why the connection ended
 	done     chan struct{}
 
+	// opening holds a slot per Watch request awaiting its answer; nil
+	// for no bound (WithMaxOpening).
+	opening chan struct{}
+
 	// idleTimeout is how long the reader waits for anything from the
 	// server; 0 forever.
 	idleTimeout time.Duration
@@ -83,6 +87,25 @@ type DialOption func(*dialOptions)
 
 type dialOptions struct {
 	idleTimeout time.Duration
+	maxOpening  int
+}
+
+// DefaultMaxOpening is half the server's default MaxPending. A server
+// frees a pending slot just after it answers, so a client that waited
+// for answers up to the server's exact bound could still be refused
+// now and then; half leaves the margin and still opens a kubelet's few
+// hundred channels in a handful of round trips.
+var DefaultMaxOpening = DefaultOptions().MaxPending / 2
+
+// WithMaxOpening makes Watch wait while n of the connection's Watch
+// requests await their answers, rather than send more and have the
+// server refuse them (429: it bounds the opens in flight per
+// connection, --watch-max-pending). A caller opening many channels at
+// once (a kubelet starting a pod with a hundred secrets and configmaps)
+// then sees them all opened, a little later, instead of a share of
+// 429s. 0 or less sends every request at once.
+func WithMaxOpening(n int) DialOption {
+	return func(o *dialOptions) { o.maxOpening = n }
 }
 
 // DefaultIdleTimeout is two of the server's default ping intervals: a
@@ -106,7 +129,7 @@ func WithIdleTimeout(d time.Duration) DialOption {
 // bearer tokens and token files, exec credential plugins, impersonation.
 // A refused upgrade carries the server's Status when it sent one.
 func Dial(ctx context.Context, cfg *rest.Config, opts ...DialOption) (*Client, error) {
-	o := dialOptions{idleTimeout: DefaultIdleTimeout}
+	o := dialOptions{idleTimeout: DefaultIdleTimeout, maxOpening: DefaultMaxOpening}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -131,6 +154,9 @@ func Dial(ctx context.Context, cfg *rest.Config, opts ...DialOption) (*Client, e
 		ws: ws, pending: map[int64]chan result{}, watches: map[int64]bool{},
 		channels: map[int64]*Channel{}, done: make(chan struct{}), idleTimeout: o.idleTimeout,
 	}
+	if o.maxOpening > 0 {
+		c.opening = make(chan struct{}, o.maxOpening)
+	}
 	if c.idleTimeout > 0 {
 		c.extendDeadline()
 		// gorilla's default handler answers pings; this one also takes
@@ -151,8 +177,20 @@ func Dial(ctx context.Context, cfg *rest.Config, opts ...DialOption) (*Client, e
 }
 
 // Watch opens a channel of the objects sel selects. A refusal is an
-// *apierrors.StatusError with the server's status.
+// *apierrors.StatusError with the server's status. It waits first while
+// the connection has its most Watch requests awaiting answers
+// (WithMaxOpening).
 func (c *Client) Watch(ctx context.Context, sel v1alpha1.GetOperation) (*Channel, error) {
+	if c.opening != nil {
+		select {
+		case c.opening <- struct{}{}:
+			defer func() { <-c.opening }()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.done:
+			return nil, fmt.Errorf("connection closed: %w", c.Err())
+		}
+	}
 	r, err := c.request(ctx, v1alpha1.WatchRequest{Watch: &v1alpha1.Watch{Selector: sel}})
 	if err != nil {
 		return nil, err

@@ -97,3 +97,68 @@ func TestChannelLimitHoldsUnderABurst(t *testing.T) {
 		t.Fatalf("open past the limit again: %v, want 429", err)
 	}
 }
+
+// TestClientWaitsRatherThanBeRefused: a burst of opens larger than the
+// server's pending bound, all held by a slow authorization, is refused in
+// part when the client sends it all at once, and opened in full when the
+// client keeps to the bound (WithMaxOpening). Behind the node endpoint a
+// kubelet starting a pod with a hundred objects sent such a burst, and
+// each refused open went to kube-apiserver instead of the hub.
+func TestClientWaitsRatherThanBeRefused(t *testing.T) {
+	const maxPending, burst = 4, 20
+	for _, tc := range []struct {
+		name       string
+		maxOpening int
+		refused    int
+	}{
+		{"all at once", 0, burst - maxPending},
+		{"within the bound", maxPending, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := DefaultOptions()
+			o.MaxPending = maxPending
+			_, hs, h := startServer(t, o)
+			c, err := Dial(context.Background(), restConfigFor(hs), WithMaxOpening(tc.maxOpening))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			var (
+				wg              sync.WaitGroup
+				mu              sync.Mutex
+				opened, refused int
+			)
+			for range burst {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, err := c.Watch(context.Background(), sel("slow"))
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case err == nil:
+						opened++
+					case apierrors.IsTooManyRequests(err):
+						refused++
+					default:
+						t.Errorf("open: %v", err)
+					}
+				}()
+			}
+			// The server holds maxPending opens; the client sends no
+			// more (or the server refuses the rest) until they finish.
+			if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				return int(h.entered.Load()) == maxPending && refused == tc.refused, nil
+			}); err != nil {
+				t.Fatalf("%d opens entered the handler and %d were refused, want %d and %d", h.entered.Load(), refused, maxPending, tc.refused)
+			}
+			close(h.release)
+			wg.Wait()
+			if opened != burst-tc.refused || refused != tc.refused {
+				t.Errorf("%d opened, %d refused, want %d and %d", opened, refused, burst-tc.refused, tc.refused)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/nodeproxy/nodeproxy/internal/controlplane"
@@ -110,6 +111,7 @@ func runKubelets(ctx context.Context, env *Env, t Target) (*Result, error) {
 		{"endpoint RSS per node, mean", mib(epSum / int64(max(len(fronted.endpointRSS), 1))), "MiB"},
 		{"endpoint RSS per node, max", mib(epMax), "MiB"},
 	}
+	r.Figures = append(r.Figures, requestFigures(d.requests, f.requests)...)
 	r.Latencies = []Latency{
 		latencyOf("secret update to file, direct", direct.latencies()),
 		latencyOf("secret update to file, behind endpoints", fronted.latencies()),
@@ -176,4 +178,30 @@ func serverUsage(t Target) (api, hub Usage, err error) {
 	}
 	hub, err = t.Nodeproxy.Usage()
 	return api, hub, err
+}
+
+// requestFigures name the requests the objects added to kube-apiserver's
+// rounds, on either side, by verb and resource: where its CPU for them
+// goes. Differences under one request a round are noise.
+func requestFigures(direct, fronted requestCounts) []Figure {
+	keys := map[string]bool{}
+	for _, c := range []requestCounts{direct, fronted} {
+		for _, k := range c.sortedKeys() {
+			if math.Abs(c[k]) >= 1 {
+				keys[k] = true
+			}
+		}
+	}
+	var out []Figure
+	for _, k := range direct.sortedKeys() {
+		if keys[k] {
+			out = append(out, Figure{"kube-apiserver requests for the objects a round, direct: " + k, direct[k], ""})
+		}
+	}
+	for _, k := range fronted.sortedKeys() {
+		if keys[k] {
+			out = append(out, Figure{"kube-apiserver requests for the objects a round, behind endpoints: " + k, fronted[k], ""})
+		}
+	}
+	return out
 }

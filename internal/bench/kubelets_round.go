@@ -30,6 +30,8 @@ type kubeletRound struct {
 	// latencies are from a secret's update to its file's new content,
 	// for every pod that mounts it; none for bare pods.
 	latencies []time.Duration
+	// requests are what kube-apiserver was asked over the round.
+	requests requestCounts
 	// took is how long the round lasted: more than its length when its
 	// work did not fit.
 	took time.Duration
@@ -53,6 +55,10 @@ func (s *sideRun) round(ctx context.Context, k int, mounting bool) (r kubeletRou
 	quarter := l.Round / 4
 	began := time.Now()
 	apiStart, hubStart, err := serverUsage(s.t)
+	if err != nil {
+		return r, err
+	}
+	before, err := ScrapeAPIServer(ctx, s.admin.CoreV1().RESTClient())
 	if err != nil {
 		return r, err
 	}
@@ -99,8 +105,15 @@ func (s *sideRun) round(ctx context.Context, k int, mounting bool) (r kubeletRou
 	if err != nil {
 		return r, err
 	}
+	after, err := ScrapeAPIServer(ctx, s.admin.CoreV1().RESTClient())
+	if err != nil {
+		return r, err
+	}
+	r.requests = requestsIn(after).minus(requestsIn(before))
 	r.apiCPU, r.hubCPU = apiEnd.CPU-apiStart.CPU, hubEnd.CPU-hubStart.CPU
 	r.took = time.Since(began)
+	s.env.progressf("kubelets (%s): round %d done: kube-apiserver CPU %.2fs, hub CPU %.2fs, pods up in %.1fs, took %.1fs",
+		s.way, k, r.apiCPU.Seconds(), r.hubCPU.Seconds(), r.upTook.Seconds(), r.took.Seconds())
 	return r, nil
 }
 
@@ -251,6 +264,9 @@ type objectsCost struct {
 	goroutines           float64
 	bareCPU, mountingCPU time.Duration
 	upTook               time.Duration
+	// requests are the median difference in what kube-apiserver was
+	// asked, by verb and resource.
+	requests requestCounts
 }
 
 func (s kubeletSide) objectsCost() objectsCost {
@@ -258,6 +274,7 @@ func (s kubeletSide) objectsCost() objectsCost {
 	var cpu, hubCPU, bareCPU, mountingCPU, upTook []time.Duration
 	var heap []int64
 	var goroutines []float64
+	var requests [][2]requestCounts
 	for i := 0; i+1 < len(s.rounds); i += 2 {
 		bare, mounting := s.rounds[i], s.rounds[i+1]
 		if bare.mounting {
@@ -270,7 +287,9 @@ func (s kubeletSide) objectsCost() objectsCost {
 		bareCPU = append(bareCPU, bare.apiCPU)
 		mountingCPU = append(mountingCPU, mounting.apiCPU)
 		upTook = append(upTook, mounting.upTook)
+		requests = append(requests, [2]requestCounts{bare.requests, mounting.requests})
 	}
+	c.requests = medianDifference(requests)
 	c.cpu, c.hubCPU, c.bareCPU, c.mountingCPU, c.upTook = median(cpu), median(hubCPU), median(bareCPU), median(mountingCPU), median(upTook)
 	c.heap, c.goroutines = median(heap), median(goroutines)
 	if len(cpu) > 0 {
