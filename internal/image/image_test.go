@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,9 +17,12 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 
 	"github.com/nodeproxy/nodeproxy/internal/cli"
 	"github.com/nodeproxy/nodeproxy/internal/controlplane"
@@ -254,5 +259,55 @@ func TestBuildSaysWhichPackageFailed(t *testing.T) {
 	_, err := Build(context.Background(), o)
 	if err == nil || !strings.Contains(err.Error(), "go build ./cmd/no-such-command for linux/"+runtime.GOARCH) {
 		t.Errorf("error %v, want it to name the package and platform", err)
+	}
+}
+
+// TestImagePushesToARegistry: the index make image writes goes into an
+// OCI distribution registry (go-containerregistry's, in this process, which
+// checks every manifest and blob it is sent) and comes back by tag with
+// the same digest, each platform's image and layers whole. This is the
+// path `crane push bin/image/nodeproxy.oci.tar` or a CI job takes; docker
+// and containerd are not on this machine.
+func TestImagePushesToARegistry(t *testing.T) {
+	idx, w := buildAndWrite(t, testOptions(t))
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(reg.Close)
+	ref, err := name.ParseReference(strings.TrimPrefix(reg.URL, "http://") + "/nodeproxy:dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromLayout, err := layout.ImageIndexFromPath(w.Layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written, err := fromLayout.ImageIndex(w.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteIndex(ref, written); err != nil {
+		t.Fatalf("push %s: %v", ref, err)
+	}
+
+	pulled, err := remote.Index(ref)
+	if err != nil {
+		t.Fatalf("pull %s: %v", ref, err)
+	}
+	if got, _ := pulled.Digest(); got != w.Digest {
+		t.Errorf("pulled index %s, pushed %s", got, w.Digest)
+	}
+	built, _ := idx.Digest()
+	if built != w.Digest {
+		t.Errorf("built index %s, written %s", built, w.Digest)
+	}
+	img, err := remote.Image(ref, remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}))
+	if err != nil {
+		t.Fatalf("pull %s for linux/%s: %v", ref, runtime.GOARCH, err)
+	}
+	if err := validate.Image(img); err != nil {
+		t.Errorf("the pulled image does not hold together: %v", err)
+	}
+	bin := onlyFile(t, img, filepath.Join(t.TempDir(), "nodeproxy"))
+	if out, err := exec.Command(bin).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "version v0.0.0-test" {
+		t.Errorf("the pulled binary: %v: %q, want version v0.0.0-test", err, out)
 	}
 }
