@@ -48,6 +48,7 @@ type Store struct {
 	current atomic.Pointer[Snapshot]
 	synced  atomic.Bool
 	metrics storeMetrics
+	fresh   freshness
 }
 
 func newStore(r resource, logSize int) *Store {
@@ -76,6 +77,9 @@ func newStore(r resource, logSize int) *Store {
 // Snapshot returns the current state. Before HasSynced it is empty.
 func (s *Store) Snapshot() *Snapshot { return s.current.Load() }
 
+// Freshness says how current the store is, as of now.
+func (s *Store) Freshness(now time.Time) Freshness { return s.fresh.at(s.Resource.Resource, now) }
+
 // HasSynced reports whether the store has taken in its first list.
 func (s *Store) HasSynced() bool { return s.synced.Load() }
 
@@ -99,6 +103,7 @@ func (s *Store) upsert(obj interface{}) error {
 		return fmt.Errorf("%s: %w", s.Resource.Resource, err)
 	}
 	start := time.Now()
+	s.fresh.heardAt(start)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	prev, exists := s.objects.ReplaceOrInsert(o)
@@ -134,6 +139,7 @@ func (s *Store) Delete(obj interface{}) error {
 		return fmt.Errorf("%s: %w", s.Resource.Resource, err)
 	}
 	start := time.Now()
+	s.fresh.heardAt(start)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	prev, exists := s.objects.Delete(o)
@@ -185,6 +191,7 @@ func (s *Store) publishLocked(e *Event) {
 // an older resourceVersion gets ErrExpired and relists, as from
 // kube-apiserver after a compaction.
 func (s *Store) Replace(list []interface{}, rv string) error {
+	s.fresh.heardAt(time.Now())
 	listRV, err := parseRV(rv)
 	if err != nil {
 		return fmt.Errorf("%s list: %w", s.Resource.Resource, err)
@@ -252,6 +259,7 @@ func (s *Store) Replace(list []interface{}, rv string) error {
 // kube-apiserver says nothing of this type changed up to rv. A watch or
 // list at rv can then be served without waiting for an unrelated change.
 func (s *Store) Bookmark(rv string) error {
+	s.fresh.heardAt(time.Now())
 	v, err := parseRV(rv)
 	if err != nil {
 		return fmt.Errorf("%s bookmark: %w", s.Resource.Resource, err)

@@ -88,7 +88,7 @@ func TestReadyOnlyAfterInformersSync(t *testing.T) {
 	if err := cp.ApplyFiles(ctx, testserver.Manifest(t, "rbac-informers.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	// The reflectors retry with backoff (up to 30 s between lists).
+	// The reflectors retry with backoff (cache.ReflectorBackoff: at most 3 s between lists).
 	body := waitStatus(t, srv, anon, "/readyz?verbose", http.StatusOK, 90*time.Second)
 	if !strings.Contains(body, "[+]cache-sync ok") {
 		t.Errorf("/readyz ok without the informer check:\n%s", body)
