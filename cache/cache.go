@@ -161,10 +161,11 @@ func (c *Cache) Store(gvr schema.GroupVersionResource) *Store { return c.stores[
 // Encoder is the cache of encoded object versions shared by every reader.
 func (c *Cache) Encoder() *Encoder { return c.encoder }
 
-// Start runs every reflector until ctx ends. From then on /metrics
+// Start runs every reflector until ctx ends. Until then /metrics
 // reports this cache's freshness.
 func (c *Cache) Start(ctx context.Context) {
 	reported.Store(c)
+	context.AfterFunc(ctx, func() { reported.CompareAndSwap(c, nil) })
 	for _, r := range c.reflectors {
 		c.wg.Add(1)
 		go func() {

@@ -140,7 +140,11 @@ func TestOnlyHealthIsOpenToUnauthenticatedCallers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`nodeproxy_cache_objects{resource="serviceaccounts"}`, `nodeproxy_cache_relists_total{resource="pods"}`} {
+	for _, want := range []string{
+		`nodeproxy_cache_objects{resource="serviceaccounts"}`, `nodeproxy_cache_relists_total{resource="pods"}`,
+		`nodeproxy_cache_staleness_seconds{resource="secrets"}`, `nodeproxy_cache_watch_outage_seconds{resource="secrets"} 0`,
+		`nodeproxy_cache_watch_failures_total{reason="expired",request="watch",resource="secrets"}`,
+	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
