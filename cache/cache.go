@@ -87,6 +87,10 @@ type Options struct {
 	// watches; nil means ReflectorBackoff. The restart benchmark sets
 	// client-go's default here to measure what it cost.
 	Backoff *wait.Backoff
+	// RestartLogOnRelist makes every relist start the change log over
+	// (every watch from before it expires), as before relists were carried
+	// on; the restart benchmark measures what that cost.
+	RestartLogOnRelist bool
 }
 
 // Defaults.
@@ -151,6 +155,7 @@ func NewDetached(opts Options) (*Cache, error) {
 	c := &Cache{stores: map[schema.GroupVersionResource]*Store{}, encoder: enc}
 	for _, r := range append(slices.Clone(served), graphOnly...) {
 		c.stores[r.gvr] = newStore(r, opts.LogSize)
+		c.stores[r.gvr].restartLogOnRelist = opts.RestartLogOnRelist
 	}
 	return c, nil
 }

@@ -34,7 +34,15 @@
 //     repeats nothing: Snapshot.Changes(rv) returns exactly the changes
 //     after rv, or ErrExpired when the log no longer holds them all (the
 //     caller relists, as after kube-apiserver's 410 Gone).
-//   - A relist restarts the change log; watches from before it expire.
+//   - A relist (after the first list) goes into the change log as the
+//     difference between the old state and the list: ADDED and MODIFIED
+//     at the objects' own resourceVersions, in order, then DELETED at the
+//     last versions up to the list's, one each. A watch from before it
+//     ends at a state equal to the list and, resumed from any event's
+//     version, misses and repeats nothing; exact reads inside that batch
+//     get ErrExpired. Where no such sequence exists (a name deleted and
+//     created again, no free versions for the deletions, a list older
+//     than the store) the log starts over and watches from before expire.
 //   - Each store knows how fresh it is (Freshness): when kube-apiserver
 //     last told it anything (an event, a bookmark, a list), and since when
 //     its lists and watches have all failed. A list answered or a watch

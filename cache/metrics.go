@@ -42,7 +42,7 @@ var (
 		Namespace:      "nodeproxy",
 		Subsystem:      "cache",
 		Name:           "relists_total",
-		Help:           "Full lists taken in, by resource; each one restarts the change log, so watches from before it are told to relist.",
+		Help:           "Full lists taken in, by resource. A relist not counted in relists_carried_over_total restarted the change log, so watches from before it were told to relist.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
 
@@ -61,6 +61,14 @@ var (
 		Help:           "Encoded object versions held by the encoded-bytes cache.",
 		StabilityLevel: metrics.ALPHA,
 	})
+
+	cacheRelistsCarriedOver = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "cache",
+		Name:           "relists_carried_over_total",
+		Help:           "Relists whose difference to the cache's state was appended to the change log as events, by resource: watches from before them carried on, nobody had to relist.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
 
 	watchFailures = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy",
@@ -87,7 +95,7 @@ var (
 // that k8s.io/apiserver serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(cacheEvents, cacheWriteDuration, cacheObjects, cacheRelists, encodedLookups, encodedEntries, watchFailures)
+		legacyregistry.MustRegister(cacheEvents, cacheWriteDuration, cacheObjects, cacheRelists, encodedLookups, encodedEntries, watchFailures, cacheRelistsCarriedOver)
 		legacyregistry.CustomMustRegister(&freshnessCollector{})
 	})
 }
@@ -143,16 +151,18 @@ type storeMetrics struct {
 	writes                   metrics.ObserverMetric
 	objects                  metrics.GaugeMetric
 	relists                  metrics.CounterMetric
+	carriedOver              metrics.CounterMetric
 }
 
 func newStoreMetrics(resource string) storeMetrics {
 	return storeMetrics{
-		added:    cacheEvents.WithLabelValues(resource, string(watch.Added)),
-		modified: cacheEvents.WithLabelValues(resource, string(watch.Modified)),
-		deleted:  cacheEvents.WithLabelValues(resource, string(watch.Deleted)),
-		writes:   cacheWriteDuration.WithLabelValues(resource),
-		objects:  cacheObjects.WithLabelValues(resource),
-		relists:  cacheRelists.WithLabelValues(resource),
+		added:       cacheEvents.WithLabelValues(resource, string(watch.Added)),
+		modified:    cacheEvents.WithLabelValues(resource, string(watch.Modified)),
+		deleted:     cacheEvents.WithLabelValues(resource, string(watch.Deleted)),
+		writes:      cacheWriteDuration.WithLabelValues(resource),
+		objects:     cacheObjects.WithLabelValues(resource),
+		relists:     cacheRelists.WithLabelValues(resource),
+		carriedOver: cacheRelistsCarriedOver.WithLabelValues(resource),
 	}
 }
 

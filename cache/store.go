@@ -44,6 +44,8 @@ type Store struct {
 	log      *changeLog                        // guarded by mu
 	seq      uint64                            // guarded by mu: changes in log
 	logSize  int
+	// restartLogOnRelist: see Options.RestartLogOnRelist.
+	restartLogOnRelist bool
 
 	current atomic.Pointer[Snapshot]
 	synced  atomic.Bool
@@ -187,9 +189,13 @@ func (s *Store) publishLocked(e *Event) {
 
 // Replace takes in a full list at resourceVersion rv, after the reflector
 // (re)listed. Handlers see the difference to the old state as adds,
-// updates and deletes; the change log starts over at rv, so a watch from
-// an older resourceVersion gets ErrExpired and relists, as from
-// kube-apiserver after a compaction.
+// updates and deletes. After the first list, the same difference goes
+// into the change log as ordinary events up to rv (relistChanges), so a
+// watch from before the relist carries on and ends at a state equal to
+// the list. Where that cannot be done honestly, and at the first list,
+// the change log starts over at rv, and a watch from an older
+// resourceVersion gets ErrExpired and relists, as from kube-apiserver
+// after a compaction.
 func (s *Store) Replace(list []interface{}, rv string) error {
 	s.fresh.heardAt(time.Now())
 	listRV, err := parseRV(rv)
@@ -237,9 +243,19 @@ func (s *Store) Replace(list []interface{}, rv string) error {
 		}
 		return true
 	})
-	s.objects, s.nodes = objects, nodes
-
 	old := s.current.Load()
+	if !initial && !s.restartLogOnRelist {
+		if changes, ok := relistChanges(s.objects, objects, old.RV, listRV); ok {
+			s.objects, s.nodes = objects, nodes
+			s.appendRelistLocked(changes, listRV)
+			s.metrics.objects.Set(float64(objects.Len()))
+			s.metrics.relists.Inc()
+			s.metrics.carriedOver.Inc()
+			klog.V(2).InfoS("Cache relisted; watches carry on", "resource", s.Resource.Resource, "objects", objects.Len(), "changes", len(changes), "resourceVersion", listRV)
+			return nil
+		}
+	}
+	s.objects, s.nodes = objects, nodes
 	next := &Snapshot{RV: listRV, objects: objects.Clone(), next: make(chan struct{})}
 	if nodes != nil {
 		next.nodes = nodes.Clone()
