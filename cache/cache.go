@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -81,6 +83,14 @@ type Options struct {
 	LogSize int
 	// EncodedEntries bounds the cache of encoded object versions.
 	EncodedEntries int
+	// Backoff is how the reflectors wait between failed lists and
+	// watches; nil means ReflectorBackoff. The restart benchmark sets
+	// client-go's default here to measure what it cost.
+	Backoff *wait.Backoff
+	// RestartLogOnRelist makes every relist start the change log over
+	// (every watch from before it expires), as before relists were carried
+	// on; the restart benchmark measures what that cost.
+	RestartLogOnRelist bool
 }
 
 // Defaults.
@@ -114,11 +124,17 @@ func New(client kubernetes.Interface, opts Options) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
+	backoff := opts.Backoff
+	if backoff == nil {
+		b := ReflectorBackoff()
+		backoff = &b
+	}
 	for _, r := range append(slices.Clone(served), graphOnly...) {
 		lw := toolscache.ToListWatcherWithWatchListSemantics(
 			toolscache.NewListWatchFromClient(r.client(client), r.gvr.Resource, "", fields.Everything()), client)
-		c.reflectors = append(c.reflectors, toolscache.NewReflectorWithOptions(lw, r.example, c.stores[r.gvr],
-			toolscache.ReflectorOptions{Name: "nodeproxy-cache/" + r.gvr.Resource}))
+		store := c.stores[r.gvr]
+		c.reflectors = append(c.reflectors, toolscache.NewReflectorWithOptions(newObservedListWatch(lw, store), r.example, store,
+			toolscache.ReflectorOptions{Name: "nodeproxy-cache/" + r.gvr.Resource, Backoff: backoff}))
 	}
 	return c, nil
 }
@@ -139,6 +155,7 @@ func NewDetached(opts Options) (*Cache, error) {
 	c := &Cache{stores: map[schema.GroupVersionResource]*Store{}, encoder: enc}
 	for _, r := range append(slices.Clone(served), graphOnly...) {
 		c.stores[r.gvr] = newStore(r, opts.LogSize)
+		c.stores[r.gvr].restartLogOnRelist = opts.RestartLogOnRelist
 	}
 	return c, nil
 }
@@ -149,8 +166,11 @@ func (c *Cache) Store(gvr schema.GroupVersionResource) *Store { return c.stores[
 // Encoder is the cache of encoded object versions shared by every reader.
 func (c *Cache) Encoder() *Encoder { return c.encoder }
 
-// Start runs every reflector until ctx ends.
+// Start runs every reflector until ctx ends. Until then /metrics
+// reports this cache's freshness.
 func (c *Cache) Start(ctx context.Context) {
+	reported.Store(c)
+	context.AfterFunc(ctx, func() { reported.CompareAndSwap(c, nil) })
 	for _, r := range c.reflectors {
 		c.wg.Add(1)
 		go func() {
@@ -172,6 +192,16 @@ func (c *Cache) Unsynced() []string {
 		if !c.stores[gvr].HasSynced() {
 			out = append(out, gvr.Resource)
 		}
+	}
+	return out
+}
+
+// Freshness says how current each store is, in Watched order.
+func (c *Cache) Freshness() []Freshness {
+	now := time.Now()
+	out := make([]Freshness, 0, len(c.stores))
+	for _, gvr := range Watched() {
+		out = append(out, c.stores[gvr].Freshness(now))
 	}
 	return out
 }

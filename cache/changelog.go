@@ -38,9 +38,10 @@ type Event struct {
 //
 // A slot holds an immutable *Event; a reader that finds in a slot an event
 // with a later sequence number than it asked for knows the ring wrapped
-// under it, and reports ErrExpired rather than skip changes. The log
-// starts over when the store relists, because a list says nothing of the
-// changes between the old state and the new one.
+// under it, and reports ErrExpired rather than skip changes. A relist
+// appends the difference between the old state and the list as changes
+// (relistChanges); the log starts over only where no honest sequence of
+// changes leads from one to the other.
 type changeLog struct {
 	slots []atomic.Pointer[Event]
 	// startRV is the resourceVersion the log starts from: the list it
@@ -158,8 +159,10 @@ func (l *changeLog) at(rv, seq uint64) (*Snapshot, error) {
 		return nil, ErrExpired
 	}
 	e, ok := l.event(i - 1)
-	if !ok {
-		return nil, ErrExpired // the change before i is overwritten
+	if !ok || e.after == nil {
+		// The change before i is overwritten, or is inside a relist's
+		// batch, whose states in between nobody can vouch for.
+		return nil, ErrExpired
 	}
 	return e.after, nil
 }

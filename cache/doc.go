@@ -15,7 +15,10 @@
 //
 // Each type has a client-go Reflector (list, then watch, with its retries,
 // backoff and bookmarks) that writes into a Store, as kube-apiserver's
-// watch cache does. A Store publishes immutable Snapshots: copy-on-write
+// watch cache does. Its retries wait ReflectorBackoff (at most 3 s), not
+// client-go's default (up to 60 s): one reflector holds every node's data.
+// Its ListerWatcher reports how each list and watch went to the store's
+// Freshness, which /readyz and /metrics read. A Store publishes immutable Snapshots: copy-on-write
 // B-trees by namespace/name and, for pods, by spec.nodeName. Readers load
 // the current snapshot with one atomic read and never block the writer.
 //
@@ -31,7 +34,22 @@
 //     repeats nothing: Snapshot.Changes(rv) returns exactly the changes
 //     after rv, or ErrExpired when the log no longer holds them all (the
 //     caller relists, as after kube-apiserver's 410 Gone).
-//   - A relist restarts the change log; watches from before it expire.
+//   - A relist (after the first list) goes into the change log as the
+//     difference between the old state and the list: ADDED and MODIFIED
+//     at the objects' own resourceVersions, in order, then DELETED at the
+//     last versions up to the list's, one each. A watch from before it
+//     ends at a state equal to the list and, resumed from any event's
+//     version, misses and repeats nothing; exact reads inside that batch
+//     get ErrExpired. Where no such sequence exists (a name deleted and
+//     created again, no free versions for the deletions, a list older
+//     than the store) the log starts over and watches from before expire.
+//   - Each store knows how fresh it is (Freshness): when kube-apiserver
+//     last told it anything (an event, a bookmark, a list), and since when
+//     its lists and watches have all failed. A list answered or a watch
+//     accepted ends an outage; a list or watch refused, failed, or ended
+//     with ERROR (410 Expired after a kube-apiserver restart) starts one.
+//     A quiet type hears only bookmarks, about one a minute, so time since
+//     the last news is no failure by itself; an outage is.
 //   - Objects are stored without metadata.managedFields and without type
 //     meta, once: the indexes hold pointers, not copies.
 //   - Every object version is serialized at most once while it stays in

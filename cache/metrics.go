@@ -2,6 +2,7 @@ package cache
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/watch"
@@ -41,7 +42,7 @@ var (
 		Namespace:      "nodeproxy",
 		Subsystem:      "cache",
 		Name:           "relists_total",
-		Help:           "Full lists taken in, by resource; each one restarts the change log, so watches from before it are told to relist.",
+		Help:           "Full lists taken in, by resource. A relist not counted in relists_carried_over_total restarted the change log, so watches from before it were told to relist.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
 
@@ -61,6 +62,32 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	})
 
+	cacheRelistsCarriedOver = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "cache",
+		Name:           "relists_carried_over_total",
+		Help:           "Relists whose difference to the cache's state was appended to the change log as events, by resource: watches from before them carried on, nobody had to relist.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+
+	watchFailures = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy",
+		Subsystem: "cache",
+		Name:      "watch_failures_total",
+		Help: "Failed lists and watches of kube-apiserver, by resource, request (list, watch) and reason " +
+			"(unreachable, throttled: 429, expired: 410, the usual first answer of a restarted kube-apiserver, error: anything else).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "request", "reason"})
+
+	stalenessDesc = metrics.NewDesc("nodeproxy_cache_staleness_seconds",
+		"Seconds since kube-apiserver last told the cache anything of this resource: an event, a bookmark or a list. "+
+			"A healthy watch hears a bookmark about every minute, so a quiet resource reaches about 60; much more means its watch is stuck.",
+		[]string{"resource"}, nil, metrics.ALPHA, "")
+	outageDesc = metrics.NewDesc("nodeproxy_cache_watch_outage_seconds",
+		"Seconds this resource's lists and watches of kube-apiserver have been failing with no success since; 0 while they succeed. "+
+			"/readyz's cache-watch check fails once one passes --cache-max-watch-outage.",
+		[]string{"resource"}, nil, metrics.ALPHA, "")
+
 	registerOnce sync.Once
 )
 
@@ -68,9 +95,54 @@ var (
 // that k8s.io/apiserver serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(cacheEvents, cacheWriteDuration, cacheObjects, cacheRelists, encodedLookups, encodedEntries)
+		legacyregistry.MustRegister(cacheEvents, cacheWriteDuration, cacheObjects, cacheRelists, encodedLookups, encodedEntries, watchFailures, cacheRelistsCarriedOver)
+		legacyregistry.CustomMustRegister(&freshnessCollector{})
 	})
 }
+
+// reported is the cache /metrics describes the freshness of: the one
+// started last (a hub runs one).
+var reported atomic.Pointer[Cache]
+
+// freshnessCollector reports each store's staleness and outage as of the
+// scrape, so that the write path pays nothing for them.
+type freshnessCollector struct {
+	metrics.BaseStableCollector
+}
+
+func (*freshnessCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
+	ch <- stalenessDesc
+	ch <- outageDesc
+}
+
+func (*freshnessCollector) CollectWithStability(ch chan<- metrics.Metric) {
+	c := reported.Load()
+	if c == nil {
+		return
+	}
+	for _, f := range c.Freshness() {
+		if f.Heard {
+			ch <- metrics.NewLazyConstMetric(stalenessDesc, metrics.GaugeValue, f.SinceHeard.Seconds(), f.Resource)
+		}
+		ch <- metrics.NewLazyConstMetric(outageDesc, metrics.GaugeValue, f.Outage.Seconds(), f.Resource)
+	}
+}
+
+// failureMetrics are one reflector's failure series, by request and
+// reason, looked up once.
+type failureMetrics map[[2]string]metrics.CounterMetric
+
+func newFailureMetrics(resource string) failureMetrics {
+	m := failureMetrics{}
+	for _, request := range []string{requestList, requestWatch} {
+		for _, reason := range []string{"unreachable", "throttled", "expired", "error"} {
+			m[[2]string{request, reason}] = watchFailures.WithLabelValues(resource, request, reason)
+		}
+	}
+	return m
+}
+
+func (m failureMetrics) inc(request, reason string) { m[[2]string{request, reason}].Inc() }
 
 // storeMetrics are one store's series, looked up once: the write path
 // must not hash label values per change.
@@ -79,16 +151,18 @@ type storeMetrics struct {
 	writes                   metrics.ObserverMetric
 	objects                  metrics.GaugeMetric
 	relists                  metrics.CounterMetric
+	carriedOver              metrics.CounterMetric
 }
 
 func newStoreMetrics(resource string) storeMetrics {
 	return storeMetrics{
-		added:    cacheEvents.WithLabelValues(resource, string(watch.Added)),
-		modified: cacheEvents.WithLabelValues(resource, string(watch.Modified)),
-		deleted:  cacheEvents.WithLabelValues(resource, string(watch.Deleted)),
-		writes:   cacheWriteDuration.WithLabelValues(resource),
-		objects:  cacheObjects.WithLabelValues(resource),
-		relists:  cacheRelists.WithLabelValues(resource),
+		added:       cacheEvents.WithLabelValues(resource, string(watch.Added)),
+		modified:    cacheEvents.WithLabelValues(resource, string(watch.Modified)),
+		deleted:     cacheEvents.WithLabelValues(resource, string(watch.Deleted)),
+		writes:      cacheWriteDuration.WithLabelValues(resource),
+		objects:     cacheObjects.WithLabelValues(resource),
+		relists:     cacheRelists.WithLabelValues(resource),
+		carriedOver: cacheRelistsCarriedOver.WithLabelValues(resource),
 	}
 }
 

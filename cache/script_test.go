@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
@@ -21,7 +22,7 @@ import (
 //
 // Commands:
 //
-//	replace rv=N ns/name@rv[:node] ...   a relist at N
+//	replace rv=N ns/name@rv[:node][~uid] ... a relist at N
 //	add|update ns/name@rv[:node]          a watch event
 //	delete ns/name@rv                     a deletion at rv
 //	bookmark rv=N
@@ -107,15 +108,16 @@ func TestScripts(t *testing.T) {
 	})
 }
 
-// scriptPod parses ns/name@rv[:node].
+// scriptPod parses ns/name@rv[:node][~uid].
 func scriptPod(t *testing.T, spec string) *corev1.Pod {
 	t.Helper()
+	spec, uid, _ := strings.Cut(spec, "~")
 	key, rest, _ := strings.Cut(spec, "@")
 	rv, node, _ := strings.Cut(rest, ":")
 	ns, name, _ := strings.Cut(key, "/")
 	return &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: rv},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: rv, UID: types.UID(uid)},
 		Spec:       corev1.PodSpec{NodeName: node},
 	}
 }

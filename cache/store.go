@@ -44,10 +44,13 @@ type Store struct {
 	log      *changeLog                        // guarded by mu
 	seq      uint64                            // guarded by mu: changes in log
 	logSize  int
+	// restartLogOnRelist: see Options.RestartLogOnRelist.
+	restartLogOnRelist bool
 
 	current atomic.Pointer[Snapshot]
 	synced  atomic.Bool
 	metrics storeMetrics
+	fresh   freshness
 }
 
 func newStore(r resource, logSize int) *Store {
@@ -76,6 +79,9 @@ func newStore(r resource, logSize int) *Store {
 // Snapshot returns the current state. Before HasSynced it is empty.
 func (s *Store) Snapshot() *Snapshot { return s.current.Load() }
 
+// Freshness says how current the store is, as of now.
+func (s *Store) Freshness(now time.Time) Freshness { return s.fresh.at(s.Resource.Resource, now) }
+
 // HasSynced reports whether the store has taken in its first list.
 func (s *Store) HasSynced() bool { return s.synced.Load() }
 
@@ -99,6 +105,7 @@ func (s *Store) upsert(obj interface{}) error {
 		return fmt.Errorf("%s: %w", s.Resource.Resource, err)
 	}
 	start := time.Now()
+	s.fresh.heardAt(start)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	prev, exists := s.objects.ReplaceOrInsert(o)
@@ -134,6 +141,7 @@ func (s *Store) Delete(obj interface{}) error {
 		return fmt.Errorf("%s: %w", s.Resource.Resource, err)
 	}
 	start := time.Now()
+	s.fresh.heardAt(start)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	prev, exists := s.objects.Delete(o)
@@ -181,10 +189,15 @@ func (s *Store) publishLocked(e *Event) {
 
 // Replace takes in a full list at resourceVersion rv, after the reflector
 // (re)listed. Handlers see the difference to the old state as adds,
-// updates and deletes; the change log starts over at rv, so a watch from
-// an older resourceVersion gets ErrExpired and relists, as from
-// kube-apiserver after a compaction.
+// updates and deletes. After the first list, the same difference goes
+// into the change log as ordinary events up to rv (relistChanges), so a
+// watch from before the relist carries on and ends at a state equal to
+// the list. Where that cannot be done honestly, and at the first list,
+// the change log starts over at rv, and a watch from an older
+// resourceVersion gets ErrExpired and relists, as from kube-apiserver
+// after a compaction.
 func (s *Store) Replace(list []interface{}, rv string) error {
+	s.fresh.heardAt(time.Now())
 	listRV, err := parseRV(rv)
 	if err != nil {
 		return fmt.Errorf("%s list: %w", s.Resource.Resource, err)
@@ -230,9 +243,19 @@ func (s *Store) Replace(list []interface{}, rv string) error {
 		}
 		return true
 	})
-	s.objects, s.nodes = objects, nodes
-
 	old := s.current.Load()
+	if !initial && !s.restartLogOnRelist {
+		if changes, ok := relistChanges(s.objects, objects, old.RV, listRV); ok {
+			s.objects, s.nodes = objects, nodes
+			s.appendRelistLocked(changes, listRV)
+			s.metrics.objects.Set(float64(objects.Len()))
+			s.metrics.relists.Inc()
+			s.metrics.carriedOver.Inc()
+			klog.V(2).InfoS("Cache relisted; watches carry on", "resource", s.Resource.Resource, "objects", objects.Len(), "changes", len(changes), "resourceVersion", listRV)
+			return nil
+		}
+	}
+	s.objects, s.nodes = objects, nodes
 	next := &Snapshot{RV: listRV, objects: objects.Clone(), next: make(chan struct{})}
 	if nodes != nil {
 		next.nodes = nodes.Clone()
@@ -252,6 +275,7 @@ func (s *Store) Replace(list []interface{}, rv string) error {
 // kube-apiserver says nothing of this type changed up to rv. A watch or
 // list at rv can then be served without waiting for an unrelated change.
 func (s *Store) Bookmark(rv string) error {
+	s.fresh.heardAt(time.Now())
 	v, err := parseRV(rv)
 	if err != nil {
 		return fmt.Errorf("%s bookmark: %w", s.Resource.Resource, err)

@@ -17,6 +17,10 @@ var nodeproxyMetric = regexp.MustCompile(`\bnodeproxy_[a-z_]+`)
 // k8s.io/component-base/metrics options, on one line or several.
 var metricDefinition = regexp.MustCompile(`Namespace:\s*"nodeproxy",\s*Subsystem:\s*"([a-z_]+)",\s*Name:\s*"([a-z_]+)"`)
 
+// collectedDefinition matches a metric a custom collector reports, whose
+// description names it whole.
+var collectedDefinition = regexp.MustCompile(`NewDesc\(\s*"(nodeproxy_[a-z_]+)"`)
+
 // TestAlertsAndDashboardUseMetricsThatExist: every nodeproxy_* series the
 // PrometheusRule and the Grafana dashboard query is one the code defines,
 // so that renaming a metric without them fails here rather than leaving
@@ -39,6 +43,9 @@ func TestAlertsAndDashboardUseMetricsThatExist(t *testing.T) {
 		}
 		for _, m := range metricDefinition.FindAllStringSubmatch(string(src), -1) {
 			defined["nodeproxy_"+m[1]+"_"+m[2]] = true
+		}
+		for _, m := range collectedDefinition.FindAllStringSubmatch(string(src), -1) {
+			defined[m[1]] = true
 		}
 		return nil
 	})

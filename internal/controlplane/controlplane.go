@@ -74,6 +74,10 @@ type ControlPlane struct {
 	admin     *rest.Config
 	etcd      *Process
 	apiserver *Process
+	// apiserverBin and apiserverArgs start kube-apiserver again, the same
+	// way, for RestartAPIServer.
+	apiserverBin  string
+	apiserverArgs []string
 }
 
 // Start builds the binaries if they are missing, starts etcd and
@@ -260,9 +264,15 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, port int
 		// admin may reach it.
 		"--profiling=true",
 	}
-	args = append(args, extra...)
+	cp.apiserverBin, cp.apiserverArgs = bin, append(args, extra...)
+	return cp.runAPIServer(ctx)
+}
+
+// runAPIServer starts kube-apiserver as startAPIServer configured it, its
+// output appended to its log, and waits until it is ready.
+func (cp *ControlPlane) runAPIServer(ctx context.Context) error {
 	var err error
-	cp.apiserver, err = StartProcess("kube-apiserver", bin, args, f("kube-apiserver.log"))
+	cp.apiserver, err = StartProcess("kube-apiserver", cp.apiserverBin, cp.apiserverArgs, filepath.Join(cp.Dir, "kube-apiserver.log"))
 	if err != nil {
 		return err
 	}
@@ -271,6 +281,20 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, port int
 		return fmt.Errorf("admin client: %w", err)
 	}
 	return WaitReady(ctx, cp.apiserver, client, cp.URL+"/readyz")
+}
+
+// RestartAPIServer stops kube-apiserver unless it has already ended
+// (APIServer().Kill() plays a crash), starts it again with the same
+// flags, port, certificates and etcd, and returns once its /readyz says
+// ok. What was written to etcd before is there after; clients that
+// watched see their watches end and, if they resume from a
+// resourceVersion the new watch cache does not hold, 410 Expired.
+func (cp *ControlPlane) RestartAPIServer(ctx context.Context) error {
+	cp.apiserver.Stop()
+	if err := cp.runAPIServer(ctx); err != nil {
+		return fmt.Errorf("restart kube-apiserver: %w", err)
+	}
+	return nil
 }
 
 // seed creates what a controller-manager would have made and tests need:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -29,6 +30,9 @@ type Config struct {
 	// Kube is the configuration the cache's watches use.
 	Kube  *rest.Config
 	Cache cache.Options
+	// CacheMaxWatchOutage bounds how long a type may fail to list and
+	// watch before the server reports not ready; 0 never.
+	CacheMaxWatchOutage time.Duration
 	// Watch and Watcher tune the bulk watch.
 	Watch   watchmux.Options
 	Watcher bulk.WatcherOptions
@@ -94,7 +98,7 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 	if o.Authentication.RequestHeader.ClientCAFile != "" || lookup {
 		sources++
 	}
-	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, Watch: o.Watch, Watcher: o.Watcher, BulkGet: o.BulkGet, ClientCASources: sources, router: router}, nil
+	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, CacheMaxWatchOutage: o.CacheMaxWatchOutage, Watch: o.Watch, Watcher: o.Watcher, BulkGet: o.BulkGet, ClientCASources: sources, router: router}, nil
 }
 
 func (o *Options) kubeConfig() (*rest.Config, error) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	toolscache "k8s.io/client-go/tools/cache"
 
@@ -43,6 +44,31 @@ func cacheSynced(c *cache.Cache) func(*http.Request) error {
 	return func(*http.Request) error {
 		if missing := c.Unsynced(); len(missing) > 0 {
 			return errors.New("not yet listed: " + strings.Join(missing, ", "))
+		}
+		return nil
+	}
+}
+
+// cacheWatching fails while some type has been unable to list and watch
+// kube-apiserver for longer than bound (0: never fails). A type that has
+// heard nothing for minutes is not failing by itself (a quiet type hears
+// only bookmarks, about one a minute); one whose lists and watches have
+// all failed since some moment is. The bound is long enough that a
+// kube-apiserver restart, which every replica sees at once, never fails
+// the check (see DefaultCacheMaxWatchOutage).
+func cacheWatching(c *cache.Cache, bound time.Duration) func(*http.Request) error {
+	return func(*http.Request) error {
+		if bound <= 0 {
+			return nil
+		}
+		var stale []string
+		for _, f := range c.Freshness() {
+			if f.Outage > bound {
+				stale = append(stale, fmt.Sprintf("%s for %s (%s)", f.Resource, f.Outage.Round(time.Second), f.LastError))
+			}
+		}
+		if len(stale) > 0 {
+			return fmt.Errorf("unable to list and watch kube-apiserver longer than %s: %s", bound, strings.Join(stale, "; "))
 		}
 		return nil
 	}

@@ -50,6 +50,9 @@ type Options struct {
 	ShutdownDelay time.Duration
 	// Cache sizes the object cache.
 	Cache cache.Options
+	// CacheMaxWatchOutage is how long a type may be unable to list and
+	// watch kube-apiserver before /readyz fails; 0 never fails it.
+	CacheMaxWatchOutage time.Duration
 	// Watch bounds each bulk watch connection.
 	Watch watchmux.Options
 	// Watcher tunes the bulk watch's bookmarks and re-authorization.
@@ -58,18 +61,32 @@ type Options struct {
 	BulkGet bulk.GetLimits
 }
 
+// DefaultCacheMaxWatchOutage is how long a type may fail to list and
+// watch before /readyz fails. Longer than a kube-apiserver restart (about
+// 3 s from kill to ready on the harness, tens of seconds for a static pod
+// on a loaded control-plane node) plus the reflectors' catch-up (1.7 s at
+// most over 12 measured restarts, two capped waits of ReflectorBackoff, about
+// 6 s, in theory), so that a restart, which every replica sees at
+// once, never takes the whole fleet out of its Service; short enough that
+// a replica cut off from kube-apiserver alone (its network, its
+// credentials) stops taking new connections within a minute while its
+// peers serve fresh data. Connections already open stay: readiness only
+// steers new ones.
+const DefaultCacheMaxWatchOutage = 60 * time.Second
+
 // NewOptions returns the defaults of `nodeproxy serve`.
 func NewOptions() *Options {
 	o := &Options{
-		SecureServing:  genericoptions.NewSecureServingOptions().WithLoopback(),
-		Authentication: genericoptions.NewDelegatingAuthenticationOptions(),
-		Authorization:  genericoptions.NewDelegatingAuthorizationOptions(),
-		Logs:           logsapi.NewLoggingConfiguration(),
-		ConnectTimeout: 10 * time.Second,
-		Cache:          cache.Options{LogSize: cache.DefaultLogSize, EncodedEntries: cache.DefaultEncodedEntries},
-		Watch:          watchmux.DefaultOptions(),
-		Watcher:        bulk.DefaultWatcherOptions(),
-		BulkGet:        bulk.DefaultGetLimits(),
+		SecureServing:       genericoptions.NewSecureServingOptions().WithLoopback(),
+		Authentication:      genericoptions.NewDelegatingAuthenticationOptions(),
+		Authorization:       genericoptions.NewDelegatingAuthorizationOptions(),
+		Logs:                logsapi.NewLoggingConfiguration(),
+		ConnectTimeout:      10 * time.Second,
+		Cache:               cache.Options{LogSize: cache.DefaultLogSize, EncodedEntries: cache.DefaultEncodedEntries},
+		CacheMaxWatchOutage: DefaultCacheMaxWatchOutage,
+		Watch:               watchmux.DefaultOptions(),
+		Watcher:             bulk.DefaultWatcherOptions(),
+		BulkGet:             bulk.DefaultGetLimits(),
 	}
 	o.SecureServing.BindPort = DefaultSecurePort
 	// No default directory: without --cert-dir or --tls-cert-file the
@@ -100,6 +117,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 			"the log reaches gets 410 Expired and must relist.")
 	fs.IntVar(&o.Cache.EncodedEntries, "cache-encoded-entries", o.Cache.EncodedEntries,
 		"Encoded object versions kept so that an object many nodes read is serialized once.")
+	fs.DurationVar(&o.CacheMaxWatchOutage, "cache-max-watch-outage", o.CacheMaxWatchOutage,
+		"How long a resource type may be unable to list and watch kube-apiserver before /readyz fails (check cache-watch), "+
+			"so that traffic goes to replicas that can. 0: never.")
 
 	fs = fss.FlagSet("bulk get")
 	fs.Int64Var(&o.BulkGet.MaxAnswerBytes, "bulk-get-max-answer-bytes", o.BulkGet.MaxAnswerBytes,
@@ -177,6 +197,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Cache.LogSize <= 0 {
 		errs = append(errs, fmt.Errorf("--cache-log-size must be positive, got %d", o.Cache.LogSize))
+	}
+	if o.CacheMaxWatchOutage < 0 {
+		errs = append(errs, fmt.Errorf("--cache-max-watch-outage must not be negative, got %s", o.CacheMaxWatchOutage))
 	}
 	if o.Cache.EncodedEntries <= 0 {
 		errs = append(errs, fmt.Errorf("--cache-encoded-entries must be positive, got %d", o.Cache.EncodedEntries))

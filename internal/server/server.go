@@ -67,9 +67,12 @@ func (c *Config) New() (*Server, error) {
 
 	// Ready only once every type has been listed into the cache and the
 	// graph: before that the cache would answer "not found" for objects
-	// that exist, and the authorizer refuse what it should allow.
+	// that exist, and the authorizer refuse what it should allow. Not
+	// ready again while a type has been unable to list and watch for
+	// longer than CacheMaxWatchOutage.
 	if err := generic.AddReadyzChecks(
 		healthz.NamedCheck("cache-sync", cacheSynced(objects)),
+		healthz.NamedCheck("cache-watch", cacheWatching(objects, c.CacheMaxWatchOutage)),
 		healthz.NamedCheck("client-ca", clientCAsLoaded(c.Generic.SecureServing.ClientCA, c.ClientCASources)),
 	); err != nil {
 		return nil, fmt.Errorf("readiness check: %w", err)

@@ -88,7 +88,7 @@ func TestReadyOnlyAfterInformersSync(t *testing.T) {
 	if err := cp.ApplyFiles(ctx, testserver.Manifest(t, "rbac-informers.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	// The reflectors retry with backoff (up to 30 s between lists).
+	// The reflectors retry with backoff (cache.ReflectorBackoff: at most 3 s between lists).
 	body := waitStatus(t, srv, anon, "/readyz?verbose", http.StatusOK, 90*time.Second)
 	if !strings.Contains(body, "[+]cache-sync ok") {
 		t.Errorf("/readyz ok without the informer check:\n%s", body)
@@ -140,7 +140,11 @@ func TestOnlyHealthIsOpenToUnauthenticatedCallers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`nodeproxy_cache_objects{resource="serviceaccounts"}`, `nodeproxy_cache_relists_total{resource="pods"}`} {
+	for _, want := range []string{
+		`nodeproxy_cache_objects{resource="serviceaccounts"}`, `nodeproxy_cache_relists_total{resource="pods"}`,
+		`nodeproxy_cache_staleness_seconds{resource="secrets"}`, `nodeproxy_cache_watch_outage_seconds{resource="secrets"} 0`,
+		`nodeproxy_cache_watch_failures_total{reason="expired",request="watch",resource="secrets"}`,
+	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

@@ -71,6 +71,10 @@ type Options struct {
 	// Identity is how nodeproxy reaches kube-apiserver; nil means the
 	// nodeproxy ServiceAccount (see InstallRBAC).
 	Identity *rest.Config
+	// Configure, if set, changes the options after the flags are parsed:
+	// for what no flag sets, such as the cache's reflector backoff that a
+	// benchmark compares.
+	Configure func(*server.Options)
 }
 
 // Start runs nodeproxy until the test ends. It does not wait for
@@ -114,6 +118,9 @@ func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options) *Server {
 	}, opts.Args...)
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
+	}
+	if opts.Configure != nil {
+		opts.Configure(o)
 	}
 	if err := o.Complete(); err != nil {
 		t.Fatal(err)
