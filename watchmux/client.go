@@ -91,10 +91,11 @@ type dialOptions struct {
 }
 
 // DefaultMaxOpening is half the server's default MaxPending. A server
-// frees a pending slot just after it answers, so a client that waited
-// for answers up to the server's exact bound could still be refused
-// now and then; half leaves the margin and still opens a kubelet's few
-// hundred channels in a handful of round trips.
+// frees a pending slot before it answers, but hubs older than this
+// client freed it just after, so a client at the exact bound could be
+// refused now and then by one of them during a rolling upgrade; half
+// leaves that margin and still opens a kubelet's few hundred channels in
+// a handful of round trips.
 var DefaultMaxOpening = DefaultOptions().MaxPending / 2
 
 // WithMaxOpening makes Watch wait while n of the connection's Watch

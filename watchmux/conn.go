@@ -176,8 +176,12 @@ func (c *conn) open(requestID int64, sel *v1alpha1.GetOperation) {
 	ch := &channel{id: c.nextID, conn: c}
 	ch.ctx, ch.cancel = context.WithCancel(c.ctx)
 	go func() {
-		defer func() { <-c.pending }()
 		run, refused := c.handler.Open(ch.ctx, sel, ch)
+		// The slot bounds authorizations in flight, and this one is
+		// decided: free it before the client can hear the answer, so that
+		// a client keeping to MaxPending (watchmux.WithMaxOpening) is never
+		// refused for a slot not yet given back.
+		<-c.pending
 		if refused != nil {
 			c.mu.Lock()
 			c.slots--
