@@ -1,4 +1,4 @@
-package podapi_test
+package podapi
 
 import (
 	"context"
@@ -26,7 +26,6 @@ import (
 
 	"github.com/nodeproxy/nodeproxy/internal/controlplane"
 	"github.com/nodeproxy/nodeproxy/internal/testserver"
-	"github.com/nodeproxy/nodeproxy/podapi"
 )
 
 // cp runs kube-apiserver with NodeRestriction, as kubeadm does: the
@@ -81,29 +80,10 @@ func TestBootstrapWorkflow(t *testing.T) {
 	handover := handoverIdentity(t, admin)
 	handover.Host = gate.url
 
-	dir := t.TempDir()
 	const token = "kubelet-token-kubelet-token-kubelet-token"
-	api, err := podapi.New(podapi.Config{NodeName: node, StateDir: filepath.Join(dir, "pods"),
-		AllowedUIDs: []uint32{uint32(os.Getuid())}, KubeletToken: token,
+	_, call, source := testAPI(t, Config{NodeName: node, KubeletToken: token,
 		Handover: handover, HandoverInterval: time.Second, HandoverTimeout: 2 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sockPath := filepath.Join(dir, "pod-api.sock")
-	sock, err := podapi.ListenUnix(sockPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	apiCtx, stopAPI := context.WithCancel(ctx)
-	apiDone := make(chan error, 1)
-	go func() { apiDone <- api.Run(apiCtx, sock, src) }()
-	t.Cleanup(func() { stopAPI(); <-apiDone })
-	call := socketClient(t, sockPath)
-
+	dir := t.TempDir()
 	nodeCfg, err := cp.NodeConfig(node)
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +97,7 @@ func TestBootstrapWorkflow(t *testing.T) {
 	kubelet, err := controlplane.StartHollowKubelet(ctx, tools["hollowkubelet"], controlplane.HollowKubeletOptions{
 		Name: node, Kubeconfig: kubeconfig, Dir: dir,
 		ExtraArgs: []string{
-			"--static-pod-url=http://" + src.Addr().String() + "/pods",
+			"--static-pod-url=" + source,
 			"--static-pod-url-header=Authorization: Bearer " + token,
 			"--http-check-frequency=" + every.String(),
 		},
@@ -137,7 +117,7 @@ func TestBootstrapWorkflow(t *testing.T) {
 	if code != http.StatusCreated {
 		t.Fatalf("POST: %d %s", code, body)
 	}
-	var rec podapi.Record
+	var rec Record
 	if err := json.Unmarshal(body, &rec); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +125,7 @@ func TestBootstrapWorkflow(t *testing.T) {
 	testserver.Eventually(t, 2*time.Minute, "the static pod running on the kubelet", func(ctx context.Context) error {
 		return kubeletRuns(ctx, kubelet.Port, rec.Pod.UID)
 	})
-	if r := get(t, call, rec.Pod.UID); r.State != podapi.StateLocal || r.Reason == "" {
+	if r := get(t, call, rec.Pod.UID); r.State != StateLocal || r.Reason == "" {
 		t.Errorf("with no API server: state %s (%q), want Local with the reason it waits", r.State, r.Reason)
 	} else {
 		t.Logf("with no API server: %s, %s", r.State, r.Reason)
@@ -179,7 +159,7 @@ func TestBootstrapWorkflow(t *testing.T) {
 		if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
 			return fmt.Errorf("still the mirror pod of the static pod")
 		}
-		if p.Annotations["podapi.nodeproxy.io/uid"] != string(rec.Pod.UID) || p.Spec.NodeName != node {
+		if p.Annotations[annotationUID] != string(rec.Pod.UID) || p.Spec.NodeName != node {
 			return fmt.Errorf("a pod %s not the Pod API's for %s: annotations %v, node %q", name, node, p.Annotations, p.Spec.NodeName)
 		}
 		if p.Status.Phase != corev1.PodRunning {
@@ -193,10 +173,10 @@ func TestBootstrapWorkflow(t *testing.T) {
 		t.Errorf("the static pod %s still runs beside the API pod", rec.Pod.UID)
 	}
 	r := get(t, call, rec.Pod.UID)
-	if r.State != podapi.StateHandedOver || r.APIUID != apiPod.UID {
+	if r.State != StateHandedOver || r.APIUID != apiPod.UID {
 		t.Errorf("after handover: state %s (%s), API UID %s; want HandedOver, %s", r.State, r.Reason, r.APIUID, apiPod.UID)
 	}
-	if apiPod.Labels["app"] != "boot" || apiPod.Annotations["podapi.nodeproxy.io/source"] != "kubelet-api" {
+	if apiPod.Labels["app"] != "boot" || apiPod.Annotations[annotationSource] != sourceValue {
 		t.Errorf("API pod labels %v annotations %v: the Pod API's labels and tag not kept", apiPod.Labels, apiPod.Annotations)
 	}
 	t.Logf("handover: API pod Running %s after kube-apiserver came up; the pod ran nowhere for %s (last static Running to first API Running, httpCheckFrequency %s)",
@@ -309,31 +289,10 @@ func startGate(t *testing.T, target string) *gate {
 
 func (g *gate) open() { g.opened.Store(true) }
 
-// socketClient calls the Pod API on its unix socket.
-func socketClient(t *testing.T, path string) func(method, urlPath, body string) (int, []byte) {
-	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", path)
-	}}}
-	return func(method, urlPath, body string) (int, []byte) {
-		t.Helper()
-		req, err := http.NewRequest(method, "http://pod-api"+urlPath, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
-	}
-}
-
-func get(t *testing.T, call func(method, urlPath, body string) (int, []byte), uid types.UID) podapi.Record {
+func get(t *testing.T, call func(method, urlPath, body string) (int, []byte), uid types.UID) Record {
 	t.Helper()
 	code, body := call("GET", "/pods/"+string(uid), "")
-	var r podapi.Record
+	var r Record
 	if err := json.Unmarshal(body, &r); code != http.StatusOK || err != nil {
 		t.Fatalf("GET /pods/%s: %d %s", uid, code, body)
 	}
@@ -421,4 +380,83 @@ func (s *sampler) stop() time.Duration {
 		return 0
 	}
 	return s.firstAPI.Sub(s.lastStatic)
+}
+
+// podJSON is a pod that runs anywhere, without API objects.
+func podJSON(ns, name string) string {
+	return fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"namespace":%q},
+		"spec":{"automountServiceAccountToken":false,"containers":[{"name":"pause","image":"registry.k8s.io/pause:3.10"}]}}`, name, ns)
+}
+
+func post(t *testing.T, call func(method, urlPath, body string) (int, []byte), body string) Record {
+	t.Helper()
+	code, b := call("POST", "/pods", body)
+	var r Record
+	if err := json.Unmarshal(b, &r); code != http.StatusCreated || err != nil {
+		t.Fatalf("POST: %d %s", code, b)
+	}
+	return r
+}
+
+// TestHandoverRefused: against kube-apiserver, with no kubelet: when the
+// handover cannot happen, the pod keeps being served to the kubelet and
+// its state says why.
+func TestHandoverRefused(t *testing.T) {
+	ctx := context.Background()
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	allowed := handoverIdentity(t, admin)
+	nobody, err := cp.UserConfig("nodeproxy:podapi-nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		identity *rest.Config
+		timeout  time.Duration
+		// taken is a pod of the API pod's name created first.
+		taken      bool
+		wantReason string
+	}{
+		{name: "identity without RBAC", identity: nobody, wantReason: "forbidden"},
+		{name: "name taken in the API", identity: allowed, taken: true, wantReason: "already exists"},
+		{name: "no kubelet lets go", identity: allowed, timeout: 2 * time.Second, wantReason: "did not fetch its pods"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := runs.Add(1)
+			node, ns := fmt.Sprintf("podapi-node-%d", n), fmt.Sprintf("podapi-%d", n)
+			if err := cp.EnsureNamespace(ctx, ns); err != nil {
+				t.Fatal(err)
+			}
+			if tc.taken {
+				if _, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app-" + node},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, call, source := testAPI(t, Config{NodeName: node, KubeletToken: testToken, Handover: tc.identity,
+				HandoverInterval: 200 * time.Millisecond, HandoverTimeout: tc.timeout})
+			rec := post(t, call, podJSON(ns, "app"))
+			var sawHandingOver atomic.Bool
+			testserver.Eventually(t, time.Minute, "handover failed", func(ctx context.Context) error {
+				// The kubelet would have fetched; the timeout case must not.
+				r := get(t, call, rec.Pod.UID)
+				if r.State == StateHandingOver {
+					sawHandingOver.Store(true)
+				}
+				if r.State != StateHandoverFailed || !strings.Contains(r.Reason, tc.wantReason) {
+					return fmt.Errorf("state %s (%s), want HandoverFailed with %q", r.State, r.Reason, tc.wantReason)
+				}
+				return nil
+			})
+			if tc.timeout > 0 && !sawHandingOver.Load() {
+				t.Errorf("never HandingOver before the timeout")
+			}
+			if _, list := fetchSource(t, source, "Bearer "+testToken); len(list.Items) != 1 || list.Items[0].UID != rec.Pod.UID {
+				t.Errorf("after a failed handover the kubelet is served %+v, want the pod", list.Items)
+			}
+			if _, err := admin.CoreV1().Pods(ns).Get(ctx, "app-"+node, metav1.GetOptions{}); tc.taken != (err == nil) {
+				t.Errorf("API pod: %v; want one only if it was there before", err)
+			}
+		})
+	}
 }

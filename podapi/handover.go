@@ -13,8 +13,13 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// maxBackoff caps the wait between two attempts at one pod.
-const maxBackoff = 5 * time.Minute
+// maxBackoff caps the wait between two attempts at one pod after a
+// refusal; unreachableBackoff after no answer, so that a pod waiting for
+// kube-apiserver to come up is handed over soon after it does.
+const (
+	maxBackoff         = 5 * time.Minute
+	unreachableBackoff = 30 * time.Second
+)
 
 // runHandover tries every stored pod each HandoverInterval, until ctx
 // ends. See step.
@@ -77,8 +82,10 @@ func (a *API) step(ctx context.Context, r Record) {
 			a.failed(r, p, "read the API pod", err)
 			return
 		}
-		p.mark, p.since = a.fetchSeq.Load(), time.Now()
 		a.setState(r, StateHandingOver, "waiting for the kubelet to stop the static pod and delete its mirror pod")
+		// Read after the change: a fetch numbered above mark started
+		// after it, so it served the kubelet no longer this pod.
+		p.mark, p.since = a.fetchSeq.Load(), time.Now()
 		handovers.WithLabelValues("started").Inc()
 		klog.InfoS("Pod API handing a pod over: no longer served to the kubelet", "pod", klog.KObj(&r.Pod), "uid", uid)
 	case StateHandingOver:
@@ -167,10 +174,13 @@ func (a *API) failed(r Record, p *progress, doing string, err error) {
 		err = fmt.Errorf("%s: %w", doing, err)
 	}
 	p.failures++
-	backoff := min(a.cfg.HandoverInterval<<min(p.failures, 10), maxBackoff)
-	p.next = time.Now().Add(backoff)
 	var status apierrors.APIStatus
 	refused := errors.As(err, &status) || r.State == StateHandingOver
+	backoff := min(a.cfg.HandoverInterval<<min(p.failures, 10), maxBackoff)
+	if !refused {
+		backoff = min(backoff, unreachableBackoff)
+	}
+	p.next = time.Now().Add(backoff)
 	state, result := r.State, "unreachable"
 	// A pod handed over is the API's: it is never served locally again.
 	if refused && r.State != StateHandedOver {

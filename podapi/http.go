@@ -141,6 +141,9 @@ func (a *API) create(w http.ResponseWriter, req *http.Request) {
 	pod.Annotations[annotationSource] = sourceValue
 	pod.Status = corev1.PodStatus{}
 	r := Record{Pod: *pod, State: StateLocal, Since: metav1.Now()}
+	if a.client == nil {
+		r.Reason = "no handover credential (--pod-api-handover-kubeconfig): the pod stays on this node"
+	}
 	if err := a.store.Add(r); err != nil {
 		if errors.Is(err, errExists) {
 			fail(apierrors.NewAlreadyExists(podsResource, pod.Namespace+"/"+name))
@@ -202,6 +205,13 @@ func (a *API) delete(w http.ResponseWriter, req *http.Request) {
 		requests.WithLabelValues("delete", "409").Inc()
 		writeStatus(w, apierrors.NewConflict(podsResource, r.Pod.Namespace+"/"+r.Pod.Name,
 			fmt.Errorf("handed over to kube-apiserver as uid %s: delete it there", r.APIUID)))
+		return
+	case r.State == StateHandingOver:
+		// Its API pod may be being created: deleting the record now could
+		// leave that pod in the API with nothing here knowing of it.
+		requests.WithLabelValues("delete", "409").Inc()
+		writeStatus(w, apierrors.NewConflict(podsResource, r.Pod.Namespace+"/"+r.Pod.Name,
+			errors.New("being handed over to kube-apiserver: delete it there once it is, or retry after --pod-api-handover-timeout")))
 		return
 	}
 	if _, err := a.store.Delete(uid); err != nil {

@@ -15,12 +15,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// testAPI runs the API without handover on a unix socket in a temporary
-// directory; the returned clients reach the API and the kubelet's source.
-func testAPI(t *testing.T, allowed ...uint32) (api *API, call func(method, path, body string) (int, []byte), source string) {
+// testAPI runs the API of cfg (AllowedUIDs: this process's user if
+// none; StateDir: a temporary one if none) on a unix socket in a
+// temporary directory, until the test ends. call reaches the API;
+// source is the kubelet's URL.
+func testAPI(t *testing.T, cfg Config) (api *API, call func(method, path, body string) (int, []byte), source string) {
 	t.Helper()
 	dir := t.TempDir()
-	api, err := New(Config{NodeName: "node-a", StateDir: filepath.Join(dir, "pods"), AllowedUIDs: allowed, KubeletToken: "secret-token-secret-token-secret-token"})
+	if cfg.AllowedUIDs == nil {
+		cfg.AllowedUIDs = []uint32{uint32(os.Getuid())}
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = filepath.Join(dir, "pods")
+	}
+	api, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +73,8 @@ func testAPI(t *testing.T, allowed ...uint32) (api *API, call func(method, path,
 	return api, call, "http://" + src.Addr().String() + "/pods"
 }
 
+const testToken = "secret-token-secret-token-secret-token"
+
 const etcdYAML = `apiVersion: v1
 kind: Pod
 metadata:
@@ -83,7 +93,7 @@ spec:
 // the kubelet suffixes, listed with its state, refused when invalid or
 // taken, and deleted by UID.
 func TestAPI(t *testing.T) {
-	_, call, source := testAPI(t, uint32(os.Getuid()))
+	_, call, source := testAPI(t, Config{NodeName: "node-a", KubeletToken: testToken})
 
 	code, body := call("POST", "/pods", etcdYAML)
 	if code != http.StatusCreated {
@@ -118,28 +128,13 @@ func TestAPI(t *testing.T) {
 		t.Errorf("POST a Service: %d %s, want 400", code, body)
 	}
 
-	fetch := func(auth string) (int, *corev1.PodList) {
-		t.Helper()
-		req, _ := http.NewRequest("GET", source, nil)
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		list := &corev1.PodList{}
-		_ = json.NewDecoder(resp.Body).Decode(list)
-		return resp.StatusCode, list
-	}
-	if code, _ := fetch(""); code != http.StatusUnauthorized {
+	if code, _ := fetchSource(t, source, ""); code != http.StatusUnauthorized {
 		t.Errorf("source without a token: %d, want 401", code)
 	}
-	if code, _ := fetch("Bearer wrong"); code != http.StatusUnauthorized {
+	if code, _ := fetchSource(t, source, "Bearer wrong"); code != http.StatusUnauthorized {
 		t.Errorf("source with a wrong token: %d, want 401", code)
 	}
-	code, list := fetch("Bearer secret-token-secret-token-secret-token")
+	code, list := fetchSource(t, source, "Bearer "+testToken)
 	if code != http.StatusOK || list.Kind != "PodList" || len(list.Items) != 1 || list.Items[0].Name != "etcd" || list.Items[0].UID != r.Pod.UID {
 		t.Fatalf("source: %d %+v, want one pod etcd (the kubelet appends -node-a) with the stored UID", code, list)
 	}
@@ -155,7 +150,7 @@ func TestAPI(t *testing.T) {
 	if code, body := call("DELETE", "/pods/"+string(r.Pod.UID), ""); code != http.StatusOK {
 		t.Fatalf("DELETE: %d %s", code, body)
 	}
-	if _, list := fetch("Bearer secret-token-secret-token-secret-token"); len(list.Items) != 0 {
+	if _, list := fetchSource(t, source, "Bearer "+testToken); len(list.Items) != 0 {
 		t.Errorf("source after DELETE: %+v", list.Items)
 	}
 }
@@ -163,11 +158,47 @@ func TestAPI(t *testing.T) {
 // TestAPIRefusesOtherUsers: a caller whose user is not allowed gets 403,
 // even over a socket it could connect to.
 func TestAPIRefusesOtherUsers(t *testing.T) {
-	_, call, _ := testAPI(t, uint32(os.Getuid())+1)
+	_, call, _ := testAPI(t, Config{NodeName: "node-a", KubeletToken: testToken, AllowedUIDs: []uint32{uint32(os.Getuid()) + 1}})
 	for _, c := range []struct{ method, path, body string }{{"POST", "/pods", etcdYAML}, {"GET", "/pods", ""}, {"DELETE", "/pods/x", ""}} {
 		code, body := call(c.method, c.path, c.body)
 		if code != http.StatusForbidden || !strings.Contains(string(body), "may not use the Pod API") {
 			t.Errorf("%s %s: %d %s, want 403", c.method, c.path, code, body)
 		}
+	}
+}
+
+// fetchSource GETs the kubelet's source with the Authorization header
+// auth ("" for none).
+func fetchSource(t *testing.T, source, auth string) (int, *corev1.PodList) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", source, nil)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	list := &corev1.PodList{}
+	_ = json.NewDecoder(resp.Body).Decode(list)
+	return resp.StatusCode, list
+}
+
+// TestAPIRestart: a second API opened on the same state directory, as
+// after a restart of the endpoint or the node, has the pod and serves it.
+func TestAPIRestart(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pods")
+	_, call, _ := testAPI(t, Config{NodeName: "node-a", KubeletToken: testToken, StateDir: dir})
+	if code, body := call("POST", "/pods", etcdYAML); code != http.StatusCreated {
+		t.Fatalf("POST: %d %s", code, body)
+	}
+	_, call, source := testAPI(t, Config{NodeName: "node-a", KubeletToken: testToken, StateDir: dir})
+	if _, list := fetchSource(t, source, "Bearer "+testToken); len(list.Items) != 1 || list.Items[0].Name != "etcd" {
+		t.Fatalf("source after the restart: %+v", list.Items)
+	}
+	code, body := call("GET", "/pods", "")
+	if code != http.StatusOK || !strings.Contains(string(body), `"name":"etcd-node-a"`) || !strings.Contains(string(body), "no handover credential") {
+		t.Errorf("GET after the restart: %d %s", code, body)
 	}
 }
