@@ -36,7 +36,7 @@ build: ## build bin/nodeproxy (hub), bin/nodeproxy-node (the node endpoint alone
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/nodeproxy-node ./cmd/nodeproxy-node
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/nodeproxy-bench ./cmd/nodeproxy-bench
 
-tools: ## build kube-apiserver, etcd and the hollow kubelet (kubemark) for tests and the demo (once per machine, ~15 min cold)
+tools: ## build kube-apiserver, etcd and the hollow kubelets (kubemark, hack/tools/hollowkubelet) for tests and the demo (once per machine, ~15 min cold)
 	$(GO) run ./hack/buildtools
 
 generate: ## regenerate deepcopy and OpenAPI code of apis/ (zz_generated.*)

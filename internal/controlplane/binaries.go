@@ -2,6 +2,8 @@ package controlplane
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +29,11 @@ type tool struct {
 	name    string
 	pkg     string
 	ldflags string
+	// local is the directory, in hack/tools, of a program of nodeproxy's
+	// own: its binary's name carries a hash of its sources, so that a
+	// change to them builds it anew (the tools directory is keyed by the
+	// pinned versions only).
+	local string
 }
 
 // tools lists what hack/tools/go.mod pins. The version stamp makes
@@ -41,6 +48,10 @@ var tools = []tool{
 	// The hollow kubelet: real kubelet code with a fake container runtime
 	// (kubemark --morph=kubelet), the client the node endpoint is proven with.
 	{name: "kubemark", pkg: "k8s.io/kubernetes/cmd/kubemark",
+		ldflags: "-s -w -X k8s.io/component-base/version.gitVersion=v1.36.3 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36"},
+	// The hollow kubelet with its HTTP pod source (staticPodURL) set,
+	// which kubemark hard-codes empty: the Pod API's kubelet.
+	{name: "hollowkubelet", pkg: "github.com/nodeproxy/nodeproxy/hack/tools/hollowkubelet", local: "hollowkubelet",
 		ldflags: "-s -w -X k8s.io/component-base/version.gitVersion=v1.36.3 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36"},
 	{name: "deepcopy-gen", pkg: "k8s.io/code-generator/cmd/deepcopy-gen", ldflags: "-s -w"},
 	{name: "openapi-gen", pkg: "k8s.io/kube-openapi/cmd/openapi-gen", ldflags: "-s -w"},
@@ -132,7 +143,11 @@ func EnsureTools(ctx context.Context, log io.Writer, names ...string) (map[strin
 		if i < 0 {
 			return nil, fmt.Errorf("unknown tool %q", name)
 		}
-		paths[name] = filepath.Join(dir, name)
+		file, err := tools[i].file(root)
+		if err != nil {
+			return nil, err
+		}
+		paths[name] = filepath.Join(dir, file)
 		if !exists(paths[name]) {
 			wanted = append(wanted, tools[i])
 		}
@@ -149,7 +164,7 @@ func EnsureTools(ctx context.Context, log io.Writer, names ...string) (map[strin
 	}
 	defer unlock()
 	for _, t := range wanted {
-		out := filepath.Join(dir, t.name)
+		out := paths[t.name]
 		if exists(out) { // built by another process while we waited for the lock
 			continue
 		}
@@ -171,6 +186,28 @@ func EnsureTools(ctx context.Context, log io.Writer, names ...string) (map[strin
 		}
 	}
 	return paths, nil
+}
+
+// file is the tool's binary's name in the tools directory: its name, and
+// for a local tool the hash of its sources.
+func (t tool) file(root string) (string, error) {
+	if t.local == "" {
+		return t.name, nil
+	}
+	srcs, err := filepath.Glob(filepath.Join(root, "hack", "tools", t.local, "*.go"))
+	if err != nil || len(srcs) == 0 {
+		return "", fmt.Errorf("sources of %s in hack/tools/%s: none found (%v)", t.name, t.local, err)
+	}
+	h := sha256.New()
+	for _, src := range srcs { // sorted by Glob
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return "", fmt.Errorf("sources of %s: %w", t.name, err)
+		}
+		fmt.Fprintf(h, "%s %d\n", filepath.Base(src), len(b))
+		h.Write(b)
+	}
+	return t.name + "-" + hex.EncodeToString(h.Sum(nil))[:12], nil
 }
 
 func exists(path string) bool {

@@ -4,6 +4,8 @@
 package nodecmd
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 
@@ -16,11 +18,13 @@ import (
 	"github.com/nodeproxy/nodeproxy/endpoint"
 	"github.com/nodeproxy/nodeproxy/internal/cli"
 	"github.com/nodeproxy/nodeproxy/nodeinstall"
+	"github.com/nodeproxy/nodeproxy/podapi"
 )
 
 // NewCommand returns the node command, named use.
 func NewCommand(use string) *cobra.Command {
 	o := endpoint.NewOptions()
+	pods := podapi.NewOptions()
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: "Run the node endpoint in front of this node's kubelet",
@@ -32,7 +36,7 @@ func NewCommand(use string) *cobra.Command {
 			if err := o.Complete(); err != nil {
 				return err
 			}
-			if err := o.Validate(); err != nil {
+			if err := errors.Join(o.Validate(), pods.Validate()); err != nil {
 				return fmt.Errorf("invalid flags: %w", err)
 			}
 			if err := logsapi.ValidateAndApply(o.Logs, utilfeature.DefaultFeatureGate); err != nil {
@@ -51,21 +55,29 @@ func NewCommand(use string) *cobra.Command {
 				return fmt.Errorf("listen on %s: %w", addr, err)
 			}
 			klog.InfoS("Serving the node endpoint", "node", cfg.NodeName, "address", ln.Addr().String(), "apiserver", cfg.APIServer.Host, "hub", hubHost(cfg))
-			if o.MetricsBindAddress == "" {
-				return e.Run(cli.SignalContext(), ln)
-			}
-			mln, err := net.Listen("tcp", o.MetricsBindAddress)
-			if err != nil {
-				return fmt.Errorf("listen on --metrics-bind-address %s: %w", o.MetricsBindAddress, err)
-			}
-			klog.InfoS("Serving metrics to scrapers kube-apiserver allows", "address", mln.Addr().String())
 			g, ctx := errgroup.WithContext(cli.SignalContext())
 			g.Go(func() error { return e.Run(ctx, ln) })
-			g.Go(func() error { return e.RunMetrics(ctx, mln) })
+			if o.MetricsBindAddress != "" {
+				mln, err := net.Listen("tcp", o.MetricsBindAddress)
+				if err != nil {
+					return fmt.Errorf("listen on --metrics-bind-address %s: %w", o.MetricsBindAddress, err)
+				}
+				klog.InfoS("Serving metrics to scrapers kube-apiserver allows", "address", mln.Addr().String())
+				g.Go(func() error { return e.RunMetrics(ctx, mln) })
+			}
+			if pods.Enabled {
+				run, err := startPodAPI(pods, cfg.NodeName)
+				if err != nil {
+					return err
+				}
+				g.Go(func() error { return run(ctx) })
+			}
 			return g.Wait()
 		},
 	}
-	cmd = cli.WithFlags(cmd, o.Flags())
+	fss := o.Flags()
+	pods.AddFlags(&fss)
+	cmd = cli.WithFlags(cmd, fss)
 	cmd.AddCommand(newNodeInstallCommand(), newNodeUninstallCommand())
 	return cmd
 }
@@ -122,6 +134,31 @@ func newNodeUninstallCommand() *cobra.Command {
 	fss.FlagSet("uninstall").BoolVar(&stay, "stay", false,
 		"After uninstalling, keep running until terminated, as a DaemonSet's pod must to count as done.")
 	return cli.WithFlags(cmd, fss)
+}
+
+// startPodAPI opens the Pod API's store, socket and pod source, and
+// returns what serves them.
+func startPodAPI(o *podapi.Options, node string) (func(context.Context) error, error) {
+	cfg, err := o.Config(node)
+	if err != nil {
+		return nil, err
+	}
+	api, err := podapi.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	sock, err := podapi.ListenUnix(o.Socket)
+	if err != nil {
+		return nil, err
+	}
+	src, err := net.Listen("tcp", o.KubeletAddress)
+	if err != nil {
+		sock.Close()
+		return nil, fmt.Errorf("listen on --pod-api-kubelet-address %s: %w", o.KubeletAddress, err)
+	}
+	klog.InfoS("Serving the Pod API", "socket", o.Socket, "allowedUIDs", o.AllowedUIDs,
+		"kubeletSource", "http://"+src.Addr().String()+"/pods", "handover", cfg.Handover != nil)
+	return func(ctx context.Context) error { return api.Run(ctx, sock, src) }, nil
 }
 
 func hubHost(cfg endpoint.Config) string {
