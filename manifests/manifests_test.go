@@ -39,6 +39,7 @@ var kustomizations = map[string][]string{
 	".":                              {"APIService/v1alpha1.bulk.k8s.io", "Deployment/nodeproxy", "Service/nodeproxy", "ClusterRole/nodeproxy:bulk-nodes", "ClusterRole/nodeproxy:authorize"},
 	"base":                           {"APIService/v1alpha1.bulk.k8s.io", "Deployment/nodeproxy", "Service/nodeproxy", "Namespace/nodeproxy"},
 	"node":                           {"DaemonSet/nodeproxy-node"},
+	"podapi-handover":                {"ClusterRole/nodeproxy:podapi-handover", "ClusterRoleBinding/nodeproxy:podapi-handover"},
 	"overlays/authorization-webhook": {"Deployment/nodeproxy", "ClusterRole/nodeproxy:authorize", "ConfigMap/nodeproxy-kube-apiserver-files"},
 	"overlays/prometheus": {"Deployment/nodeproxy", "ServiceMonitor/nodeproxy", "PrometheusRule/nodeproxy",
 		"ClusterRole/nodeproxy:metrics-reader", "ConfigMap/nodeproxy-grafana-dashboard"},
@@ -50,7 +51,7 @@ func TestEveryKustomizationIsTested(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range append(found, "base/kustomization.yaml", "node/kustomization.yaml", "kustomization.yaml") {
+	for _, f := range append(found, "base/kustomization.yaml", "node/kustomization.yaml", "podapi-handover/kustomization.yaml", "kustomization.yaml") {
 		if _, ok := kustomizations[filepath.Dir(f)]; !ok {
 			t.Errorf("%s is not in this test's kustomizations: nothing proves it applies", f)
 		}

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -77,7 +76,7 @@ func TestBootstrapWorkflow(t *testing.T) {
 	// Until the gate opens, neither the kubelet nor the Pod API reaches
 	// kube-apiserver: the node has no API server.
 	gate := startGate(t, strings.TrimPrefix(cp.URL, "https://"))
-	handover := handoverIdentity(t, admin)
+	handover := handoverIdentity(t)
 	handover.Host = gate.url
 
 	const token = "kubelet-token-kubelet-token-kubelet-token"
@@ -221,24 +220,15 @@ func TestBootstrapWorkflow(t *testing.T) {
 	}
 }
 
-// handoverIdentity is the identity the Pod API hands pods over with: a
-// user allowed to create and get pods (docs/operations.md's RBAC).
-func handoverIdentity(t *testing.T, admin kubernetes.Interface) *rest.Config {
+// handoverIdentity is the identity the Pod API hands pods over with: the
+// user that manifests/podapi-handover grants, with that file's RBAC
+// applied as shipped, so that the test proves it is enough.
+func handoverIdentity(t *testing.T) *rest.Config {
 	t.Helper()
-	ctx := context.Background()
-	const user = "nodeproxy:podapi-handover"
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get"}}}}
-	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := cp.ApplyFiles(context.Background(), "../manifests/podapi-handover/rbac.yaml"); err != nil {
 		t.Fatal(err)
 	}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: user},
-		Subjects: []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: user}}}
-	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	cfg, err := cp.UserConfig(user)
+	cfg, err := cp.UserConfig("nodeproxy:podapi-handover")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +394,7 @@ func post(t *testing.T, call func(method, urlPath, body string) (int, []byte), b
 func TestHandoverRefused(t *testing.T) {
 	ctx := context.Background()
 	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
-	allowed := handoverIdentity(t, admin)
+	allowed := handoverIdentity(t)
 	nobody, err := cp.UserConfig("nodeproxy:podapi-nobody")
 	if err != nil {
 		t.Fatal(err)
