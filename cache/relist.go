@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -60,15 +61,7 @@ func relistChanges(old, list *btree.BTreeG[*Object], prevRV, listRV uint64) ([]*
 	if !ok {
 		return nil, false
 	}
-	slices.SortFunc(changes, func(a, b *Event) int {
-		switch {
-		case a.RV < b.RV:
-			return -1
-		case a.RV > b.RV:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(changes, func(a, b *Event) int { return cmp.Compare(a.RV, b.RV) })
 	last := prevRV
 	for _, e := range changes {
 		if e.RV == last {
