@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -22,6 +23,9 @@ type Reachability interface {
 // NodeAuthorizer decides the requests of node identities.
 type NodeAuthorizer struct {
 	graph Reachability
+	// refresher, when set, is asked to bring the graph up to date
+	// before a refusal a lagging graph could have caused (refresh.go).
+	refresher Refresher
 }
 
 var (
@@ -32,6 +36,13 @@ var (
 // New returns an authorizer that decides against g.
 func New(g Reachability) *NodeAuthorizer {
 	return &NodeAuthorizer{graph: g}
+}
+
+// NewRefreshing returns an authorizer that decides against g and, before
+// refusing a node an object one of its pods could reference, has r
+// bring g up to date with that node's pods and decides again.
+func NewRefreshing(g Reachability, r Refresher) *NodeAuthorizer {
+	return &NodeAuthorizer{graph: g, refresher: r}
 }
 
 // errRulesUnsupported is what RulesFor says of node identities: their
@@ -48,7 +59,7 @@ func (a *NodeAuthorizer) RulesFor(_ context.Context, u user.Info, _ string) ([]a
 }
 
 // Authorize decides a request. Only node identities get an opinion.
-func (a *NodeAuthorizer) Authorize(_ context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
+func (a *NodeAuthorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
 	node, isNode := nodeIdentity(attrs.GetUser())
 	if !isNode {
 		return authorizer.DecisionNoOpinion, "", nil
@@ -58,6 +69,9 @@ func (a *NodeAuthorizer) Authorize(_ context.Context, attrs authorizer.Attribute
 		return authorizer.DecisionNoOpinion, fmt.Sprintf("unknown node for user %q", attrs.GetUser().GetName()), nil
 	}
 	d, reason := a.decide(node, attrs)
+	if d != authorizer.DecisionAllow && a.refresher != nil && refreshable[reason] {
+		d, reason = a.decideRefreshed(ctx, node, attrs, reason)
+	}
 	if d != authorizer.DecisionAllow && klog.V(2).Enabled() {
 		klog.V(2).InfoS("Node request refused", "node", node, "verb", attrs.GetVerb(), "resource", attrs.GetResource(),
 			"subresource", attrs.GetSubresource(), "namespace", attrs.GetNamespace(), "name", attrs.GetName(), "reason", reason)
@@ -165,6 +179,44 @@ var missingRelationship = [...]string{
 	graph.ResourceClaim:         "no relationship found between node and this object: no pod bound to this node uses this resource claim",
 	graph.VolumeAttachment:      "no relationship found between node and this object: the attachment is not for this node",
 	graph.ResourceSlice:         "no relationship found between node and this object: the resource slice does not belong to this node",
+}
+
+// refreshable holds the refusals a graph behind kube-apiserver can cause
+// for objects a pod references: the pod itself is missing (just bound),
+// or so is its edge to the object. A claim bound to a volume a moment ago
+// (a claim update, not a pod's) and the attachments and slices of the
+// node are not pod edges; refreshing the node's pods cannot turn them.
+var refreshable = map[string]bool{}
+
+func init() {
+	for _, k := range []graph.Kind{graph.Pod, graph.Secret, graph.ConfigMap, graph.ServiceAccount,
+		graph.PersistentVolumeClaim, graph.PersistentVolume, graph.ResourceClaim} {
+		refreshable[missingRelationship[k]] = true
+	}
+}
+
+// decideRefreshed decides again once the refresher has brought the graph
+// up to kube-apiserver's view of the node's pods. If it cannot, the
+// refusal stands: never an allow on error.
+func (a *NodeAuthorizer) decideRefreshed(ctx context.Context, node string, attrs authorizer.Attributes, reason string) (authorizer.Decision, string) {
+	start := time.Now()
+	err := a.refresher.Refresh(ctx, node)
+	refreshWait.Observe(time.Since(start).Seconds())
+	if err != nil {
+		refreshedDecisions.WithLabelValues("error").Inc()
+		klog.V(2).InfoS("Could not bring the graph up to date before a refusal; refusing", "node", node, "err", err)
+		return noOpinion, reason
+	}
+	d, again := a.decide(node, attrs)
+	if d == allow {
+		refreshedDecisions.WithLabelValues("allowed").Inc()
+		klog.V(2).InfoS("Graph was behind kube-apiserver: allowed once up to date", "node", node,
+			"resource", attrs.GetResource(), "namespace", attrs.GetNamespace(), "name", attrs.GetName(),
+			"waited", time.Since(start))
+	} else {
+		refreshedDecisions.WithLabelValues("refused").Inc()
+	}
+	return d, again
 }
 
 func (a *NodeAuthorizer) readNamespaced(node string, kind graph.Kind, r *request) (authorizer.Decision, string) {

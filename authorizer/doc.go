@@ -26,7 +26,11 @@
 //	anything else              the static rules of the system:node ClusterRole
 //
 // A refusal is NoOpinion, never Deny, exactly as the reference: a cluster
-// may still grant more through RBAC. Every decision is made without
+// may still grant more through RBAC. A refusal that a graph lagging behind
+// kube-apiserver could have caused (a pod, or what a pod references) is
+// decided again once a Refresher has brought the graph up to
+// kube-apiserver's view of that node's pods (refresh.go); allows never
+// wait. Every decision is made without
 // allocating and without a graph walk: the graph answers "does this node
 // reach this object" with one lookup.
 package authorizer

@@ -35,6 +35,35 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 
+	refreshedDecisions = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy",
+		Subsystem: "authorizer",
+		Name:      "refreshed_decisions_total",
+		Help: "Node refusals decided again after bringing the graph up to kube-apiserver's view of the node's pods, by result: " +
+			"allowed (the graph was behind: a graph-lag denial avoided), refused (still refused), error (could not refresh; refused).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+
+	refreshWait = metrics.NewHistogram(&metrics.HistogramOpts{
+		Namespace: "nodeproxy",
+		Subsystem: "authorizer",
+		Name:      "refresh_wait_seconds",
+		Help:      "Time a node refusal waited for the graph to be brought up to date: what the refusal path adds.",
+		// 1ms .. 4s: a list of one node's pods and a store that keeps up
+		// take milliseconds; RefreshOptions.Timeout (1 s) is the ceiling.
+		Buckets:        metrics.ExponentialBuckets(1e-3, 2, 13),
+		StabilityLevel: metrics.ALPHA,
+	})
+
+	refreshRounds = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy",
+		Subsystem: "authorizer",
+		Name:      "refresh_rounds_total",
+		Help: "Rounds bringing the graph up to date with one node's pods, each one list from kube-apiserver shared by every refusal of that node waiting for it, " +
+			"by result: ok, timeout, throttled (no list sent: too many in flight across nodes), error.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+
 	registerOnce sync.Once
 )
 
@@ -42,7 +71,7 @@ var (
 // registry that /metrics serves.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(decisions, decisionDuration, rejectedReviews)
+		legacyregistry.MustRegister(decisions, decisionDuration, rejectedReviews, refreshedDecisions, refreshWait, refreshRounds)
 	})
 }
 

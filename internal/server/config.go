@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/openapi"
+	"github.com/nodeproxy/nodeproxy/authorizer"
 	"github.com/nodeproxy/nodeproxy/bulk"
 	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/watchmux"
@@ -38,6 +39,9 @@ type Config struct {
 	Watcher bulk.WatcherOptions
 	// BulkGet bounds each bulk get.
 	BulkGet bulk.GetLimits
+	// Refresh tunes how the node authorizer brings its graph up to date
+	// before a refusal; a zero Timeout never does.
+	Refresh authorizer.RefreshOptions
 	// router hands bulk watch upgrades to the watch server New makes.
 	router *upgradeRouter
 	// ClientCASources counts the CA sources client certificates are
@@ -52,6 +56,9 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 	kube, err := o.kubeConfig()
 	if err != nil {
 		return nil, err
+	}
+	if o.KubeTransportWrapper != nil {
+		kube.Wrap(o.KubeTransportWrapper)
 	}
 	if err := reachable(ctx, kube, o); err != nil {
 		return nil, err
@@ -98,7 +105,7 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 	if o.Authentication.RequestHeader.ClientCAFile != "" || lookup {
 		sources++
 	}
-	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, CacheMaxWatchOutage: o.CacheMaxWatchOutage, Watch: o.Watch, Watcher: o.Watcher, BulkGet: o.BulkGet, ClientCASources: sources, router: router}, nil
+	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, CacheMaxWatchOutage: o.CacheMaxWatchOutage, Watch: o.Watch, Watcher: o.Watcher, BulkGet: o.BulkGet, Refresh: o.Refresh, ClientCASources: sources, router: router}, nil
 }
 
 func (o *Options) kubeConfig() (*rest.Config, error) {

@@ -9,10 +9,12 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/transport"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	netutils "k8s.io/utils/net"
 
+	"github.com/nodeproxy/nodeproxy/authorizer"
 	"github.com/nodeproxy/nodeproxy/bulk"
 	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/watchmux"
@@ -59,6 +61,15 @@ type Options struct {
 	Watcher bulk.WatcherOptions
 	// BulkGet bounds each bulk get.
 	BulkGet bulk.GetLimits
+	// Refresh tunes how the node authorizer brings its graph up to date
+	// with kube-apiserver before refusing a node; Timeout 0 turns it off.
+	Refresh authorizer.RefreshOptions
+
+	// KubeTransportWrapper, when set, wraps the transport of every request
+	// to kube-apiserver made with --kubeconfig (the cache's lists and
+	// watches). No flag sets it: tests and benchmarks use it to make a
+	// replica lag behind kube-apiserver on purpose.
+	KubeTransportWrapper transport.WrapperFunc
 }
 
 // DefaultCacheMaxWatchOutage is how long a type may fail to list and
@@ -87,6 +98,7 @@ func NewOptions() *Options {
 		Watch:               watchmux.DefaultOptions(),
 		Watcher:             bulk.DefaultWatcherOptions(),
 		BulkGet:             bulk.DefaultGetLimits(),
+		Refresh:             authorizer.DefaultRefreshOptions(),
 	}
 	o.SecureServing.BindPort = DefaultSecurePort
 	// No default directory: without --cert-dir or --tls-cert-file the
@@ -120,6 +132,18 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&o.CacheMaxWatchOutage, "cache-max-watch-outage", o.CacheMaxWatchOutage,
 		"How long a resource type may be unable to list and watch kube-apiserver before /readyz fails (check cache-watch), "+
 			"so that traffic goes to replicas that can. 0: never.")
+
+	fs = fss.FlagSet("node authorizer")
+	fs.DurationVar(&o.Refresh.Timeout, "node-refresh-timeout", o.Refresh.Timeout,
+		"Before refusing a node an object one of its pods could reference, nodeproxy lists that node's pods from kube-apiserver "+
+			"(metadata only) and waits for its graph to have them, then decides again, so that a replica whose watch lags "+
+			"never refuses what kube-apiserver has just shown the node. This bounds that wait; past it the refusal stands. "+
+			"0: refuse at once, as the in-tree Node authorizer does.")
+	fs.DurationVar(&o.Refresh.MinInterval, "node-refresh-min-interval", o.Refresh.MinInterval,
+		"Least time between two lists of the same node's pods, so that a node spamming forbidden reads costs kube-apiserver "+
+			"at most one small list per interval.")
+	fs.IntVar(&o.Refresh.MaxConcurrent, "node-refresh-max-concurrent", o.Refresh.MaxConcurrent,
+		"Lists of nodes' pods in flight at once across nodes; a refusal finding none free within --node-refresh-timeout stands.")
 
 	fs = fss.FlagSet("bulk get")
 	fs.Int64Var(&o.BulkGet.MaxAnswerBytes, "bulk-get-max-answer-bytes", o.BulkGet.MaxAnswerBytes,
@@ -200,6 +224,13 @@ func (o *Options) Validate() error {
 	}
 	if o.CacheMaxWatchOutage < 0 {
 		errs = append(errs, fmt.Errorf("--cache-max-watch-outage must not be negative, got %s", o.CacheMaxWatchOutage))
+	}
+	if o.Refresh.Timeout < 0 || o.Refresh.MinInterval < 0 {
+		errs = append(errs, fmt.Errorf("--node-refresh-timeout and --node-refresh-min-interval must not be negative, got %s and %s",
+			o.Refresh.Timeout, o.Refresh.MinInterval))
+	}
+	if o.Refresh.MaxConcurrent <= 0 {
+		errs = append(errs, fmt.Errorf("--node-refresh-max-concurrent must be positive, got %d", o.Refresh.MaxConcurrent))
 	}
 	if o.Cache.EncodedEntries <= 0 {
 		errs = append(errs, fmt.Errorf("--cache-encoded-entries must be positive, got %d", o.Cache.EncodedEntries))

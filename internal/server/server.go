@@ -56,6 +56,13 @@ func (c *Config) New() (*Server, error) {
 	bulk.RegisterMetrics()
 	registerMetrics()
 	nodes := authorizer.New(g)
+	if c.Refresh.Timeout > 0 {
+		r, err := newRefresher(c.Kube, objects, c.Refresh)
+		if err != nil {
+			return nil, err
+		}
+		nodes = authorizer.NewRefreshing(g, r)
+	}
 	generic.Handler.NonGoRestfulMux.Handle(authorizer.WebhookPath, &authorizer.Webhook{Authorizer: nodes})
 	getter := bulk.NewGetter(objects, g, nodes, c.Generic.Authorization.Authorizer)
 	if err := installBulkAPI(generic, getter, c.BulkGet); err != nil {
