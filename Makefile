@@ -69,9 +69,9 @@ demo: tools build ## start a local control plane with nodeproxy in front of it (
 
 # What `make bench` runs: every scenario, apiserver included (it starts a
 # local control plane, as make demo does).
-BENCHSCENARIOS ?= authz graph bulkget fanout revoke apiserver
+BENCHSCENARIOS ?= authz graph bulkget fanout revoke apiserver causal
 
-bench: tools build ## nodeproxy-bench: the in-tree Node authorizer's shape (100k pods) and kube-apiserver side by side (~2.5 min; BENCHFLAGS, BENCHSCENARIOS)
+bench: tools build ## nodeproxy-bench: the in-tree Node authorizer's shape (100k pods), kube-apiserver side by side, graph-lag refusals on 2 replicas (~3 min; BENCHFLAGS, BENCHSCENARIOS)
 	bin/nodeproxy-bench --chart bin/bench.svg $(BENCHFLAGS) $(BENCHSCENARIOS)
 
 image: ## build the images with only Go: the hub's (bin/image/) and the node endpoint's (bin/image-node/), OCI layout and docker tarballs, amd64 and arm64 (IMAGEFLAGS, NODEIMAGEFLAGS)

@@ -50,7 +50,7 @@ var (
 		Name:      "refresh_wait_seconds",
 		Help:      "Time a node refusal waited for the graph to be brought up to date: what the refusal path adds.",
 		// 1ms .. 4s: a list of one node's pods and a store that keeps up
-		// take milliseconds; RefreshOptions.Timeout (1 s) is the ceiling.
+		// take milliseconds; RefreshOptions.Timeout (2 s) is the ceiling.
 		Buckets:        metrics.ExponentialBuckets(1e-3, 2, 13),
 		StabilityLevel: metrics.ALPHA,
 	})

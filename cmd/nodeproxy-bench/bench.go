@@ -30,6 +30,7 @@ type benchOptions struct {
 	shape         workload.Shape
 	watch         bench.WatchLoad
 	kubelets      bench.KubeletLoad
+	causal        bench.CausalLoad
 	revokeRate    int
 	phaseDuration time.Duration
 	output        string
@@ -45,6 +46,7 @@ type benchOptions struct {
 
 func newBenchOptions() *benchOptions {
 	return &benchOptions{shape: workload.ReferenceShape(), watch: bench.DefaultWatchLoad(), kubelets: bench.DefaultKubeletLoad(),
+		causal:     bench.DefaultCausalLoad(),
 		revokeRate: 200, phaseDuration: 2 * time.Second, output: "table"}
 }
 
@@ -72,6 +74,12 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 	fs.IntVar(&w.Updates, "updates", w.Updates, "Back-to-back updates per sustained round (at most 1000: a channel queues 1024 events).")
 
 	fs.IntVar(&o.revokeRate, "revoke-rate", o.revokeRate, "Pod deletions per second in the revoke scenario.")
+
+	fs = fss.FlagSet("causal")
+	c := &o.causal
+	fs.IntVar(&c.Nodes, "causal-nodes", c.Nodes, "Nodes in the causal scenario; each watches its pods on both sides.")
+	fs.IntVar(&c.Pods, "causal-pods", c.Pods, "Pods the causal scenario binds, each with a fresh Secret.")
+	fs.IntVar(&c.Rate, "causal-rate", c.Rate, "Pods bound per second in the causal scenario.")
 
 	fs = fss.FlagSet("kubelets")
 	k := &o.kubelets
@@ -113,6 +121,7 @@ func (o *benchOptions) validate() error {
 		name  string
 		value int
 	}{{"--watch-nodes", w.Nodes}, {"--channels-per-node", w.ChannelsPerNode}, {"--object-size", w.ObjectSize}, {"--updates", w.Updates}, {"--revoke-rate", o.revokeRate},
+		{"--causal-nodes", o.causal.Nodes}, {"--causal-pods", o.causal.Pods}, {"--causal-rate", o.causal.Rate},
 		{"--kubelet-nodes", o.kubelets.Nodes}, {"--kubelet-pods", o.kubelets.PodsPerNode}, {"--kubelet-objects", o.kubelets.ObjectsPerPod}, {"--kubelet-pairs", o.kubelets.Pairs}} {
 		if f.value <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", f.name, f.value))
@@ -197,7 +206,7 @@ func runBench(ctx context.Context, o *benchOptions, scenarios []bench.Scenario, 
 		fmt.Fprintf(progress, "generated %d nodes, %d pods, %d volumes in %s\n", len(cluster.Nodes), len(cluster.Pods), len(cluster.PVs),
 			time.Since(started).Round(time.Millisecond))
 	}
-	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, RevokeRate: o.revokeRate, Kubelets: o.kubelets,
+	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, RevokeRate: o.revokeRate, Kubelets: o.kubelets, Causal: o.causal,
 		Progress: progress, Bar: progressBars(progress)}
 	// The cluster the scenarios that need one share: the kubeconfig's, or
 	// a local control plane started for the first of them.

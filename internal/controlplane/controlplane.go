@@ -73,6 +73,7 @@ type ControlPlane struct {
 
 	admin     *rest.Config
 	etcd      *Process
+	etcdURL   string
 	apiserver *Process
 	// apiserverBin and apiserverArgs start kube-apiserver again, the same
 	// way, for RestartAPIServer.
@@ -132,16 +133,16 @@ func start(ctx context.Context, opts Options, bins Binaries) (_ *ControlPlane, e
 			return nil, fmt.Errorf("authorization configuration: %w", err)
 		}
 	}
-	authzPath, err := writeAuthorizationConfig(dir, authz)
+	authzPath, err := writeAuthorizationConfig(dir, "authorization-config.yaml", authz)
 	if err != nil {
 		return nil, err
 	}
 
-	etcdURL, err := cp.startEtcd(ctx, bins.Etcd, ports[1], ports[2])
+	cp.etcdURL, err = cp.startEtcd(ctx, bins.Etcd, ports[1], ports[2])
 	if err != nil {
 		return nil, err
 	}
-	if err := cp.startAPIServer(ctx, bins.KubeAPIServer, ports[0], etcdURL, authzPath, opts.ExtraAPIServerArgs); err != nil {
+	if err := cp.startAPIServer(ctx, bins.KubeAPIServer, ports[0], authzPath, opts.ExtraAPIServerArgs); err != nil {
 		return nil, err
 	}
 	if err := cp.seed(ctx); err != nil {
@@ -192,7 +193,7 @@ var defaultAuthorization = apiserverv1.AuthorizationConfiguration{
 	},
 }
 
-func writeAuthorizationConfig(dir string, cfg *apiserverv1.AuthorizationConfiguration) (string, error) {
+func writeAuthorizationConfig(dir, name string, cfg *apiserverv1.AuthorizationConfiguration) (string, error) {
 	if cfg == nil {
 		cfg = &defaultAuthorization
 	}
@@ -203,7 +204,7 @@ func writeAuthorizationConfig(dir string, cfg *apiserverv1.AuthorizationConfigur
 	if err != nil {
 		return "", fmt.Errorf("encode authorization configuration: %w", err)
 	}
-	path := filepath.Join(dir, "authorization-config.yaml")
+	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return "", fmt.Errorf("write authorization configuration: %w", err)
 	}
@@ -234,14 +235,23 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, bin string, clientPort, p
 	return client, err
 }
 
-func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, port int, etcdURL, authzPath string, extra []string) error {
+func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, port int, authzPath string, extra []string) error {
+	args := cp.apiServerArgs(port, authzPath, filepath.Join(cp.Dir, "apiserver-generated"))
+	cp.apiserverBin, cp.apiserverArgs = bin, append(args, extra...)
+	return cp.runAPIServer(ctx)
+}
+
+// apiServerArgs is the command line of a kube-apiserver of this control
+// plane on port: its etcd, certificates and service-account keys, the
+// authorization configuration at authzPath.
+func (cp *ControlPlane) apiServerArgs(port int, authzPath, certDir string) []string {
 	f := func(name string) string { return filepath.Join(cp.Dir, name) }
-	args := []string{
-		"--etcd-servers=" + etcdURL,
+	return []string{
+		"--etcd-servers=" + cp.etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
-		"--cert-dir=" + f("apiserver-generated"),
+		"--cert-dir=" + certDir,
 		"--tls-cert-file=" + f("apiserver.crt"),
 		"--tls-private-key-file=" + f("apiserver.key"),
 		"--client-ca-file=" + cp.ClientCA.CertPath,
@@ -264,8 +274,6 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, port int
 		// admin may reach it.
 		"--profiling=true",
 	}
-	cp.apiserverBin, cp.apiserverArgs = bin, append(args, extra...)
-	return cp.runAPIServer(ctx)
 }
 
 // runAPIServer starts kube-apiserver as startAPIServer configured it, its

@@ -71,6 +71,9 @@ func StartProcess(name, bin string, args []string, logPath string) (*Process, er
 // Pid is the process's identifier, for reading its resource usage.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
+// Binary is the path of the program p runs, for starting another like it.
+func (p *Process) Binary() string { return p.cmd.Path }
+
 // Exited reports whether the process has ended, and how.
 func (p *Process) Exited() (bool, error) {
 	select {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	"k8s.io/utils/ptr"
@@ -38,7 +39,9 @@ func WebhookAuthorization(configPath, url, user string, cache bool) func(*Contro
 			return nil, err
 		}
 		client.Host = url
-		kubeconfig := filepath.Join(cp.Dir, "authorization-webhook.kubeconfig")
+		// One file per webhook address: peer kube-apiservers may each
+		// ask a replica of their own.
+		kubeconfig := filepath.Join(cp.Dir, "authorization-webhook-"+strings.NewReplacer(":", "-", "/", "-").Replace(strings.TrimPrefix(url, "https://"))+".kubeconfig")
 		if err := WriteKubeconfig(client, kubeconfig); err != nil {
 			return nil, err
 		}
