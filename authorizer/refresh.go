@@ -127,8 +127,13 @@ func NewNodeRefresher(latest LatestPodVersion, await AwaitPods, opts RefreshOpti
 }
 
 // Refresh implements Refresher: it joins the node's next round, starting
-// one if the node has none, and waits for it or for ctx.
+// one if the node has none, and waits for it, for ctx, or for Timeout,
+// whichever ends first. A round may start only once the one in flight has
+// ended, so without its own bound a refusal could wait for two: longer
+// than kube-apiserver waits for the webhook, which then refuses anyway.
 func (r *NodeRefresher) Refresh(ctx context.Context, node string) error {
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
 	r.mu.Lock()
 	q, running := r.nodes[node]
 	if !running {

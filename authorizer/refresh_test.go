@@ -217,11 +217,35 @@ func TestRefreshFindingNoSlotForItsWholeTimeoutGivesUp(t *testing.T) {
 		r := newTestRefresher(t, f, &awaited, opts)
 		a := refreshAll(r, "node-a", 1)
 		synctest.Wait()
-		if err := r.Refresh(context.Background(), "node-b"); !errors.Is(err, errTooManyRefreshes) {
+		// The round itself: its caller gives up at the same moment.
+		if err := r.refresh("node-b"); !errors.Is(err, errTooManyRefreshes) {
 			t.Fatalf("node-b with the only slot taken for its whole timeout: %v, want %v", err, errTooManyRefreshes)
 		}
 		close(f.release)
 		<-a
+		drain(r)
+	})
+}
+
+func TestARefusalWaitsAtMostTimeoutEvenBehindALongRound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeAPI()
+		var awaited []uint64
+		opts := DefaultRefreshOptions()
+		r := newTestRefresher(t, f, &awaited, opts)
+		first := refreshAll(r, "node-a", 1)
+		synctest.Wait()
+		time.Sleep(opts.Timeout / 2) // the list in flight is slow
+		start := time.Now()
+		err := r.Refresh(context.Background(), "node-a") // waits for the next round
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("refusal behind a slow round: %v, want a deadline error", err)
+		}
+		if waited := time.Since(start); waited != opts.Timeout {
+			t.Errorf("waited %v, want Timeout %v: its own bound, not the rounds'", waited, opts.Timeout)
+		}
+		close(f.release)
+		<-first
 		drain(r)
 	})
 }
