@@ -10,6 +10,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -61,7 +62,13 @@ func (c *Config) New() (*Server, error) {
 	if err := installBulkAPI(generic, getter, c.BulkGet); err != nil {
 		return nil, err
 	}
-	watcher := bulk.NewWatcher(getter, g, c.Watcher)
+	meta, err := metadata.NewForConfig(c.Kube)
+	if err != nil {
+		return nil, fmt.Errorf("metadata client for resume checks: %w", err)
+	}
+	watcherOptions := c.Watcher
+	watcherOptions.Latest = latestVersions{client: meta}
+	watcher := bulk.NewWatcher(getter, g, watcherOptions)
 	watchServer := watchmux.NewServer(watcher, c.Watch)
 	c.router.watch.Store(watchServer)
 
