@@ -23,13 +23,18 @@ const freshnessTimeout = 3 * time.Second
 // for the cache alone before asking kube-apiserver whether the version is
 // real. Every hub replica's watch of a type gets an event from
 // kube-apiserver's watch cache in the same dispatch, so a version another
-// replica has seen reaches this one within milliseconds unless it came
-// from a bookmark this replica has not had yet (one a minute per watch):
-// waiting longer would only delay the resumes that need the question.
-// Measured on the test harness (TestResumeOnAnotherReplica, two hubs, one
-// kube-apiserver): the second store trailed the first by at most a few
-// milliseconds.
-const storeLagAllowance = 100 * time.Millisecond
+// replica has seen from an event reaches this one within a millisecond or
+// so; one it saw in a bookmark may be a minute away (each replica's watch
+// gets its own, about a minute apart), and only the question settles it.
+// Measured on the test harness (2 cores, two hubs, one kube-apiserver;
+// BenchmarkEventLagBetweenReplicas, 200 updates): the second replica got
+// each change p50 0.05 ms, at most 1.3 ms after the first, so 10 ms is
+// several times the worst lag seen; BenchmarkResumeAheadOfTheCache then
+// opened 200 quiet resumes in p50 14.8 ms, at most 105 ms (100 ms here
+// made it p50 112 ms). Waiting longer only delays those resumes; waiting
+// less than the lag costs one more question, shared by every resume of
+// the type.
+const storeLagAllowance = 10 * time.Millisecond
 
 // What a request waits for the cache for: a read needs the state at a
 // version (a list, or a channel's initial state), a resume only the

@@ -20,9 +20,9 @@ import (
 // caught up with etcd (ConsistentListFromCache), else from etcd, one key.
 // The bulk watch asks it, at most one request in flight per type, when a
 // channel resumes from a version this replica's cache has not reached;
-// each answer also settles every later resume at or below it, so
-// client-go's default client-side limit (5 requests/s, burst 10) is not
-// what bounds a burst of resumes.
+// each answer also settles every later resume at or below it. That
+// coalescing is what bounds the requests, so the client has no
+// client-side rate limit (New).
 type latestVersions struct{ client metadata.Interface }
 
 var _ bulk.LatestVersions = latestVersions{}
