@@ -231,19 +231,28 @@ func TestResumeOnAnotherReplica(t *testing.T) {
 	})
 
 	t.Run("from a version B's quiet cache has not reached", func(t *testing.T) {
-		vouched := gatheredSum(t, "nodeproxy_bulk_version_waits_total", `result="vouched"`)
-		x := quietBelow(t, b, admin, ns)
-		onB, err := dialAsAdmin(t, b).Watch(ctx, secretsIn(ns, "metadata.name=s", strconv.FormatUint(x, 10)))
-		if err != nil {
-			t.Fatalf("resume from %d: %v", x, err)
+		// B's cache may take in a secrets bookmark between quietBelow and
+		// the resume (then it resumes from its log, correctly, but the
+		// case is not tested): try again.
+		c := dialAsAdmin(t, b)
+		for i := range 3 {
+			vouched := gatheredSum(t, "nodeproxy_bulk_version_waits_total", `result="vouched"`)
+			x := quietBelow(t, b, admin, ns)
+			onB, err := c.Watch(ctx, secretsIn(ns, "metadata.name=s", strconv.FormatUint(x, 10)))
+			if err != nil {
+				t.Fatalf("resume from %d: %v", x, err)
+			}
+			v := strconv.Itoa(4 + i)
+			rv := writeSecret(t, admin, ns, "s", v)
+			if e := nextSeen(t, onB); e.typ != watch.Modified || e.v != v || e.rv != rv {
+				t.Fatalf("on B: %+v, want MODIFIED v=%s at %d", e, v, rv)
+			}
+			if gatheredSum(t, "nodeproxy_bulk_version_waits_total", `result="vouched"`) > vouched {
+				return
+			}
+			t.Logf("B's cache reached %d before it was asked to; again", x)
 		}
-		if got := gatheredSum(t, "nodeproxy_bulk_version_waits_total", `result="vouched"`) - vouched; got != 1 {
-			t.Errorf("nodeproxy_bulk_version_waits_total{result=vouched} grew by %v, want 1", got)
-		}
-		rv := writeSecret(t, admin, ns, "s", "4")
-		if e := nextSeen(t, onB); e.typ != watch.Modified || e.v != "4" || e.rv != rv {
-			t.Fatalf("on B: %+v, want MODIFIED v=4 at %d", e, rv)
-		}
+		t.Fatal("B's cache always reached the version before the resume: the quiet case was not tested")
 	})
 }
 
