@@ -2,6 +2,7 @@ package bulk
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"sync"
@@ -146,21 +147,31 @@ func (e *encodedEvent) bytes() ([]byte, error) {
 }
 
 // register adds s, which has seen the state at from, replaying the log
-// from there to where dispatching is. ErrExpired if the log no longer
-// reaches from.
-func (d *dispatcher) register(s *stream, from uint64) error {
+// from there to where dispatching is, and says how (resumeFromLog,
+// resumeFromState, resumeExpired). When the log no longer reaches from,
+// a resumed channel that names one object gets that object's current
+// state instead (resumeFromStateLocked); any other gets ErrExpired.
+func (d *dispatcher) register(s *stream, from uint64, resumed bool) (string, error) {
 	select {
 	case <-d.ready:
 	case <-s.sink.Done():
-		return nil // closed meanwhile; nothing to feed
+		return resumeGone, nil // closed meanwhile; nothing to feed
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s.after = from
+	how := resumeFromLog
 	if from < d.pos {
-		events, err := d.store.Snapshot().Changes(from)
-		if err != nil {
-			return err
+		snap := d.store.Snapshot()
+		events, err := snap.Changes(from)
+		switch {
+		case errors.Is(err, cache.ErrExpired) && resumed && s.q.namesOneObject():
+			if err := d.resumeFromStateLocked(s, from, snap); err != nil {
+				return resumeExpired, err
+			}
+			how = resumeFromState
+		case err != nil:
+			return resumeExpired, err
 		}
 		for _, e := range events {
 			if e.RV > d.pos {
@@ -180,7 +191,7 @@ func (d *dispatcher) register(s *stream, from uint64) error {
 	if s.q.bookmarks {
 		d.marking[s] = struct{}{}
 	}
-	return nil
+	return how, nil
 }
 
 func addTo[K comparable](m map[K]map[*stream]struct{}, k K, s *stream) {

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apiserver/pkg/storage"
@@ -17,13 +15,6 @@ import (
 	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/graph"
 )
-
-// freshnessTimeout is how long a read at a resourceVersion newer than the
-// cache waits for the cache to catch up, the same 3 s kube-apiserver's
-// watch cache waits before answering 504 "Too large resource version".
-// The cache trails kube-apiserver by one watch delivery (milliseconds);
-// a longer wait means the version comes from elsewhere.
-const freshnessTimeout = 3 * time.Second
 
 // list is the answer to one operation: encoded items (shared with the
 // Encoder's cache, never modified) and the list's metadata.
@@ -92,7 +83,7 @@ func (g *Getter) snapshotFor(ctx context.Context, q *query) (*cache.Snapshot, ui
 	}
 	if want > snap.RV {
 		var err error
-		if snap, err = waitFor(ctx, q.store, want); err != nil {
+		if snap, err = readAt(ctx, q.store, want); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -111,27 +102,6 @@ func (g *Getter) snapshotFor(ctx context.Context, q *query) (*cache.Snapshot, ui
 		return nil, 0, apierrors.NewInternalError(err)
 	}
 	return at, want, nil
-}
-
-// waitFor waits until s has reached rv, for at most freshnessTimeout.
-func waitFor(ctx context.Context, s *cache.Store, rv uint64) (*cache.Snapshot, error) {
-	timer := time.NewTimer(freshnessTimeout)
-	defer timer.Stop()
-	for {
-		snap := s.Snapshot()
-		if snap.RV >= rv {
-			return snap, nil
-		}
-		select {
-		case <-snap.Next():
-		case <-timer.C:
-			err := apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %d, current: %d", rv, snap.RV), 1)
-			err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge, Message: "Too large resource version"}}
-			return nil, err
-		case <-ctx.Done():
-			return nil, apierrors.NewTimeoutError("request ended while waiting for the cache", 1)
-		}
-	}
 }
 
 // matches evaluates every requirement of q on o, its namespace included.

@@ -2,9 +2,12 @@ package bulk
 
 import (
 	"sync"
+	"time"
 
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/nodeproxy/nodeproxy/cache"
 )
 
 // Outcomes of a bulk get request.
@@ -52,16 +55,65 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource", "decision"})
 
+	versionWaits = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "bulk",
+		Name:           "version_waits_total",
+		Help:           "Requests at a resourceVersion this replica's cache had not reached when they came (clients moved from another replica), by resource, request (read: a list or a channel's initial state; resume: a watch from the version) and result: caught_up (the cache reached it within 3 s), vouched (a resume kube-apiserver had reached the version for: it joined ahead of the cache), too_large (504 after 3 s: kube-apiserver had not reached it either, or, for a read, was not asked), unchecked (504 after 3 s: kube-apiserver could not be asked), gone (the request ended first).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "request", "result"})
+	latestVersionRequests = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "bulk",
+		Name:           "latest_version_requests_total",
+		Help:           "Requests to kube-apiserver for its current resourceVersion of a type (a consistent metadata list of one item), made for resumes ahead of the cache, one at a time per type whatever the number waiting, by resource and result (ok, error).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "result"})
+	latestVersionDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "bulk",
+		Name:           "latest_version_request_duration_seconds",
+		Help:           "How long kube-apiserver took to tell its current resourceVersion of a type, by resource.",
+		Buckets:        []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 3},
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+	resumes = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "bulk_watch",
+		Name:           "resumes_total",
+		Help:           "Channels opened from a resourceVersion without initial events, by resource and how they joined: log (the change log from that version, or ahead of the cache from a version kube-apiserver vouched for), current_state (older than the log, naming one object: its current state as one event at most), expired (older than the log: ERROR 410), gone (closed first).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "how"})
+
 	registerOnce sync.Once
 )
 
 // RegisterMetrics registers the bulk API's metrics with the legacy
 // registry that k8s.io/apiserver serves on /metrics.
 func RegisterMetrics() {
-	registerOnce.Do(func() { legacyregistry.MustRegister(requests, operations, decisions, reauthorizations) })
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(requests, operations, decisions, reauthorizations, versionWaits, latestVersionRequests, latestVersionDuration, resumes)
+	})
 }
 
 func observeRequest(outcome string) { requests.WithLabelValues(outcome).Inc() }
+
+func observeVersionWait(s *cache.Store, request, result string) {
+	versionWaits.WithLabelValues(s.Resource.Resource, request, result).Inc()
+}
+
+func observeResume(s *cache.Store, how string) {
+	resumes.WithLabelValues(s.Resource.Resource, how).Inc()
+}
+
+func observeLatestVersionRequest(resource string, err error, took time.Duration) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	latestVersionRequests.WithLabelValues(resource, result).Inc()
+	latestVersionDuration.WithLabelValues(resource).Observe(took.Seconds())
+}
 
 // typeSeries are one resource type's per-operation series, looked up once
 // per type: a request of 100 operations should not hash label values 200

@@ -36,6 +36,7 @@ const DefaultBookmarkInterval = time.Minute
 // 403 once refused.
 type Watcher struct {
 	getter       *Getter
+	latest       *latestChecker // nil: kube-apiserver is never asked
 	dispatchers  map[*cache.Store]*dispatcher
 	revocations  *revocations
 	reauthorizer *reauthorizer
@@ -49,6 +50,11 @@ type WatcherOptions struct {
 	// ReauthorizeInterval is how often the channels of users other than
 	// nodes are authorized again.
 	ReauthorizeInterval time.Duration
+	// Latest asks kube-apiserver which resourceVersion it has reached for
+	// a type, for channels that resume from a version this replica's
+	// cache has not reached yet (moved from another replica). Nil: such a
+	// channel waits for the cache, up to 3 s, then 504.
+	Latest LatestVersions
 }
 
 // DefaultWatcherOptions returns the defaults.
@@ -66,6 +72,9 @@ type Observable interface {
 func NewWatcher(g *Getter, changes Observable, o WatcherOptions) *Watcher {
 	w := &Watcher{getter: g, dispatchers: map[*cache.Store]*dispatcher{}, revocations: newRevocations(),
 		reauthorizer: newReauthorizer(g, o.ReauthorizeInterval)}
+	if o.Latest != nil {
+		w.latest = newLatestChecker(o.Latest)
+	}
 	for _, s := range g.stores {
 		w.dispatchers[s] = newDispatcher(s, g.cache.Encoder(), o.BookmarkInterval)
 	}
@@ -124,6 +133,26 @@ func (w *Watcher) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 		w.reauthorizer.add(s, u)
 		sink.OnClose(func() { w.reauthorizer.remove(s) })
 	}
+	// A channel from a resourceVersion this replica has not reached (its
+	// client was on another replica, or on kube-apiserver) is held here,
+	// before it is announced, so that a 504 is a refusal: the node
+	// endpoint then asks kube-apiserver instead.
+	if q.rvSet {
+		var err error
+		if q.initialEvents != nil && *q.initialEvents {
+			_, err = readAt(ctx, q.store, q.rv)
+		} else {
+			err = resumeAt(ctx, q.store, q.rv, w.latest)
+		}
+		if err != nil {
+			var st apierrors.APIStatus
+			if !errors.As(err, &st) {
+				return nil, &apierrors.NewInternalError(err).ErrStatus
+			}
+			status := st.Status()
+			return nil, &status
+		}
+	}
 	return func() { w.start(s, d) }, nil
 }
 
@@ -133,7 +162,7 @@ func (w *Watcher) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 // sendInitialEvents with a resourceVersion X (a streaming list resumed by
 // client-go's reflector after a failed attempt, with resourceVersionMatch
 // NotOlderThan) is kube-apiserver's: the state at a version no older than
-// X, waiting briefly for the cache to reach X, then the
+// X (Open has waited for the cache to reach X), then the
 // initial-events-end bookmark, then the changes. Treating X as a resume
 // point instead would never send the bookmark, and the reflector would
 // wait for it forever.
@@ -143,22 +172,6 @@ func (w *Watcher) start(s *stream, d *dispatcher) {
 	sendInitial := q.initialEvents != nil && *q.initialEvents
 	if sendInitial || !q.rvSet && q.initialEvents == nil {
 		snap := q.store.Snapshot()
-		if q.rvSet && snap.RV < q.rv {
-			// X may be kube-apiserver's (a reflector that fell back to it
-			// while the hub was away), where a bookmark moves the version
-			// past anything this type's watch has delivered. Wait as a
-			// read at X does; past that, the cache's latest state is the
-			// state at X unless a change is still in flight, and an error
-			// instead would have the reflector retry the same X until a
-			// bookmark of this type arrives, a minute later. Issue 13's
-			// freshness check (ask kube-apiserver, then wait) closes that
-			// gap.
-			if fresher, err := waitFor(context.Background(), q.store, q.rv); err == nil {
-				snap = fresher
-			} else {
-				snap = q.store.Snapshot()
-			}
-		}
 		var err error
 		visit := func(o *cache.Object) bool {
 			if !q.matches(o, s.graph) {
@@ -183,7 +196,12 @@ func (w *Watcher) start(s *stream, d *dispatcher) {
 	} else if !q.rvSet {
 		from = q.store.Snapshot().RV
 	}
-	if err := d.register(s, from); err != nil {
+	resumed := q.rvSet && !sendInitial
+	how, err := d.register(s, from, resumed)
+	if resumed {
+		observeResume(q.store, how)
+	}
+	if err != nil {
 		s.sink.Close(&metav1.Status{Status: metav1.StatusFailure, Code: http.StatusGone, Reason: metav1.StatusReasonExpired,
 			Message: fmt.Sprintf("resourceVersion %d is older than nodeproxy's cache holds for %s; list again and resubscribe", from, q.store.Resource.Resource)})
 	}

@@ -24,6 +24,7 @@ import (
 type recorder struct {
 	mu     sync.Mutex
 	events []string
+	rvs    []string // each event's object's resourceVersion
 	closed bool
 	close  []func()
 	done   chan struct{}
@@ -47,6 +48,7 @@ func (r *recorder) record(t watch.EventType, object []byte) bool {
 		}
 	}
 	r.events = append(r.events, e)
+	r.rvs = append(r.rvs, o.Metadata.ResourceVersion)
 	return true
 }
 
@@ -95,8 +97,15 @@ func (r *recorder) wait(t *testing.T, n int) []string {
 
 func watcherFixture(t *testing.T) (*fixture, *Watcher) {
 	t.Helper()
+	return watcherFixtureWith(t, nil)
+}
+
+// watcherFixtureWith asks latest (nil: nobody) for kube-apiserver's
+// resourceVersions.
+func watcherFixtureWith(t *testing.T, latest LatestVersions) (*fixture, *Watcher) {
+	t.Helper()
 	f := newFixture(t, 64)
-	w := NewWatcher(f.getter, f.graph, WatcherOptions{BookmarkInterval: 50 * time.Millisecond, ReauthorizeInterval: time.Hour})
+	w := NewWatcher(f.getter, f.graph, WatcherOptions{BookmarkInterval: 50 * time.Millisecond, ReauthorizeInterval: time.Hour, Latest: latest})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go w.Run(ctx)

@@ -52,6 +52,7 @@ const hubRequestTimeout = 10 * time.Second
 func NewHub(cfg *rest.Config) (*Hub, error) {
 	c := rest.CopyConfig(cfg)
 	c.Timeout = hubRequestTimeout
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return askOnceOnTimeout{rt} })
 	rc, err := restClient(c)
 	if err != nil {
 		return nil, fmt.Errorf("hub client for %s: %w", cfg.Host, err)
@@ -172,6 +173,23 @@ func decisive(err error) bool {
 		return true
 	}
 	return false
+}
+
+// askOnceOnTimeout takes Retry-After off the hub's 504s. The hub answers
+// 504 "Too large resource version" to a read at a version it has not
+// reached after waiting 3 s for it, with kube-apiserver's Retry-After: 1,
+// on which client-go asks again; the kubelet's list at a version from
+// another replica then waited out hubRequestTimeout (10.2 s measured in
+// TestKubeletAheadOfTheHub) before going to kube-apiserver, which has the
+// version now. A 429 keeps its Retry-After: the hub is busy, not behind.
+type askOnceOnTimeout struct{ next http.RoundTripper }
+
+func (t askOnceOnTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusGatewayTimeout {
+		resp.Header.Del("Retry-After")
+	}
+	return resp, err
 }
 
 // restClient is a core/v1 REST client for cfg, of the endpoint's own

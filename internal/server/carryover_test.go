@@ -67,6 +67,13 @@ func dialAsNode(t testing.TB, srv *testserver.Server, node string) *watchmux.Cli
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dialAs(t, srv, cfg)
+}
+
+// dialAs opens a bulk watch connection to the hub, directly over mTLS,
+// with cfg's client certificate, closed when the test ends.
+func dialAs(t testing.TB, srv *testserver.Server, cfg *rest.Config) *watchmux.Client {
+	t.Helper()
 	c, err := watchmux.Dial(context.Background(), &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{
 		CertData: cfg.CertData, KeyData: cfg.KeyData, CAFile: cp.ServingCA.CertPath,
 	}})

@@ -1,0 +1,128 @@
+package bulk
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// LatestVersions tells which resourceVersion kube-apiserver has reached
+// for a type: the hub asks it whether a resourceVersion a client resumes
+// from, newer than the hub's cache, is one kube-apiserver has handed out.
+// internal/server implements it with a consistent metadata-only list of
+// one item.
+type LatestVersions interface {
+	// LatestVersion returns a resourceVersion of resource that
+	// kube-apiserver had reached at some moment after the call began.
+	LatestVersion(ctx context.Context, resource schema.GroupVersionResource) (uint64, error)
+}
+
+// latestVersionTimeout bounds one question to kube-apiserver. Its answer
+// serves waiters bounded by freshnessTimeout, so a later answer would
+// come too late for every one of them.
+const latestVersionTimeout = freshnessTimeout
+
+// latestChecker asks LatestVersions on behalf of many waiters, with at
+// most one question in flight per type and at most one more queued: a
+// hub replica that clients move to after another replica went away may
+// see thousands of channels resume at once, and must cost kube-apiserver
+// a handful of requests, not one per channel.
+//
+// A waiter may only trust an answer to a question asked after it
+// arrived: its resourceVersion was handed out before it arrived, so such
+// an answer is at least that version when the version is real, while an
+// answer to a question already in flight may predate it. A waiter that
+// finds a question in flight therefore joins the queued one, which starts
+// when the one in flight ends, and which every later waiter shares too.
+// An answer also stays known: a version at or below the highest answer
+// seen needs no question at all.
+type latestChecker struct {
+	source LatestVersions
+
+	mu     sync.Mutex
+	byType map[schema.GroupVersionResource]*latestState // guarded by mu
+}
+
+// latestState is one type's questions.
+type latestState struct {
+	known            uint64      // the highest answer so far
+	running, waiting *latestCall // in flight; queued behind it
+}
+
+// latestCall is one question to kube-apiserver and, once done is closed,
+// its answer.
+type latestCall struct {
+	done    chan struct{}
+	waiters int // guarded by latestChecker.mu
+	rv      uint64
+	err     error
+}
+
+func newLatestChecker(source LatestVersions) *latestChecker {
+	return &latestChecker{source: source, byType: map[schema.GroupVersionResource]*latestState{}}
+}
+
+// reached reports whether kube-apiserver has reached rv for resource,
+// from an earlier answer or from the answer to a question asked after
+// this call began. An error means kube-apiserver could not say.
+func (c *latestChecker) reached(ctx context.Context, resource schema.GroupVersionResource, rv uint64) (bool, error) {
+	c.mu.Lock()
+	st, ok := c.byType[resource]
+	if !ok {
+		st = &latestState{}
+		c.byType[resource] = st
+	}
+	if st.known >= rv {
+		c.mu.Unlock()
+		return true, nil
+	}
+	var call *latestCall
+	switch {
+	case st.running == nil:
+		call = &latestCall{done: make(chan struct{})}
+		st.running = call
+		go c.ask(resource, st, call)
+	case st.waiting == nil:
+		call = &latestCall{done: make(chan struct{})}
+		st.waiting = call
+	default:
+		call = st.waiting
+	}
+	call.waiters++
+	c.mu.Unlock()
+	select {
+	case <-call.done:
+	case <-ctx.Done():
+		return false, fmt.Errorf("waiting for kube-apiserver's resourceVersion of %s: %w", resource.Resource, ctx.Err())
+	}
+	if call.err != nil {
+		return false, call.err
+	}
+	return call.rv >= rv, nil
+}
+
+// ask runs call, then the question queued behind it, if any, until none
+// is left.
+func (c *latestChecker) ask(resource schema.GroupVersionResource, st *latestState, call *latestCall) {
+	for call != nil {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), latestVersionTimeout)
+		call.rv, call.err = c.source.LatestVersion(ctx, resource)
+		cancel()
+		observeLatestVersionRequest(resource.Resource, call.err, time.Since(start))
+		if call.err != nil {
+			call.err = fmt.Errorf("ask kube-apiserver for the resourceVersion of %s: %w", resource.Resource, call.err)
+		}
+		c.mu.Lock()
+		if call.err == nil && call.rv > st.known {
+			st.known = call.rv
+		}
+		close(call.done)
+		call, st.waiting = st.waiting, nil
+		st.running = call
+		c.mu.Unlock()
+	}
+}
