@@ -48,6 +48,8 @@ type Env struct {
 	RevokeRate int
 	// Kubelets shapes the kubelets scenario.
 	Kubelets KubeletLoad
+	// Failover shapes the failover scenario.
+	Failover FailoverLoad
 	Progress io.Writer
 	// Bar, when set, shows a phase of total steps as it advances (a
 	// progress bar on a terminal); nil means the phase's line in Progress
@@ -85,7 +87,7 @@ func (e *Env) progressf(format string, args ...any) {
 
 // Scenarios are the scenarios in the order `nodeproxy-bench` runs them
 // when none is named.
-var Scenarios = []Scenario{authzScenario, graphScenario, bulkgetScenario, fanoutScenario, revokeScenario, apiserverScenario, kubeletsScenario}
+var Scenarios = []Scenario{authzScenario, graphScenario, bulkgetScenario, fanoutScenario, revokeScenario, apiserverScenario, kubeletsScenario, failoverScenario}
 
 // Lookup returns the scenarios named, or for none every one that runs in
 // the mode: in-process, or against a cluster (--kubeconfig). An unknown
