@@ -3,6 +3,7 @@ package watchmux
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -53,11 +54,14 @@ type Session struct {
 // nodes, 2000 frames a second over all replicas.
 const SessionIdleTimeout = 10 * time.Second
 
-// sessionBackoff paces redials. The first comes after a random 0-100 ms,
-// so a replica's thousands of clients do not land on the survivors in the
-// same millisecond, and within 0.1 s of the loss, where most of a
-// failover's resume time goes; then doubling, capped so that an outage
-// costs a dial every 10 s per client.
+// firstRedial is the most a session waits before its first redial: a
+// random share of it, so a replica's thousands of clients do not land on
+// the survivors in the same millisecond, and short, since it is most of a
+// failover's resume time. Later redials follow sessionBackoff: from
+// 100-200 ms, doubling, capped so that an outage costs a dial every 10 s
+// per client.
+const firstRedial = 100 * time.Millisecond
+
 var sessionBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 1, Steps: 8, Cap: 10 * time.Second}
 
 // reopenTimeout bounds one reopen on a live connection; one that takes
@@ -180,9 +184,10 @@ func (s *Session) run(c *Client) {
 // redial dials until it connects, or the session ends (nil).
 func (s *Session) redial() *Client {
 	backoff := sessionBackoff
+	delay := rand.N(firstRedial)
 	for {
 		select {
-		case <-time.After(backoff.Step()):
+		case <-time.After(delay):
 		case <-s.ctx.Done():
 			return nil
 		}
@@ -194,7 +199,8 @@ func (s *Session) redial() *Client {
 			return c
 		}
 		clientReconnectsTotal.WithLabelValues("error").Inc()
-		klog.V(2).InfoS("Bulk watch dial failed; trying again", "err", err)
+		delay = backoff.Step()
+		klog.V(2).InfoS("Bulk watch dial failed; trying again", "err", err, "retryIn", delay.Round(time.Millisecond))
 	}
 }
 

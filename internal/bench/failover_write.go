@@ -25,6 +25,8 @@ type failoverWriter struct {
 	kube  kubernetes.Interface
 	names []string
 
+	runID int64 // tells this run's values from earlier runs'
+
 	mu     sync.Mutex
 	rvs    []map[uint64]bool // by secret
 	lastRV []uint64
@@ -33,7 +35,7 @@ type failoverWriter struct {
 }
 
 func newFailoverWriter(kube kubernetes.Interface, names []string) *failoverWriter {
-	w := &failoverWriter{kube: kube, names: names, rvs: make([]map[uint64]bool, len(names)), lastRV: make([]uint64, len(names))}
+	w := &failoverWriter{kube: kube, names: names, runID: time.Now().UnixNano(), rvs: make([]map[uint64]bool, len(names)), lastRV: make([]uint64, len(names))}
 	for i := range w.rvs {
 		w.rvs[i] = map[uint64]bool{}
 	}
@@ -71,7 +73,11 @@ func (w *failoverWriter) run(ctx context.Context, rate int) {
 func (w *failoverWriter) write(ctx context.Context, i int) {
 	w.mu.Lock()
 	w.n++
-	v := base64.StdEncoding.EncodeToString([]byte(strconv.Itoa(w.n)))
+	// Unique across runs: a patch that changes nothing is no write at
+	// all (kube-apiserver answers the object as it was, with its old
+	// resourceVersion), and a run that wrote what an earlier run did
+	// would count events that never were.
+	v := base64.StdEncoding.EncodeToString(fmt.Appendf(nil, "%d-%d", w.runID, w.n))
 	w.mu.Unlock()
 	patch := fmt.Appendf(nil, `{"data":{"v":%q}}`, v)
 	s, err := w.kube.CoreV1().Secrets(failoverNamespace).Patch(context.WithoutCancel(ctx), w.names[i], types.MergePatchType, patch, metav1.PatchOptions{})
