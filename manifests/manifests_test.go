@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 // each one's output must hold (kind/name).
 var kustomizations = map[string][]string{
 	".":                              {"APIService/v1alpha1.bulk.k8s.io", "Deployment/nodeproxy", "Service/nodeproxy", "ClusterRole/nodeproxy:bulk-nodes", "ClusterRole/nodeproxy:authorize"},
-	"base":                           {"APIService/v1alpha1.bulk.k8s.io", "Deployment/nodeproxy", "Service/nodeproxy", "Namespace/nodeproxy"},
+	"base":                           {"APIService/v1alpha1.bulk.k8s.io", "Deployment/nodeproxy", "Service/nodeproxy", "Namespace/nodeproxy", "PodDisruptionBudget/nodeproxy"},
 	"node":                           {"DaemonSet/nodeproxy-node"},
 	"podapi-handover":                {"ClusterRole/nodeproxy:podapi-handover", "ClusterRoleBinding/nodeproxy:podapi-handover"},
 	"overlays/authorization-webhook": {"Deployment/nodeproxy", "ClusterRole/nodeproxy:authorize", "ConfigMap/nodeproxy-kube-apiserver-files"},

@@ -162,6 +162,8 @@ func Dial(ctx context.Context, cfg *rest.Config, opts ...DialOption) (*Client, e
 		c.extendDeadline()
 		// gorilla's default handler answers pings; this one also takes
 		// each ping as a sign of life. It runs in the reader.
+		// Pongs answer a Session's keepalive pings: a sign of life too.
+		ws.SetPongHandler(func(string) error { c.extendDeadline(); return nil })
 		ws.SetPingHandler(func(data string) error {
 			c.extendDeadline()
 			// WriteControl may run beside the other writes.
@@ -213,6 +215,12 @@ func (c *Client) Close() error {
 	err := c.ws.Close()
 	<-c.done
 	return err
+}
+
+// ping sends a ping; the server's answer extends the idle timeout. It
+// may run beside the other writes.
+func (c *Client) ping() error {
+	return c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second))
 }
 
 // Done is closed when the connection has ended; Err says why.

@@ -50,4 +50,10 @@
 // The Client mirrors the server: its reader never blocks either; a channel
 // whose consumer leaves ClientEventBuffer events unread ends with ERROR 410
 // and is closed on the server too.
+//
+// A Session (session.go) is a Client that outlives its connections: it
+// redials the same address (another replica behind a Service) and reopens
+// every channel from the last resourceVersion its consumer saw. Its
+// invariant: a consumer sees each change once, in order, or an ERROR
+// (410: list again) that ends the channel; never a silent gap.
 package watchmux

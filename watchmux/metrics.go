@@ -69,3 +69,32 @@ type counters struct {
 	batch         metrics.ObserverMetric
 	writeTimeouts metrics.CounterMetric
 }
+
+// The Go client's series (Session), registered by RegisterClientMetrics in
+// the programs that run it.
+var (
+	clientReconnectsTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "watchmux_client", Name: "reconnects_total",
+		Help:           "Dials of a resuming bulk watch client after its connection ended, by result: ok, error.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	clientResumesTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "watchmux_client", Name: "resumes_total",
+		Help: "Channels of a resuming bulk watch client carried over a lost connection, by outcome: " +
+			"reopened (the new connection accepted the channel from its last resourceVersion), " +
+			"expired (of those reopened, the ones that then got ERROR 410 at once: the consumer relists), " +
+			"refused (the new connection refused the channel; its Status went to the consumer), " +
+			"lost_initial (lost while the initial events were half delivered: ERROR 410 to the consumer).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"outcome"})
+
+	registerClientOnce sync.Once
+)
+
+// RegisterClientMetrics registers the resuming client's metrics with the
+// legacy registry.
+func RegisterClientMetrics() {
+	registerClientOnce.Do(func() {
+		legacyregistry.MustRegister(clientReconnectsTotal, clientResumesTotal)
+	})
+}

@@ -31,6 +31,7 @@ type benchOptions struct {
 	watch         bench.WatchLoad
 	kubelets      bench.KubeletLoad
 	causal        bench.CausalLoad
+	failover      bench.FailoverLoad
 	revokeRate    int
 	phaseDuration time.Duration
 	output        string
@@ -46,7 +47,7 @@ type benchOptions struct {
 
 func newBenchOptions() *benchOptions {
 	return &benchOptions{shape: workload.ReferenceShape(), watch: bench.DefaultWatchLoad(), kubelets: bench.DefaultKubeletLoad(),
-		causal:     bench.DefaultCausalLoad(),
+		causal: bench.DefaultCausalLoad(), failover: bench.DefaultFailoverLoad(),
 		revokeRate: 200, phaseDuration: 2 * time.Second, output: "table"}
 }
 
@@ -90,6 +91,12 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&k.Round, "kubelet-round", k.Round, "How long a round lasts: a quarter for the pods to come up, half for every secret's update to reach the files, a quarter to delete the pods. "+
 		"A round whose work takes longer is counted in the results; raise it then.")
 	fs.DurationVar(&k.Idle, "kubelet-idle", k.Idle, "How long kube-apiserver and the endpoints are measured with nothing changing and the mounting pods running, after the rounds.")
+	f := &o.failover
+	fs.IntVar(&f.Conns, "failover-conns", f.Conns, "Bulk watch connections (watchmux.Session) in the failover scenario.")
+	fs.IntVar(&f.Channels, "failover-channels", f.Channels, "Channels per connection in the failover scenario, one secret each.")
+	fs.IntVar(&f.WriteRate, "failover-write-rate", f.WriteRate, "Secret updates per second in the failover scenario, round robin over the secrets.")
+	fs.DurationVar(&f.Settle, "failover-settle", f.Settle, "How long writes go on in the failover scenario before a replica goes, and after.")
+	fs.BoolVar(&f.Rolling, "failover-rolling", f.Rolling, "Also replace both replicas in turn (a rolling restart) in the failover scenario.")
 
 	fs = fss.FlagSet("target")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "Measure the cluster this kubeconfig reaches, with nodeproxy registered as its bulk.k8s.io APIService "+
@@ -122,6 +129,7 @@ func (o *benchOptions) validate() error {
 		value int
 	}{{"--watch-nodes", w.Nodes}, {"--channels-per-node", w.ChannelsPerNode}, {"--object-size", w.ObjectSize}, {"--updates", w.Updates}, {"--revoke-rate", o.revokeRate},
 		{"--causal-nodes", o.causal.Nodes}, {"--causal-pods", o.causal.Pods}, {"--causal-rate", o.causal.Rate},
+		{"--failover-conns", o.failover.Conns}, {"--failover-channels", o.failover.Channels}, {"--failover-write-rate", o.failover.WriteRate},
 		{"--kubelet-nodes", o.kubelets.Nodes}, {"--kubelet-pods", o.kubelets.PodsPerNode}, {"--kubelet-objects", o.kubelets.ObjectsPerPod}, {"--kubelet-pairs", o.kubelets.Pairs}} {
 		if f.value <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", f.name, f.value))
@@ -129,6 +137,9 @@ func (o *benchOptions) validate() error {
 	}
 	if w.Updates > 1000 {
 		errs = append(errs, fmt.Errorf("--updates must be at most 1000, got %d: more would overflow a channel's queue and close it", w.Updates))
+	}
+	if o.failover.Settle <= 0 {
+		errs = append(errs, fmt.Errorf("--failover-settle must be positive, got %s", o.failover.Settle))
 	}
 	if o.kubelets.Idle <= 0 {
 		errs = append(errs, fmt.Errorf("--kubelet-idle must be positive, got %s", o.kubelets.Idle))
@@ -206,7 +217,7 @@ func runBench(ctx context.Context, o *benchOptions, scenarios []bench.Scenario, 
 		fmt.Fprintf(progress, "generated %d nodes, %d pods, %d volumes in %s\n", len(cluster.Nodes), len(cluster.Pods), len(cluster.PVs),
 			time.Since(started).Round(time.Millisecond))
 	}
-	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, RevokeRate: o.revokeRate, Kubelets: o.kubelets, Causal: o.causal,
+	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, RevokeRate: o.revokeRate, Kubelets: o.kubelets, Causal: o.causal, Failover: o.failover,
 		Progress: progress, Bar: progressBars(progress)}
 	// The cluster the scenarios that need one share: the kubeconfig's, or
 	// a local control plane started for the first of them.

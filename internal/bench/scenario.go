@@ -49,7 +49,9 @@ type Env struct {
 	// Kubelets shapes the kubelets scenario.
 	Kubelets KubeletLoad
 	// Causal shapes the causal scenario.
-	Causal   CausalLoad
+	Causal CausalLoad
+	// Failover shapes the failover scenario.
+	Failover FailoverLoad
 	Progress io.Writer
 	// Bar, when set, shows a phase of total steps as it advances (a
 	// progress bar on a terminal); nil means the phase's line in Progress
@@ -87,7 +89,7 @@ func (e *Env) progressf(format string, args ...any) {
 
 // Scenarios are the scenarios in the order `nodeproxy-bench` runs them
 // when none is named.
-var Scenarios = []Scenario{authzScenario, graphScenario, bulkgetScenario, fanoutScenario, revokeScenario, apiserverScenario, kubeletsScenario, causalScenario}
+var Scenarios = []Scenario{authzScenario, graphScenario, bulkgetScenario, fanoutScenario, revokeScenario, apiserverScenario, kubeletsScenario, causalScenario, failoverScenario}
 
 // Lookup returns the scenarios named, or for none every one that runs in
 // the mode: in-process, or against a cluster (--kubeconfig). An unknown

@@ -33,6 +33,9 @@ type Nodeproxy struct {
 	// the serving certificate.
 	Admin *http.Client
 	cp    *ControlPlane
+	// bin and args started it; StartReplica starts more of the same.
+	bin  string
+	args []string
 }
 
 // NodeproxyFiles are paths of PEM files and kubeconfigs.
@@ -67,6 +70,26 @@ func (cp *ControlPlane) StartNodeproxy(ctx context.Context, bin string, port int
 	if err != nil {
 		return nil, err
 	}
+	return cp.startNodeproxy(ctx, bin, port, "nodeproxy", *files, args)
+}
+
+// StartReplica starts another `nodeproxy serve` beside np, as a second
+// pod of the Deployment: the same binary, identity and arguments, on port,
+// with a serving certificate of its own (also for 127.0.0.1 and
+// localhost) and its log in <name>.log. Starting one under the name of a
+// replica that was stopped replaces it, as a rollout does. The caller
+// stops the process.
+func (np *Nodeproxy) StartReplica(ctx context.Context, port int, name string) (*Nodeproxy, error) {
+	files := np.Files
+	serving, err := np.cp.ServingCA.ServingCert(np.cp.Dir, name+"-serving")
+	if err != nil {
+		return nil, err
+	}
+	files.ServingCert, files.ServingKey = serving.CertPath, serving.KeyPath
+	return np.cp.startNodeproxy(ctx, np.bin, port, name, files, np.args)
+}
+
+func (cp *ControlPlane) startNodeproxy(ctx context.Context, bin string, port int, name string, files NodeproxyFiles, args []string) (*Nodeproxy, error) {
 	// A client of nodeproxy, not of kube-apiserver: only the TLS
 	// settings of this configuration are used.
 	admin, err := rest.HTTPClientFor(&rest.Config{Timeout: 10 * time.Second, TLSClientConfig: rest.TLSClientConfig{
@@ -75,15 +98,15 @@ func (cp *ControlPlane) StartNodeproxy(ctx context.Context, bin string, port int
 	if err != nil {
 		return nil, fmt.Errorf("admin client of nodeproxy: %w", err)
 	}
-	np := &Nodeproxy{URL: "https://127.0.0.1:" + strconv.Itoa(port), Port: port, Files: *files, Admin: admin, cp: cp}
-	np.Process, err = StartProcess("nodeproxy", bin, append([]string{
+	np := &Nodeproxy{URL: "https://127.0.0.1:" + strconv.Itoa(port), Port: port, Files: files, Admin: admin, cp: cp, bin: bin, args: args}
+	np.Process, err = StartProcess(name, bin, append([]string{
 		"serve",
 		"--kubeconfig=" + files.NodeproxyKubeconfig,
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
 		"--tls-cert-file=" + files.ServingCert,
 		"--tls-private-key-file=" + files.ServingKey,
-	}, args...), filepath.Join(cp.Dir, "nodeproxy.log"))
+	}, args...), filepath.Join(cp.Dir, name+".log"))
 	if err != nil {
 		return nil, err
 	}

@@ -86,14 +86,18 @@ func (p *Process) Exited() (bool, error) {
 
 // Stop asks the process to end and waits for it, escalating to SIGKILL
 // after stopGrace.
-func (p *Process) Stop() {
+func (p *Process) Stop() { p.Terminate(stopGrace) }
+
+// Terminate sends SIGTERM, as a kubelet stopping a pod does, and waits
+// for the process to end, escalating to SIGKILL after grace.
+func (p *Process) Terminate(grace time.Duration) {
 	if ok, _ := p.Exited(); ok {
 		return
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
-	case <-time.After(stopGrace):
+	case <-time.After(grace):
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		<-p.done
 	}

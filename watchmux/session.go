@@ -1,0 +1,263 @@
+package watchmux
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+)
+
+// Session is a bulk watch client that outlives its connections: when one
+// ends (the hub shutting down sends ERROR 503 on every channel and closes;
+// a killed hub's socket is reset; a vanished one goes silent until the
+// idle timeout), it dials again, through the same address, and so
+// possibly to another replica behind a Service, and reopens every channel
+// from the last resourceVersion its consumer saw. resourceVersions are
+// etcd's, the same on every replica, so a replica that holds the change in
+// its log continues the channel with nothing lost and nothing repeated;
+// one that does not answers ERROR 410, which the consumer sees, and then
+// relists. Never a silent gap.
+//
+//	NewSession --dial--> Client --Channel--> pump --Events--> consumer
+//	    ^  run: redial on Done,            |  remembers the last RV,
+//	    '--------- with backoff -----------'  reopens on the next Client
+//
+// The plain Client is unchanged: a Session is built on it.
+type Session struct {
+	dial func(ctx context.Context) (*Client, error)
+	o    sessionOptions
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run has ended
+	pumps  sync.WaitGroup
+
+	mu      sync.Mutex
+	conn    *Client       // guarded by mu; nil while redialing
+	changed chan struct{} // guarded by mu: closed and replaced when conn changes
+}
+
+// SessionIdleTimeout is how long a Session waits to hear from its server
+// before it takes the connection for dead and dials again. It pings every
+// quarter of it, and the server answers a ping from
+// its reader at once, so a live hub is heard from about four times per
+// timeout even with no events, whatever its own --watch-ping-interval.
+// 10 s: a hub killed outright is noticed at once anyway (its kernel
+// resets the sockets); this bounds the failover when a hub's node or
+// network vanishes, where TCP alone would take minutes. Its cost is a
+// ping and a pong of a few bytes every 2.5 s per connection: for 5000
+// nodes, 2000 frames a second over all replicas.
+const SessionIdleTimeout = 10 * time.Second
+
+// firstRedial is the most a session waits before its first redial: a
+// random share of it, so a replica's thousands of clients do not land on
+// the survivors in the same millisecond, and short, since it is most of a
+// failover's resume time. Later redials follow sessionBackoff: from
+// 100-200 ms, doubling, capped so that an outage costs a dial every 10 s
+// per client.
+const firstRedial = 100 * time.Millisecond
+
+var sessionBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 1, Steps: 8, Cap: 10 * time.Second}
+
+// reopenTimeout bounds one reopen on a live connection; one that takes
+// longer is tried again.
+const reopenTimeout = 30 * time.Second
+
+// Resume says how one channel was carried over a lost connection.
+type Resume struct {
+	Channel *SessionChannel
+	// Outcome is ResumeReopened, ResumeRefused or ResumeLostInitial.
+	Outcome string
+	// Lost is when the channel's connection was found gone (its last
+	// event read, then the close or the 503); Reopened when the new
+	// connection acknowledged the reopen (or refused it).
+	Lost, Reopened time.Time
+	// ResourceVersion is where the channel was reopened from.
+	ResourceVersion string
+}
+
+// The outcomes of a resume; also the values of the outcome label of
+// nodeproxy_watchmux_client_resumes_total.
+const (
+	ResumeReopened    = "reopened"
+	ResumeExpired     = "expired"
+	ResumeRefused     = "refused"
+	ResumeLostInitial = "lost_initial"
+)
+
+// SessionOption adjusts NewSession.
+type SessionOption func(*sessionOptions)
+
+type sessionOptions struct {
+	dial     []DialOption
+	onResume func(Resume)
+	idle     time.Duration
+}
+
+// WithDialOptions passes opts to every Dial of the session (WithMaxOpening
+// bounds the reopens in flight on a new connection as it bounds opens).
+// The idle timeout is the session's own (WithKeepalive).
+func WithDialOptions(opts ...DialOption) SessionOption {
+	return func(o *sessionOptions) { o.dial = append(o.dial, opts...) }
+}
+
+// WithKeepalive sets how long the session waits to hear from its server
+// (SessionIdleTimeout by default); it pings every quarter of it.
+func WithKeepalive(idle time.Duration) SessionOption {
+	return func(o *sessionOptions) { o.idle = idle }
+}
+
+// WithResumeObserver calls f once per channel carried over a lost
+// connection, from the channel's goroutine; f must not block.
+func WithResumeObserver(f func(Resume)) SessionOption {
+	return func(o *sessionOptions) { o.onResume = f }
+}
+
+// NewSession dials cfg's server (one attempt: an unreachable server is the
+// caller's error to see) and keeps a connection up until ctx ends or Close.
+func NewSession(ctx context.Context, cfg *rest.Config, opts ...SessionOption) (*Session, error) {
+	o := sessionOptions{idle: SessionIdleTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.idle <= 0 {
+		return nil, fmt.Errorf("the session's idle timeout must be positive, got %s", o.idle)
+	}
+	dialOpts := append(o.dial[:len(o.dial):len(o.dial)], WithIdleTimeout(o.idle))
+	cfg = rest.CopyConfig(cfg)
+	return newSession(ctx, func(ctx context.Context) (*Client, error) { return Dial(ctx, cfg, dialOpts...) }, o)
+}
+
+func newSession(ctx context.Context, dial func(context.Context) (*Client, error), o sessionOptions) (*Session, error) {
+	c, err := dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{dial: dial, o: o, done: make(chan struct{}), changed: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	context.AfterFunc(ctx, s.cancel)
+	go s.run(c)
+	return s, nil
+}
+
+// Close closes the connection and every channel; their Events close.
+func (s *Session) Close() error {
+	s.cancel()
+	<-s.done
+	s.pumps.Wait()
+	return nil
+}
+
+// Connected reports whether the session has a connection up.
+func (s *Session) Connected() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conn != nil
+}
+
+// run holds a connection up: c first, then one dial after another.
+func (s *Session) run(c *Client) {
+	defer close(s.done)
+	for {
+		s.setConn(c)
+		pinged := make(chan struct{})
+		go s.keepalive(c, pinged)
+		select {
+		case <-c.Done():
+			klog.V(2).InfoS("Bulk watch connection ended; dialing again", "reason", c.Err())
+		case <-s.ctx.Done():
+			_ = c.Close()
+		}
+		<-pinged
+		s.setConn(nil)
+		if c = s.redial(); c == nil {
+			return
+		}
+	}
+}
+
+// redial dials until it connects, or the session ends (nil).
+func (s *Session) redial() *Client {
+	backoff := sessionBackoff
+	delay := rand.N(firstRedial)
+	for {
+		select {
+		case <-time.After(delay):
+		case <-s.ctx.Done():
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, reopenTimeout)
+		c, err := s.dial(ctx)
+		cancel()
+		if err == nil {
+			clientReconnectsTotal.WithLabelValues("ok").Inc()
+			return c
+		}
+		clientReconnectsTotal.WithLabelValues("error").Inc()
+		delay = backoff.Step()
+		klog.V(2).InfoS("Bulk watch dial failed; trying again", "err", err, "retryIn", delay.Round(time.Millisecond))
+	}
+}
+
+// keepalive pings c until it ends: the pongs keep its idle timeout from
+// firing on a quiet but live connection.
+func (s *Session) keepalive(c *Client, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(s.o.idle / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			_ = c.ping() // a failed ping ends the connection by itself
+		case <-c.Done():
+			return
+		}
+	}
+}
+
+func (s *Session) setConn(c *Client) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.conn = c
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// connOtherThan waits for a live connection other than old (nil: any),
+// until ctx or the session ends, or stop closes.
+func (s *Session) connOtherThan(ctx context.Context, old *Client, stop <-chan struct{}) (*Client, error) {
+	for {
+		s.mu.Lock()
+		c, changed := s.conn, s.changed
+		s.mu.Unlock()
+		if c != nil && c != old {
+			return c, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.ctx.Done():
+			return nil, fmt.Errorf("session closed: %w", s.ctx.Err())
+		case <-stop:
+			return nil, errChannelClosed
+		}
+	}
+}
+
+// retire closes c if it is still the session's connection: its server
+// said it is going away (ERROR 503), and the close frame that follows may
+// be slow to come.
+func (s *Session) retire(c *Client) {
+	s.mu.Lock()
+	current := s.conn == c
+	s.mu.Unlock()
+	if current {
+		go func() { _ = c.Close() }()
+	}
+}

@@ -1,0 +1,282 @@
+package watchmux
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+	"github.com/nodeproxy/nodeproxy/internal/forwarder"
+)
+
+// changeLog is the history two fake replicas share, as two hubs share
+// etcd's: change n has resourceVersion n. Pure logic stands in for the
+// hub here; internal/bench's failover tests run the real one.
+type changeLog struct {
+	mu   sync.Mutex
+	last int
+	subs map[Sink]struct{}
+}
+
+func (l *changeLog) object(rv int) []byte {
+	return fmt.Appendf(nil, `{"metadata":{"name":"x","resourceVersion":"%d"}}`, rv)
+}
+
+// write appends a change and sends it to every channel following.
+func (l *changeLog) write() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.last++
+	for s := range l.subs {
+		s.Send(watch.Modified, l.object(l.last))
+	}
+}
+
+// replica serves the log from first on: a resume from before it gets
+// ERROR 410, as a hub whose change log begins later answers.
+type replica struct {
+	log   *changeLog
+	first int
+}
+
+func (r *replica) Open(_ context.Context, sel *v1alpha1.GetOperation, sink Sink) (func(), *metav1.Status) {
+	return func() {
+		l := r.log
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		o := sel.Options
+		if o.SendInitialEvents != nil && *o.SendInitialEvents {
+			sink.Initial(watch.Added, l.object(l.last))
+			sink.Initial(watch.Bookmark, fmt.Appendf(nil, `{"metadata":{"resourceVersion":"%d","annotations":{%q:"true"}}}`, l.last, metav1.InitialEventsAnnotationKey))
+		} else {
+			from, _ := strconv.Atoi(o.ResourceVersion)
+			if from < r.first {
+				sink.Close(&metav1.Status{Code: http.StatusGone, Reason: metav1.StatusReasonExpired, Message: "too old"})
+				return
+			}
+			for rv := from + 1; rv <= l.last; rv++ {
+				sink.Send(watch.Modified, l.object(rv))
+			}
+		}
+		l.subs[sink] = struct{}{}
+		sink.OnClose(func() {
+			l.mu.Lock()
+			delete(l.subs, sink)
+			l.mu.Unlock()
+		})
+	}, nil
+}
+
+func startReplica(t *testing.T, r *replica) (*Server, *httptest.Server) {
+	t.Helper()
+	o := DefaultOptions()
+	o.PingInterval = 100 * time.Millisecond
+	srv := NewServer(r, o)
+	hs := httptest.NewTLSServer(srv)
+	t.Cleanup(func() {
+		_ = srv.Shutdown(context.Background())
+		hs.Close()
+	})
+	return srv, hs
+}
+
+// TestSessionResumesOnAnotherReplica moves a session from replica a to b
+// while changes are written, in each way a replica goes; the consumer must
+// see every change once, in order, or an explicit 410 when b's log begins
+// after the channel's resourceVersion.
+func TestSessionResumesOnAnotherReplica(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// end ends replica a, whose address behind fwd is addr.
+		end func(t *testing.T, srv *Server, fwd *forwarder.Forwarder, addr string)
+		// bLate starts b's log after the channel's resourceVersion.
+		bLate   bool
+		want410 bool
+	}{
+		{name: "shutdown: ERROR 503 then close", end: func(t *testing.T, srv *Server, fwd *forwarder.Forwarder, addr string) {
+			fwd.Remove(addr)
+			if err := srv.Shutdown(context.Background()); err != nil {
+				t.Fatal(err) // every connection answers its close frame here
+			}
+		}},
+		{name: "killed: connection reset", end: func(_ *testing.T, _ *Server, fwd *forwarder.Forwarder, addr string) {
+			fwd.Remove(addr)
+			fwd.Cut(addr)
+		}},
+		{name: "vanished: silence until the idle timeout", end: func(_ *testing.T, _ *Server, fwd *forwarder.Forwarder, addr string) {
+			fwd.Remove(addr)
+			fwd.Blackhole(addr)
+		}},
+		{name: "b's log begins later: 410", bLate: true, want410: true, end: func(_ *testing.T, _ *Server, fwd *forwarder.Forwarder, addr string) {
+			fwd.Remove(addr)
+			fwd.Cut(addr)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := &changeLog{subs: map[Sink]struct{}{}}
+			a := &replica{log: log}
+			b := &replica{log: log}
+			srvA, hsA := startReplica(t, a)
+			_, hsB := startReplica(t, b)
+			addrA, addrB := hsA.Listener.Addr().String(), hsB.Listener.Addr().String()
+			fwd, err := forwarder.Start(addrA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fwd.Close()
+			cfg := restConfigFor(hsA)
+			cfg.Host = "https://" + fwd.Addr()
+			var resumes []Resume
+			var mu sync.Mutex
+			s, err := NewSession(context.Background(), cfg, WithKeepalive(time.Second), WithResumeObserver(func(r Resume) {
+				mu.Lock()
+				resumes = append(resumes, r)
+				mu.Unlock()
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			ch, err := s.Watch(context.Background(), sel("things"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := nextSession(t, ch)
+			if ev.Type != watch.Added {
+				t.Fatalf("first event %s, want the initial ADDED", ev.Type)
+			}
+			fwd.Add(addrB)
+			for range 5 {
+				log.write()
+			}
+			got := readRVs(t, ch, 5)
+			if tc.bLate {
+				b.first = 6 // b's log begins after the channel's resourceVersion
+			}
+			tc.end(t, srvA, fwd, addrA)
+			for range 5 {
+				log.write()
+			}
+			if tc.want410 {
+				ev := nextSession(t, ch)
+				if ev.Type != watch.Error || ev.Status.Code != http.StatusGone {
+					t.Fatalf("after the move, %s %+v; want ERROR 410", ev.Type, ev.Status)
+				}
+				if _, open := <-ch.Events; open {
+					t.Fatal("Events open after the ERROR")
+				}
+			} else {
+				got = append(got, readRVs(t, ch, 5)...)
+				for i, rv := range got {
+					if rv != i+1 {
+						t.Fatalf("resourceVersions %v: want 1..10, each once", got)
+					}
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(resumes) != 1 || resumes[0].Outcome != ResumeReopened || resumes[0].ResourceVersion != "5" {
+				t.Errorf("resumes %+v, want one reopened from 5", resumes)
+			}
+		})
+	}
+}
+
+// TestSessionShowsOnlyWhatWasAsked: the bookmarks and initial events a
+// session adds for itself do not reach a consumer that did not ask for
+// them.
+func TestSessionShowsOnlyWhatWasAsked(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts metav1.ListOptions
+		want []watch.EventType
+	}{
+		{"current state then changes", metav1.ListOptions{}, []watch.EventType{watch.Added, watch.Modified}},
+		{"changes only", metav1.ListOptions{SendInitialEvents: ptr.To(false)}, []watch.EventType{watch.Modified}},
+		{"initial events and their bookmark", metav1.ListOptions{SendInitialEvents: ptr.To(true), AllowWatchBookmarks: true},
+			[]watch.EventType{watch.Added, watch.Bookmark, watch.Modified}},
+		{"from a resourceVersion", metav1.ListOptions{ResourceVersion: "0"}, []watch.EventType{watch.Added, watch.Modified}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := &changeLog{subs: map[Sink]struct{}{}}
+			_, hs := startReplica(t, &replica{log: log})
+			s, err := NewSession(context.Background(), restConfigFor(hs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			op := sel("things")
+			op.Options = tc.opts
+			ch, err := s.Watch(context.Background(), op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The open is answered before the replica registers the
+			// channel: a write in between would not reach it.
+			waitSubscribed(t, log)
+			log.write()
+			for i, want := range tc.want {
+				if ev := nextSession(t, ch); ev.Type != want {
+					t.Fatalf("event %d: %s, want %s (all: %v)", i, ev.Type, want, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func waitSubscribed(t *testing.T, l *changeLog) {
+	t.Helper()
+	for range 500 {
+		l.mu.Lock()
+		n := len(l.subs)
+		l.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the channel never followed the log")
+}
+
+func nextSession(t *testing.T, ch *SessionChannel) Event {
+	t.Helper()
+	select {
+	case ev, ok := <-ch.Events:
+		if !ok {
+			t.Fatal("Events closed")
+		}
+		return ev
+	case <-time.After(20 * time.Second):
+		t.Fatal("no event within 20 s")
+	}
+	return Event{}
+}
+
+// readRVs reads n events and returns their resourceVersions.
+func readRVs(t *testing.T, ch *SessionChannel, n int) []int {
+	t.Helper()
+	var out []int
+	for range n {
+		ev := nextSession(t, ch)
+		if ev.Type == watch.Error {
+			t.Fatalf("ERROR %d %s", ev.Status.Code, ev.Status.Message)
+		}
+		var m meta
+		if err := json.Unmarshal(ev.Object, &m); err != nil {
+			t.Fatal(err)
+		}
+		rv, _ := strconv.Atoi(m.Metadata.ResourceVersion)
+		out = append(out, rv)
+	}
+	return out
+}
