@@ -3,7 +3,9 @@ package podapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -72,10 +74,17 @@ func TestBootstrapWorkflow(t *testing.T) {
 	handover.Host = gate.URL
 
 	const token = "kubelet-token-kubelet-token-kubelet-token"
-	_, call, source := testAPI(t, Config{NodeName: node, KubeletToken: token,
-		Handover: handover, HandoverInterval: time.Second, HandoverTimeout: 2 * time.Minute})
+	// The kubelet first, so that the API can watch what it takes (the
+	// quarantine must not mistake a handover for a refusal).
+	src, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	every := httpCheckFrequency(t)
-	kubelet := startKubelet(t, node, gate, source, token, every)
+	kubelet := startKubelet(t, node, gate, "http://"+src.Addr().String()+"/pods", token, every)
+	_, call, _ := testAPIOn(t, Config{NodeName: node, KubeletToken: token,
+		Handover: handover, HandoverInterval: time.Second, HandoverTimeout: 2 * time.Minute,
+		KubeletPodResources: kubelet.PodResourcesSocket()}, src)
 	t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
 
 	// 1. No API server: the Pod API's pod runs on the kubelet.
@@ -92,6 +101,12 @@ func TestBootstrapWorkflow(t *testing.T) {
 	name := "boot-" + node
 	testserver.Eventually(t, 2*time.Minute, "the static pod running on the kubelet", func(ctx context.Context) error {
 		return kubelet.Runs(ctx, rec.Pod.UID)
+	})
+	testserver.Eventually(t, time.Minute, "the static pod noted taken by the kubelet", func(context.Context) error {
+		if get(t, call, rec.Pod.UID).TakenByKubelet == nil {
+			return errors.New("not yet")
+		}
+		return nil
 	})
 	if r := get(t, call, rec.Pod.UID); r.State != StateLocal || r.Reason == "" {
 		t.Errorf("with no API server: state %s (%q), want Local with the reason it waits", r.State, r.Reason)
