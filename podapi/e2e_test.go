@@ -3,15 +3,13 @@ package podapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,10 +60,6 @@ func httpCheckFrequency(t *testing.T) time.Duration {
 // kube-apiserver removes it from the node and from the Pod API.
 func TestBootstrapWorkflow(t *testing.T) {
 	ctx := context.Background()
-	tools, err := controlplane.EnsureTools(ctx, os.Stderr, "hollowkubelet")
-	if err != nil {
-		t.Fatal(err)
-	}
 	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	n := runs.Add(1)
 	node, ns := fmt.Sprintf("podapi-node-%d", n), fmt.Sprintf("podapi-%d", n)
@@ -75,39 +69,23 @@ func TestBootstrapWorkflow(t *testing.T) {
 
 	// Until the gate opens, neither the kubelet nor the Pod API reaches
 	// kube-apiserver: the node has no API server.
-	gate := startGate(t, strings.TrimPrefix(cp.URL, "https://"))
+	gate := startGate(t)
 	handover := handoverIdentity(t)
-	handover.Host = gate.url
+	handover.Host = gate.URL
 
 	const token = "kubelet-token-kubelet-token-kubelet-token"
-	_, call, source := testAPI(t, Config{NodeName: node, KubeletToken: token,
-		Handover: handover, HandoverInterval: time.Second, HandoverTimeout: 2 * time.Minute})
-	dir := t.TempDir()
-	nodeCfg, err := cp.NodeConfig(node)
+	// The kubelet first, so that the API can watch what it takes (the
+	// quarantine must not mistake a handover for a refusal).
+	src, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
-	}
-	nodeCfg.Host = gate.url
-	kubeconfig := filepath.Join(dir, "kubelet.kubeconfig")
-	if err := controlplane.WriteKubeconfig(nodeCfg, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	every := httpCheckFrequency(t)
-	kubelet, err := controlplane.StartHollowKubelet(ctx, tools["hollowkubelet"], controlplane.HollowKubeletOptions{
-		Name: node, Kubeconfig: kubeconfig, Dir: dir,
-		ExtraArgs: []string{
-			"--static-pod-url=" + source,
-			"--static-pod-url-header=Authorization: Bearer " + token,
-			"--http-check-frequency=" + every.String(),
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		kubelet.Stop()
-		_ = admin.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{})
-	})
+	kubelet := startKubelet(t, node, gate, "http://"+src.Addr().String()+"/pods", token, every)
+	_, call, _ := testAPIOn(t, Config{NodeName: node, KubeletToken: token,
+		Handover: handover, HandoverInterval: time.Second, HandoverTimeout: 2 * time.Minute,
+		KubeletPodResources: kubelet.PodResourcesSocket()}, src)
+	t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
 
 	// 1. No API server: the Pod API's pod runs on the kubelet.
 	code, body := call("POST", "/pods", fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod",
@@ -122,7 +100,13 @@ func TestBootstrapWorkflow(t *testing.T) {
 	}
 	name := "boot-" + node
 	testserver.Eventually(t, 2*time.Minute, "the static pod running on the kubelet", func(ctx context.Context) error {
-		return kubeletRuns(ctx, kubelet.Port, rec.Pod.UID)
+		return kubelet.Runs(ctx, rec.Pod.UID)
+	})
+	testserver.Eventually(t, time.Minute, "the static pod noted taken by the kubelet", func(context.Context) error {
+		if get(t, call, rec.Pod.UID).TakenByKubelet == nil {
+			return errors.New("not yet")
+		}
+		return nil
 	})
 	if r := get(t, call, rec.Pod.UID); r.State != StateLocal || r.Reason == "" {
 		t.Errorf("with no API server: state %s (%q), want Local with the reason it waits", r.State, r.Reason)
@@ -146,8 +130,8 @@ func TestBootstrapWorkflow(t *testing.T) {
 
 	// 2. kube-apiserver comes up: the pod is handed over, and the kubelet
 	// runs the API's pod instead of the static one.
-	sampler := startSampler(ctx, admin, kubelet.Port, ns, name, rec.Pod.UID)
-	gate.open()
+	sampler := startSampler(ctx, admin, kubelet, ns, name, rec.Pod.UID)
+	gate.Open()
 	opened := time.Now()
 	var apiPod *corev1.Pod
 	testserver.Eventually(t, 3*time.Minute, "the API pod running on the node", func(ctx context.Context) error {
@@ -168,7 +152,7 @@ func TestBootstrapWorkflow(t *testing.T) {
 		return nil
 	})
 	gap := sampler.stop()
-	if err := kubeletRuns(ctx, kubelet.Port, rec.Pod.UID); err == nil {
+	if err := kubelet.Runs(ctx, rec.Pod.UID); err == nil {
 		t.Errorf("the static pod %s still runs beside the API pod", rec.Pod.UID)
 	}
 	r := get(t, call, rec.Pod.UID)
@@ -203,7 +187,7 @@ func TestBootstrapWorkflow(t *testing.T) {
 		return nil
 	})
 	testserver.Eventually(t, time.Minute, "nothing of it on the kubelet", func(ctx context.Context) error {
-		pods, err := kubeletPods(ctx, kubelet.Port)
+		pods, err := kubelet.Pods(ctx)
 		if err != nil {
 			return err
 		}
@@ -218,6 +202,41 @@ func TestBootstrapWorkflow(t *testing.T) {
 	if _, err := admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("after the deletion: %v, want NotFound", err)
 	}
+}
+
+// startKubelet starts a hollow kubelet for node, stopped when the test
+// ends, whose kube-apiserver is behind gate and whose pod source is
+// source (the kubelet fetches it with token every every).
+func startKubelet(t *testing.T, node string, gate *controlplane.Gate, source, token string, every time.Duration) *controlplane.HollowKubelet {
+	t.Helper()
+	ctx := context.Background()
+	tools, err := controlplane.EnsureTools(ctx, os.Stderr, "hollowkubelet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	nodeCfg, err := cp.NodeConfig(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeCfg.Host = gate.URL
+	kubeconfig := filepath.Join(dir, "kubelet.kubeconfig")
+	if err := controlplane.WriteKubeconfig(nodeCfg, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	kubelet, err := controlplane.StartHollowKubelet(ctx, tools["hollowkubelet"], controlplane.HollowKubeletOptions{
+		Name: node, Kubeconfig: kubeconfig, Dir: dir,
+		ExtraArgs: []string{
+			"--static-pod-url=" + source,
+			"--static-pod-url-header=Authorization: Bearer " + token,
+			"--http-check-frequency=" + every.String(),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kubelet.Stop)
+	return kubelet
 }
 
 // handoverIdentity is the identity the Pod API hands pods over with: the
@@ -235,49 +254,17 @@ func handoverIdentity(t *testing.T) *rest.Config {
 	return cfg
 }
 
-// gate forwards TCP to kube-apiserver once opened; before, it closes
-// every connection it accepts, as a node sees a control plane that is not
-// up yet.
-type gate struct {
-	url    string
-	opened atomic.Bool
-}
-
-func startGate(t *testing.T, target string) *gate {
+// startGate is a controlplane.Gate to kube-apiserver, closed when the
+// test ends.
+func startGate(t *testing.T) *controlplane.Gate {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	g, err := controlplane.StartGate(strings.TrimPrefix(cp.URL, "https://"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &gate{url: "https://" + ln.Addr().String()}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if !g.opened.Load() {
-				c.Close()
-				continue
-			}
-			go func() {
-				defer c.Close()
-				up, err := net.Dial("tcp", target)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				go func() { _, _ = io.Copy(up, c); up.Close() }()
-				_, _ = io.Copy(c, up)
-			}()
-		}
-	})
+	t.Cleanup(g.Close)
 	return g
 }
-
-func (g *gate) open() { g.opened.Store(true) }
 
 func get(t *testing.T, call func(method, urlPath, body string) (int, []byte), uid types.UID) Record {
 	t.Helper()
@@ -289,42 +276,6 @@ func get(t *testing.T, call func(method, urlPath, body string) (int, []byte), ui
 	return r
 }
 
-// kubeletPods asks the kubelet which pods it has (its /pods, plain HTTP
-// in kubemark); a static pod's status there is the kubelet's own.
-func kubeletPods(ctx context.Context, port int) ([]corev1.Pod, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://127.0.0.1:"+strconv.Itoa(port)+"/pods", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	list := &corev1.PodList{}
-	if err := json.NewDecoder(resp.Body).Decode(list); err != nil {
-		return nil, fmt.Errorf("kubelet /pods: %w", err)
-	}
-	return list.Items, nil
-}
-
-// kubeletRuns is nil when the kubelet runs the pod of uid.
-func kubeletRuns(ctx context.Context, port int, uid types.UID) error {
-	pods, err := kubeletPods(ctx, port)
-	if err != nil {
-		return err
-	}
-	for _, p := range pods {
-		if p.UID == uid {
-			if p.Status.Phase != corev1.PodRunning {
-				return fmt.Errorf("pod %s: phase %s", uid, p.Status.Phase)
-			}
-			return nil
-		}
-	}
-	return fmt.Errorf("kubelet has no pod %s (%d pods)", uid, len(pods))
-}
-
 // sampler watches the handover every 100ms: the last moment the kubelet
 // ran the static pod, the first the API showed the API pod Running.
 type sampler struct {
@@ -334,7 +285,7 @@ type sampler struct {
 	lastStatic, firstAPI time.Time
 }
 
-func startSampler(ctx context.Context, admin kubernetes.Interface, port int, ns, name string, static types.UID) *sampler {
+func startSampler(ctx context.Context, admin kubernetes.Interface, kubelet *controlplane.HollowKubelet, ns, name string, static types.UID) *sampler {
 	ctx, cancel := context.WithCancel(ctx)
 	s := &sampler{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -342,7 +293,7 @@ func startSampler(ctx context.Context, admin kubernetes.Interface, port int, ns,
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if kubeletRuns(ctx, port, static) == nil {
+			if kubelet.Runs(ctx, static) == nil {
 				s.lastStatic = time.Now()
 			}
 			if s.firstAPI.IsZero() {

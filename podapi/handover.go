@@ -197,11 +197,25 @@ func (a *API) setState(r Record, state State, reason string) {
 	if r.State == state && r.Reason == reason {
 		return
 	}
+	from := r.State
 	if r.State != state {
 		r.Since = metav1.Now()
 	}
 	r.State, r.Reason = state, reason
-	if err := a.store.Update(r); err != nil {
+	if _, err := a.store.Modify(r.Pod.UID, func(cur *Record) bool {
+		// r was read before the step's calls to kube-apiserver; a change
+		// of state made meanwhile (a quarantine, a deletion) wins, and
+		// the kubelet's watch may have noted the pod taken.
+		if cur.State != from {
+			return false
+		}
+		taken := cur.TakenByKubelet
+		*cur = r
+		if cur.TakenByKubelet == nil {
+			cur.TakenByKubelet = taken
+		}
+		return true
+	}); err != nil {
 		klog.ErrorS(err, "Pod API could not record a pod's state", "pod", klog.KObj(&r.Pod), "uid", r.Pod.UID, "state", state)
 		return
 	}
@@ -226,7 +240,7 @@ func (a *API) forget(uid string) {
 }
 
 func (a *API) updateGauge() {
-	counts := map[State]float64{StateLocal: 0, StateHandingOver: 0, StateHandedOver: 0, StateHandoverFailed: 0}
+	counts := map[State]float64{StateLocal: 0, StateHandingOver: 0, StateHandedOver: 0, StateHandoverFailed: 0, StateQuarantined: 0}
 	for _, r := range a.store.List() {
 		counts[r.State]++
 	}

@@ -117,22 +117,44 @@ func (a *API) create(w http.ResponseWriter, req *http.Request) {
 		fail(apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("a pod is limited to %d bytes", maxBody)))
 		return
 	}
+	pod, serr := admitPod(body, a.cfg.NodeName)
+	if serr != nil {
+		fail(serr)
+		return
+	}
+	r := a.newRecord(pod)
+	if err := a.store.Add(r); err != nil {
+		if errors.Is(err, errExists) {
+			fail(apierrors.NewAlreadyExists(podsResource, pod.Namespace+"/"+pod.Name))
+			return
+		}
+		klog.ErrorS(err, "Pod API could not store a pod", "pod", klog.KObj(pod))
+		fail(apierrors.NewInternalError(err))
+		return
+	}
+	a.updateGauge()
+	klog.InfoS("Pod API stored a pod", "pod", klog.KObj(pod), "uid", pod.UID)
+	writeJSON(w, http.StatusCreated, r)
+}
+
+// admitPod decodes, defaults and validates a posted pod, and names it
+// <pod>-<node>: all that POST checks before it stores.
+func admitPod(body []byte, node string) (*corev1.Pod, *apierrors.StatusError) {
 	pod, err := decodePod(body)
 	if err != nil {
-		fail(apierrors.NewBadRequest(err.Error()))
-		return
+		return nil, apierrors.NewBadRequest(err.Error())
 	}
 	setDefaults(pod)
-	if errs := validatePod(pod, a.cfg.NodeName); len(errs) > 0 {
-		fail(apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, pod.Name, errs))
-		return
+	if errs := validatePod(pod, node); len(errs) > 0 {
+		return nil, apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, pod.Name, errs)
 	}
-	name := pod.Name + "-" + a.cfg.NodeName
-	if errs := validateFullName(name); len(errs) > 0 {
-		fail(apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, pod.Name, errs))
-		return
-	}
-	pod.Name = name
+	pod.Name += "-" + node
+	return pod, nil
+}
+
+// newRecord is the record of an accepted pod, named <pod>-<node>: a new
+// UID, the Pod API's tag, no status.
+func (a *API) newRecord(pod *corev1.Pod) Record {
 	pod.UID = uuid.NewUUID()
 	pod.CreationTimestamp = metav1.Now()
 	if pod.Annotations == nil {
@@ -144,18 +166,7 @@ func (a *API) create(w http.ResponseWriter, req *http.Request) {
 	if a.client == nil {
 		r.Reason = "no handover credential (--pod-api-handover-kubeconfig): the pod stays on this node"
 	}
-	if err := a.store.Add(r); err != nil {
-		if errors.Is(err, errExists) {
-			fail(apierrors.NewAlreadyExists(podsResource, pod.Namespace+"/"+name))
-			return
-		}
-		klog.ErrorS(err, "Pod API could not store a pod", "pod", klog.KObj(pod))
-		fail(apierrors.NewInternalError(err))
-		return
-	}
-	a.updateGauge()
-	klog.InfoS("Pod API stored a pod", "pod", klog.KObj(pod), "uid", pod.UID)
-	writeJSON(w, http.StatusCreated, r)
+	return r
 }
 
 // decodePod reads a v1 Pod from JSON or YAML, refusing fields a v1 Pod
@@ -249,15 +260,18 @@ func (a *API) SourceHandler() http.Handler {
 		}
 		seq := a.fetchSeq.Add(1)
 		list := &corev1.PodList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PodList"}, Items: []corev1.Pod{}}
+		var uids []types.UID
 		for _, r := range a.store.List() {
 			if !r.State.served() {
 				continue
 			}
+			uids = append(uids, r.Pod.UID)
 			p := r.Pod
 			p.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
 			p.Name = strings.TrimSuffix(p.Name, "-"+a.cfg.NodeName)
 			list.Items = append(list.Items, p)
 		}
+		a.noteServed(seq, uids)
 		writeJSON(w, http.StatusOK, list)
 		fetches.WithLabelValues("ok").Inc()
 		for {

@@ -21,6 +21,17 @@ import (
 // source is the kubelet's URL.
 func testAPI(t *testing.T, cfg Config) (api *API, call func(method, path, body string) (int, []byte), source string) {
 	t.Helper()
+	src, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testAPIOn(t, cfg, src)
+}
+
+// testAPIOn is testAPI with the source on src, for a kubelet started
+// before the API.
+func testAPIOn(t *testing.T, cfg Config, src net.Listener) (api *API, call func(method, path, body string) (int, []byte), source string) {
+	t.Helper()
 	dir := t.TempDir()
 	if cfg.AllowedUIDs == nil {
 		cfg.AllowedUIDs = []uint32{uint32(os.Getuid())}
@@ -39,10 +50,6 @@ func testAPI(t *testing.T, cfg Config) (api *API, call func(method, path, body s
 	}
 	if st, err := os.Stat(sock); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("socket: %v, mode %v; want 0600", err, st.Mode().Perm())
-	}
-	src, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

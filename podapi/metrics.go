@@ -32,9 +32,16 @@ var (
 		Buckets:        []float64{1, 2, 5, 10, 20, 30, 45, 60, 90, 120},
 		StabilityLevel: metrics.ALPHA,
 	})
+	kubeletDecisions = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "podapi", Name: "kubelet_decisions_total",
+		Help: "The watch of what the kubelet took from its pod source, by decision: checked (its PodResources list read), error (not read: no decision), " +
+			"taken (a pod first seen on the kubelet), quarantined (a pod the kubelet refused with its list, taken out), " +
+			"quarantined_on_suspicion (the same, while older pods of those lists were not taken either), released (a pod quarantined on suspicion served again).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"decision"})
 	stored = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace: "nodeproxy", Subsystem: "podapi", Name: "pods",
-		Help:           "Stored pods, by state (Local, HandingOver, HandedOver, HandoverFailed).",
+		Help:           "Stored pods, by state (Local, HandingOver, HandedOver, HandoverFailed, Quarantined).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"state"})
 
@@ -45,6 +52,6 @@ var (
 // registry, which the node endpoint serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(requests, fetches, handovers, handoverSeconds, stored)
+		legacyregistry.MustRegister(requests, fetches, handovers, handoverSeconds, kubeletDecisions, stored)
 	})
 }

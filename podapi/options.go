@@ -29,6 +29,9 @@ type Options struct {
 	HandoverKubeconfig string
 	HandoverInterval   time.Duration
 	HandoverTimeout    time.Duration
+	// KubeletPodResources and KubeletTakeTimeout: see Config.
+	KubeletPodResources string
+	KubeletTakeTimeout  time.Duration
 }
 
 // NewOptions returns the defaults: off; when on, root only.
@@ -41,6 +44,13 @@ func NewOptions() *Options {
 		KubeletTokenFile: "/var/lib/nodeproxy/pod-api-kubelet-token",
 		HandoverInterval: 10 * time.Second,
 		HandoverTimeout:  2 * time.Minute,
+		// The kubelet's default root directory and socket name
+		// (pkg/kubelet/apis/podresources, config.DefaultKubeletPodResourcesDirName).
+		KubeletPodResources: "/var/lib/kubelet/pod-resources/kubelet.sock",
+		// Above the kubelet's own fetch period (20 s), which the two more
+		// fetches already wait for: the timeout matters only with a
+		// shorter httpCheckFrequency.
+		KubeletTakeTimeout: 30 * time.Second,
 	}
 }
 
@@ -67,6 +77,11 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 	fs.DurationVar(&o.HandoverInterval, "pod-api-handover-interval", o.HandoverInterval, "How often stored pods are tried for handover; failures back off from it up to 5m.")
 	fs.DurationVar(&o.HandoverTimeout, "pod-api-handover-timeout", o.HandoverTimeout,
 		"How long a pod being handed over waits for the kubelet to drop the static pod and delete its mirror pod before it is served locally again.")
+	fs.StringVar(&o.KubeletPodResources, "pod-api-kubelet-pod-resources-socket", o.KubeletPodResources,
+		"The kubelet's PodResources socket (<kubelet root-dir>/pod-resources/kubelet.sock), where the endpoint sees which pods the kubelet took. "+
+			"A pod the kubelet keeps not taking (it refuses the whole served list when one pod fails its checks) is quarantined so that the others run. Empty: never.")
+	fs.DurationVar(&o.KubeletTakeTimeout, "pod-api-kubelet-take-timeout", o.KubeletTakeTimeout,
+		"How long, at least, a served pod may stay untaken by the kubelet, which must also have fetched its pods twice more, before it is quarantined.")
 }
 
 // Validate returns every problem at once; none when the API is off.
@@ -94,6 +109,12 @@ func (o *Options) Validate() error {
 	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
 		errs = append(errs, fmt.Errorf("--pod-api-kubelet-address port must be between 0 and 65535, got %q", port))
 	}
+	if o.KubeletPodResources != "" && !filepath.IsAbs(o.KubeletPodResources) {
+		errs = append(errs, fmt.Errorf("--pod-api-kubelet-pod-resources-socket must be an absolute path, got %q", o.KubeletPodResources))
+	}
+	if o.KubeletTakeTimeout <= 0 {
+		errs = append(errs, errors.New("--pod-api-kubelet-take-timeout must be positive"))
+	}
 	if o.HandoverInterval <= 0 || o.HandoverTimeout <= 0 {
 		errs = append(errs, errors.New("--pod-api-handover-interval and --pod-api-handover-timeout must be positive"))
 	}
@@ -108,7 +129,8 @@ func (o *Options) Config(node string) (Config, error) {
 		return Config{}, err
 	}
 	cfg := Config{NodeName: node, StateDir: o.StateDir, KubeletToken: token,
-		HandoverInterval: o.HandoverInterval, HandoverTimeout: o.HandoverTimeout}
+		HandoverInterval: o.HandoverInterval, HandoverTimeout: o.HandoverTimeout,
+		KubeletPodResources: o.KubeletPodResources, KubeletTakeTimeout: o.KubeletTakeTimeout}
 	for _, uid := range o.AllowedUIDs {
 		cfg.AllowedUIDs = append(cfg.AllowedUIDs, uint32(uid))
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -57,6 +58,14 @@ type Config struct {
 	// static pod (fetch the source without it and delete its mirror pod);
 	// past it the pod is served locally again.
 	HandoverTimeout time.Duration
+	// KubeletPodResources is the kubelet's PodResources socket, where the
+	// endpoint sees which pods the kubelet took (see quarantine.go).
+	// Empty: a pod the kubelet refuses is never quarantined.
+	KubeletPodResources string
+	// KubeletTakeTimeout is how long, at least, a served pod may stay
+	// untaken by the kubelet (which must also have fetched twice more)
+	// before it is quarantined.
+	KubeletTakeTimeout time.Duration
 }
 
 // API is the Pod API of one node.
@@ -64,6 +73,13 @@ type API struct {
 	cfg    Config
 	store  *Store
 	client kubernetes.Interface // nil: no handover
+	// kubelet tells which pods the kubelet took; nil: no quarantine.
+	kubelet      kubeletView
+	closeKubelet func() error
+	// served is, for each pod the last fetch served, the first fetch of
+	// its current run of being served (quarantine.go).
+	servedMu sync.Mutex
+	served   map[types.UID]firstServed
 
 	// fetchSeq numbers the kubelet's fetches as they start; fetchDone is
 	// the highest number whose answer was written. A pod no longer served
@@ -99,18 +115,28 @@ func New(cfg Config) (*API, error) {
 	if cfg.HandoverTimeout <= 0 {
 		cfg.HandoverTimeout = 2 * time.Minute
 	}
+	if cfg.KubeletTakeTimeout <= 0 {
+		cfg.KubeletTakeTimeout = 30 * time.Second
+	}
 	RegisterMetrics()
 	s, err := OpenStore(cfg.StateDir)
 	if err != nil {
 		return nil, err
 	}
-	a := &API{cfg: cfg, store: s, handover: map[string]*progress{}}
+	a := &API{cfg: cfg, store: s, handover: map[string]*progress{}, served: map[types.UID]firstServed{}}
 	if cfg.Handover != nil {
 		c := rest.CopyConfig(cfg.Handover)
 		c.UserAgent = "nodeproxy-node/podapi"
 		if a.client, err = kubernetes.NewForConfig(c); err != nil {
 			return nil, fmt.Errorf("pod API handover client: %w", err)
 		}
+	}
+	if cfg.KubeletPodResources != "" {
+		pr, err := newPodResources(cfg.KubeletPodResources)
+		if err != nil {
+			return nil, err
+		}
+		a.kubelet, a.closeKubelet = pr, pr.Close
 	}
 	a.updateGauge()
 	return a, nil
@@ -127,7 +153,16 @@ func (a *API) Run(ctx context.Context, api, source net.Listener) error {
 	} else {
 		klog.InfoS("Pod API: no handover credential; pods stay local")
 	}
-	return g.Wait()
+	if a.kubelet != nil {
+		g.Go(func() error { a.runKubeletWatch(ctx); return nil })
+	} else {
+		klog.InfoS("Pod API: no kubelet PodResources socket; a pod the kubelet refuses is not quarantined")
+	}
+	err := g.Wait()
+	if a.closeKubelet != nil {
+		_ = a.closeKubelet()
+	}
+	return err
 }
 
 func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, connContext func(context.Context, net.Conn) context.Context) error {

@@ -32,6 +32,11 @@ const (
 	// StateHandoverFailed: the last attempt failed (Reason says why); the
 	// pod is served to the kubelet meanwhile and handover is retried.
 	StateHandoverFailed State = "HandoverFailed"
+	// StateQuarantined: no longer served to the kubelet, because the
+	// kubelet kept fetching lists holding it and took none of them (it
+	// refuses a whole list when one pod in it fails its checks); Reason
+	// says so. The other pods run meanwhile. See quarantine.go.
+	StateQuarantined State = "Quarantined"
 )
 
 // served reports whether the kubelet gets the pod from the source.
@@ -52,6 +57,16 @@ type Record struct {
 	APIUID types.UID `json:"apiUID,omitempty"`
 	// Since is when State last changed.
 	Since metav1.Time `json:"since"`
+	// TakenByKubelet is when the kubelet was first seen to have the pod
+	// (its PodResources list): from then on the pod is known not to make
+	// the kubelet refuse its lists. Kept across restarts, so that a pod
+	// that has ended (and left the kubelet's active pods) is not judged
+	// again.
+	TakenByKubelet *metav1.Time `json:"takenByKubelet,omitempty"`
+	// OnSuspicion marks a quarantine decided while other pods of the same
+	// lists were not taken either: the pod is served again, alone, once
+	// the kubelet has taken the others.
+	OnSuspicion bool `json:"onSuspicion,omitempty"`
 }
 
 // Store keeps records as one file each in a directory, written whole or
@@ -169,6 +184,29 @@ func (s *Store) Update(r Record) error {
 	return nil
 }
 
+// Modify applies change to the stored record of uid, under the store's
+// lock, and writes the result if change returns true: a read-modify-write
+// that no concurrent change can come between (the handover loop and the
+// kubelet's watch both move pods between states). It reports whether it
+// wrote.
+func (s *Store) Modify(uid types.UID, change func(*Record) bool) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.records[uid]
+	if !ok {
+		return false, nil
+	}
+	r := cur.DeepCopy()
+	if !change(r) {
+		return false, nil
+	}
+	if err := s.write(r); err != nil {
+		return false, err
+	}
+	s.records[uid] = r
+	return true, nil
+}
+
 // Delete removes the record of uid; it reports whether there was one.
 func (s *Store) Delete(uid types.UID) (bool, error) {
 	s.mu.Lock()
@@ -235,5 +273,9 @@ func syncDir(dir string) error {
 func (r *Record) DeepCopy() *Record {
 	c := *r
 	r.Pod.DeepCopyInto(&c.Pod)
+	if r.TakenByKubelet != nil {
+		t := *r.TakenByKubelet
+		c.TakenByKubelet = &t
+	}
 	return &c
 }

@@ -1,10 +1,12 @@
 package podapi
 
 import (
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // validPod is the smallest pod the Pod API accepts, defaulted.
@@ -18,8 +20,8 @@ func validPod() *corev1.Pod {
 }
 
 // TestValidatePod: each invalid pod is refused with the field
-// kube-apiserver names for it (e2e_test.go checks several against
-// kube-apiserver itself), or the static pod rule it breaks.
+// kube-apiserver names for it (validate_apiserver_test.go checks many
+// against kube-apiserver itself), or the static pod rule it breaks.
 func TestValidatePod(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -52,7 +54,14 @@ func TestValidatePod(t *testing.T) {
 		{"bad container name", func(p *corev1.Pod) { p.Spec.Containers[0].Name = "Etcd" }, "spec.containers[0].name"},
 		{"duplicate container", func(p *corev1.Pod) {
 			p.Spec.InitContainers = []corev1.Container{p.Spec.Containers[0]}
-		}, "spec.containers[0].name"},
+		}, "spec.initContainers[0].name"},
+		{"imagePullSecrets", func(p *corev1.Pod) {
+			p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "registry"}}
+		}, "spec.imagePullSecrets"},
+		{"hostPort not containerPort on the host network", func(p *corev1.Pod) {
+			p.Spec.HostNetwork = true
+			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 2379, HostPort: 2380, Protocol: corev1.ProtocolTCP}}
+		}, "spec.containers[0].ports[0].hostPort"},
 		{"bad restart policy", func(p *corev1.Pod) { p.Spec.RestartPolicy = "Sometimes" }, "spec.restartPolicy"},
 		{"port out of range", func(p *corev1.Pod) {
 			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 70000, Protocol: corev1.ProtocolTCP}}
@@ -82,7 +91,7 @@ func TestValidatePod(t *testing.T) {
 				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
 				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
 			}
-		}, "spec.containers[0].resources.requests[cpu]"},
+		}, "spec.containers[0].resources.requests"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := validPod()
@@ -97,37 +106,9 @@ func TestValidatePod(t *testing.T) {
 			if len(errs) == 0 {
 				t.Fatalf("accepted; want %s refused", tc.field)
 			}
-			if errs[0].Field != tc.field {
-				t.Errorf("refused %v; want the first error on %s", errs, tc.field)
+			if !slices.ContainsFunc(errs, func(e *field.Error) bool { return e.Field == tc.field }) {
+				t.Errorf("refused %v; want an error on %s", errs, tc.field)
 			}
 		})
-	}
-}
-
-func TestDefaultPullPolicy(t *testing.T) {
-	for image, want := range map[string]corev1.PullPolicy{
-		"pause":                          corev1.PullAlways,
-		"pause:latest":                   corev1.PullAlways,
-		"registry.k8s.io/pause:3.10":     corev1.PullIfNotPresent,
-		"localhost:5000/pause":           corev1.PullAlways,
-		"localhost:5000/pause:1":         corev1.PullIfNotPresent,
-		"registry.k8s.io/pause@sha256:0": corev1.PullIfNotPresent,
-	} {
-		if got := defaultPullPolicy(image); got != want {
-			t.Errorf("%s: %s, want %s", image, got, want)
-		}
-	}
-}
-
-func TestValidateFullName(t *testing.T) {
-	long := make([]byte, 250)
-	for i := range long {
-		long[i] = 'a'
-	}
-	if errs := validateFullName(string(long) + "-node-a"); len(errs) == 0 || errs[0].Field != "metadata.name" {
-		t.Errorf("a name too long with the node's: %v", errs)
-	}
-	if errs := validateFullName("etcd-node-a"); len(errs) > 0 {
-		t.Errorf("etcd-node-a: %v", errs)
 	}
 }

@@ -97,6 +97,13 @@ func run(ctx context.Context, o demoOptions) error {
 		}
 	}
 
+	if o.podAPI {
+		step("The Pod API: a pod on a node with no API server, handed over once kube-apiserver is up (--pod-api=false skips this)")
+		if err := showPodAPI(ctx, cp, np, o.nodeproxy, kube); err != nil {
+			return err
+		}
+	}
+
 	if o.compare {
 		s := o.shape
 		step("kube-apiserver's watches and nodeproxy's side by side: %d nodes x %d watches (--compare=false skips this)", s.Nodes, s.SecretsPerNode+1)

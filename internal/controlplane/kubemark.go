@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -274,6 +275,51 @@ func (h *HollowKubelet) ProjectedVolumeFile(podUID types.UID, volume, key string
 // <root>/pods/<uid>/volumes/<plugin name with / escaped as ~>/<volume>.
 func (h *HollowKubelet) volumeFile(plugin string, podUID types.UID, volume, key string) string {
 	return filepath.Join(h.RootDir, "pods", string(podUID), "volumes", plugin, volume, key)
+}
+
+// PodResourcesSocket is the kubelet's PodResources API socket, in its
+// root directory.
+func (h *HollowKubelet) PodResourcesSocket() string {
+	return filepath.Join(h.RootDir, "pod-resources", "kubelet.sock")
+}
+
+// Pods asks the kubelet which pods it has (its /pods, plain HTTP in
+// kubemark); a static pod's status there is the kubelet's own.
+func (h *HollowKubelet) Pods(ctx context.Context) ([]corev1.Pod, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(h.Port)+"/pods", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet %s /pods: %w", h.Name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("kubelet %s /pods: %s", h.Name, resp.Status)
+	}
+	list := &corev1.PodList{}
+	if err := json.NewDecoder(resp.Body).Decode(list); err != nil {
+		return nil, fmt.Errorf("kubelet %s /pods: %w", h.Name, err)
+	}
+	return list.Items, nil
+}
+
+// Runs is nil when the kubelet has the pod of uid, Running.
+func (h *HollowKubelet) Runs(ctx context.Context, uid types.UID) error {
+	pods, err := h.Pods(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range pods {
+		if p.UID == uid {
+			if p.Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("pod %s on kubelet %s: phase %s", uid, h.Name, p.Status.Phase)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("kubelet %s has no pod %s (%d pods)", h.Name, uid, len(pods))
 }
 
 // Stop ends the kubelet and removes its root directory and the fake
