@@ -135,21 +135,16 @@ func resumeAt(ctx context.Context, s *cache.Store, rv uint64, latest *latestChec
 
 // awaitVersion waits until s has reached rv, or deadline, or ctx's end.
 func awaitVersion(ctx context.Context, s *cache.Store, rv uint64, deadline time.Time) (*cache.Snapshot, error) {
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	for {
-		snap := s.Snapshot()
-		if snap.RV >= rv {
-			return snap, nil
-		}
-		select {
-		case <-snap.Next():
-		case <-timer.C:
-			return nil, tooLargeResourceVersion(rv, snap.RV)
-		case <-ctx.Done():
-			return nil, apierrors.NewTimeoutError("request ended while waiting for the cache", 1)
-		}
+	waitCtx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	snap, err := s.Await(waitCtx, rv)
+	switch {
+	case err == nil:
+		return snap, nil
+	case ctx.Err() != nil:
+		return nil, apierrors.NewTimeoutError("request ended while waiting for the cache", 1)
 	}
+	return nil, tooLargeResourceVersion(rv, snap.RV)
 }
 
 // tooLargeResourceVersion is kube-apiserver's answer to a version its

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -78,6 +79,24 @@ func newStore(r resource, logSize int) *Store {
 
 // Snapshot returns the current state. Before HasSynced it is empty.
 func (s *Store) Snapshot() *Snapshot { return s.current.Load() }
+
+// Await returns the first state at rv or later, waiting for it until ctx
+// ends; then it returns the state it last saw with ctx's error. The
+// store runs its handlers (the graph) before it publishes, so they have
+// applied every change up to rv too.
+func (s *Store) Await(ctx context.Context, rv uint64) (*Snapshot, error) {
+	for {
+		snap := s.Snapshot()
+		if snap.RV >= rv {
+			return snap, nil
+		}
+		select {
+		case <-snap.Next():
+		case <-ctx.Done():
+			return snap, ctx.Err()
+		}
+	}
+}
 
 // Freshness says how current the store is, as of now.
 func (s *Store) Freshness(now time.Time) Freshness { return s.fresh.at(s.Resource.Resource, now) }

@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/rest"
 
 	"github.com/nodeproxy/nodeproxy/authorizer"
 	"github.com/nodeproxy/nodeproxy/cache"
@@ -19,11 +18,7 @@ var podsResource = corev1.SchemeGroupVersion.WithResource("pods")
 
 // newRefresher wires the node authorizer's refresher (authorizer/refresh.go)
 // to kube-apiserver and to the cache's pods store, which feeds the graph.
-func newRefresher(kube *rest.Config, objects *cache.Cache, o authorizer.RefreshOptions) (*authorizer.NodeRefresher, error) {
-	client, err := metadata.NewForConfig(kube)
-	if err != nil {
-		return nil, fmt.Errorf("metadata client for the node authorizer's refreshes: %w", err)
-	}
+func newRefresher(client metadata.Interface, objects *cache.Cache, o authorizer.RefreshOptions) (*authorizer.NodeRefresher, error) {
 	pods := objects.Store(podsResource)
 	if pods == nil {
 		return nil, fmt.Errorf("the cache holds no %s", podsResource)
@@ -55,21 +50,13 @@ func latestPodVersion(client metadata.Interface) authorizer.LatestPodVersion {
 	}
 }
 
-// awaitStore returns once s has published a state at rv or later. The
-// store runs its handlers (the graph) before it publishes, so the graph
-// has applied every change up to rv by then.
+// awaitStore returns once s has published a state at rv or later, and
+// so its graph has applied every change up to rv.
 func awaitStore(s *cache.Store) authorizer.AwaitPods {
 	return func(ctx context.Context, rv uint64) error {
-		for {
-			snap := s.Snapshot()
-			if snap.RV >= rv {
-				return nil
-			}
-			select {
-			case <-snap.Next():
-			case <-ctx.Done():
-				return fmt.Errorf("the %s cache is at resourceVersion %d: %w", s.Resource.Resource, snap.RV, ctx.Err())
-			}
+		if snap, err := s.Await(ctx, rv); err != nil {
+			return fmt.Errorf("the %s cache is at resourceVersion %d: %w", s.Resource.Resource, snap.RV, err)
 		}
+		return nil
 	}
 }

@@ -57,9 +57,23 @@ func (c *Config) New() (*Server, error) {
 	authorizer.RegisterMetrics()
 	bulk.RegisterMetrics()
 	registerMetrics()
+	// One metadata client for the questions both checks ask kube-apiserver
+	// (the node authorizer's list of a node's pods, the bulk watch's
+	// latest version of a type). No client-side rate limit: each check
+	// bounds its own requests (one in flight per node, at most
+	// --node-refresh-max-concurrent; one per type), and client-go's
+	// default (5/s, burst 10) only added waits (200 back-to-back resumes
+	// ahead of the cache opened in p50 187 ms with it, most of it waiting
+	// for a token).
+	metaConfig := restclient.CopyConfig(c.Kube)
+	metaConfig.QPS = -1
+	meta, err := metadata.NewForConfig(metaConfig)
+	if err != nil {
+		return nil, fmt.Errorf("metadata client for the authorizer's and the bulk watch's checks: %w", err)
+	}
 	nodes := authorizer.New(g)
 	if c.Refresh.Timeout > 0 {
-		r, err := newRefresher(c.Kube, objects, c.Refresh)
+		r, err := newRefresher(meta, objects, c.Refresh)
 		if err != nil {
 			return nil, err
 		}
@@ -69,16 +83,6 @@ func (c *Config) New() (*Server, error) {
 	getter := bulk.NewGetter(objects, g, nodes, c.Generic.Authorization.Authorizer)
 	if err := installBulkAPI(generic, getter, c.BulkGet); err != nil {
 		return nil, err
-	}
-	// No client-side rate limit: the bulk watch asks at most one question
-	// per type at a time, and client-go's default (5/s, burst 10) only
-	// added waits (200 back-to-back resumes ahead of the cache opened in
-	// p50 187 ms with it, most of it waiting for a token).
-	metaConfig := restclient.CopyConfig(c.Kube)
-	metaConfig.QPS = -1
-	meta, err := metadata.NewForConfig(metaConfig)
-	if err != nil {
-		return nil, fmt.Errorf("metadata client for resume checks: %w", err)
 	}
 	watcherOptions := c.Watcher
 	watcherOptions.Latest = latestVersions{client: meta}
