@@ -31,14 +31,18 @@
 //
 // # When the hub cannot answer
 //
-// The hub connection is kept by Hub.Run, redialed with backoff. While it
-// is down, or when the hub fails a request for any reason but a decision
-// kube-apiserver would make alike (403, 404, 410), the request goes to
-// kube-apiserver: the kubelet sees at most a watch restart. Proxied
-// watches of hub-served types are ended when the hub returns, so that
-// they come back to it. Both sides count in etcd's revisions, so a
-// watch resumed on either side from the last resourceVersion loses
-// nothing.
+// The hub connection is a watchmux.Session kept by Hub.Run: when a hub
+// replica goes, the session dials the hub's address again, landing on
+// another replica, and carries each kubelet watch over from the last
+// resourceVersion the kubelet was sent; the kubelet's watch does not
+// end. A watch no replica takes back within hubResumeTimeout ends
+// cleanly. While no connection is up, or when the hub fails a request
+// for any reason but a decision kube-apiserver would make alike (403,
+// 404, 410), the request goes to kube-apiserver: the kubelet sees at
+// most a watch restart. Proxied watches of hub-served types are ended
+// when the hub returns, so that they come back to it. Both sides count
+// in etcd's revisions, so a watch resumed on either side from the last
+// resourceVersion loses nothing.
 //
 // # Identity upstream
 //

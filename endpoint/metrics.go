@@ -5,6 +5,8 @@ import (
 
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/nodeproxy/nodeproxy/watchmux"
 )
 
 // Paths a request can take, the values of the "path" label.
@@ -37,7 +39,8 @@ var (
 	})
 	hubDials = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "hub_dials_total",
-		Help: "Attempts to open the bulk watch connection to the hub, by result (ok, error).", StabilityLevel: metrics.ALPHA,
+		Help: "Bulk watch connections to the hub, by result: ok (each time one is up, the first and every one after a replica went), " +
+			"error (failed dials before the first; later ones count in nodeproxy_watchmux_client_reconnects_total).", StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
 	returnsToHub = metrics.NewCounter(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "watches_returned_to_hub_total",
@@ -58,5 +61,8 @@ var (
 func RegisterMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(requests, watches, fallbacks, hubConnected, hubDials, returnsToHub, refused)
+		// How the kubelet's channels fared when a hub replica went:
+		// nodeproxy_watchmux_client_resumes_total{outcome}.
+		watchmux.RegisterClientMetrics()
 	})
 }

@@ -64,12 +64,13 @@ func (e *Endpoint) serveRead(w http.ResponseWriter, req *http.Request, r route) 
 // serveWatch streams a hub channel to the kubelet as kube-apiserver
 // streams a watch: chunked, framed and encoded as negotiated, flushed
 // whenever the channel has nothing more queued, ended after
-// timeoutSeconds. The channel's ERROR becomes the watch's last event, as
-// kube-apiserver ends a watch whose resourceVersion expired; an end
-// without ERROR (the hub connection gone, or the hub shutting down)
-// ends the watch cleanly, and the kubelet's reflector watches again from
-// the last resourceVersion it saw, which kube-apiserver honours as well
-// as the hub, since both count in etcd's revisions.
+// timeoutSeconds. The channel outlives a hub replica (Hub). Its ERROR
+// becomes the watch's last event, as kube-apiserver ends a watch whose
+// resourceVersion expired; an end without ERROR (no replica took the
+// channel back in time, or the endpoint is stopping) ends the watch
+// cleanly, and the kubelet's reflector watches again from the last
+// resourceVersion it saw, which kube-apiserver honours as well as the
+// hub, since both count in etcd's revisions.
 //
 // k8s.io/apiserver's own WatchServer is not used: its watch-list hook is
 // unexported and must be set for streaming lists. What it does is this
@@ -83,7 +84,7 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route)
 	if !ok {
 		return false
 	}
-	ch, conn, err := e.hub.Watch(req.Context(), r.op)
+	ch, err := e.hub.Watch(req.Context(), r.op)
 	if err != nil && !decisive(err) {
 		e.noteFallback(err, r)
 		return false
@@ -101,7 +102,7 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route)
 		if open {
 			// The kubelet left, or the watch timed out: free the channel
 			// without holding the handler.
-			go closeChannel(conn, ch)
+			go closeChannel(ch)
 		}
 	}()
 
@@ -130,17 +131,12 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route)
 			return true
 		case ev, ok := <-ch.Events:
 			if !ok {
-				open = false // the connection ended: nothing to close
+				open = false // given up, or stopping: nothing to close
 				return true
 			}
 			var obj runtime.Object
 			if ev.Type == watch.Error {
 				open = false
-				if ev.Status.Code == http.StatusServiceUnavailable {
-					// The hub is going away: end cleanly, the kubelet
-					// resumes through another replica or kube-apiserver.
-					return true
-				}
 				obj = ev.Status
 			} else if obj, err = runtime.Decode(deserializer, ev.Object); err != nil {
 				klog.ErrorS(err, "Undecodable event from the hub; ending the watch so the kubelet relists", "resource", resource)
@@ -153,7 +149,7 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route)
 			if ev.Type == watch.Error {
 				flusher.Flush()
 				if open {
-					go closeChannel(conn, ch)
+					go closeChannel(ch)
 					open = false
 				}
 				return true
@@ -174,10 +170,10 @@ func watchTimeout(r route) time.Duration {
 	return minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))
 }
 
-func closeChannel(conn *watchmux.Client, ch *watchmux.Channel) {
+func closeChannel(ch *watchmux.SessionChannel) {
 	ctx, cancel := context.WithTimeout(context.Background(), hubRequestTimeout)
 	defer cancel()
-	_ = conn.CloseWatch(ctx, ch)
+	_ = ch.Close(ctx)
 }
 
 func (e *Endpoint) noteFallback(err error, r route) {

@@ -84,7 +84,8 @@ var (
 			"reopened (the new connection accepted the channel from its last resourceVersion), " +
 			"expired (of those reopened, the ones that then got ERROR 410 at once: the consumer relists), " +
 			"refused (the new connection refused the channel; its Status went to the consumer), " +
-			"lost_initial (lost while the initial events were half delivered: ERROR 410 to the consumer).",
+			"lost_initial (lost while the initial events were half delivered: ERROR 410 to the consumer), " +
+			"timed_out (no connection took the channel back within the resume timeout: its events end, the consumer resumes elsewhere).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"outcome"})
 

@@ -71,7 +71,8 @@ const reopenTimeout = 30 * time.Second
 // Resume says how one channel was carried over a lost connection.
 type Resume struct {
 	Channel *SessionChannel
-	// Outcome is ResumeReopened, ResumeRefused or ResumeLostInitial.
+	// Outcome is ResumeReopened, ResumeRefused, ResumeLostInitial or
+	// ResumeTimedOut.
 	Outcome string
 	// Lost is when the channel's connection was found gone (its last
 	// event read, then the close or the 503); Reopened when the new
@@ -88,15 +89,18 @@ const (
 	ResumeExpired     = "expired"
 	ResumeRefused     = "refused"
 	ResumeLostInitial = "lost_initial"
+	ResumeTimedOut    = "timed_out"
 )
 
 // SessionOption adjusts NewSession.
 type SessionOption func(*sessionOptions)
 
 type sessionOptions struct {
-	dial     []DialOption
-	onResume func(Resume)
-	idle     time.Duration
+	dial          []DialOption
+	onResume      func(Resume)
+	onConnection  func(connected bool)
+	idle          time.Duration
+	resumeTimeout time.Duration
 }
 
 // WithDialOptions passes opts to every Dial of the session (WithMaxOpening
@@ -118,8 +122,27 @@ func WithResumeObserver(f func(Resume)) SessionOption {
 	return func(o *sessionOptions) { o.onResume = f }
 }
 
-// NewSession dials cfg's server (one attempt: an unreachable server is the
-// caller's error to see) and keeps a connection up until ctx ends or Close.
+// WithConnectionObserver calls f with true each time the session has a
+// connection up, the first included, and with false each time it has
+// lost one, in that order, from the session's goroutine; f must not
+// block.
+func WithConnectionObserver(f func(connected bool)) SessionOption {
+	return func(o *sessionOptions) { o.onConnection = f }
+}
+
+// WithResumeTimeout bounds how long a channel waits to be carried over a
+// lost connection, from the moment the loss was found: past it, the
+// channel's Events close without an ERROR (outcome ResumeTimedOut), and
+// the consumer resumes it where else it can, from the last
+// resourceVersion it saw. Without it (0) a channel waits as long as the
+// session lives, which suits a consumer with nowhere else to go.
+func WithResumeTimeout(d time.Duration) SessionOption {
+	return func(o *sessionOptions) { o.resumeTimeout = d }
+}
+
+// NewSession dials cfg's server (one attempt, of at most 30 s: an
+// unreachable server is the caller's error to see) and keeps a connection
+// up until ctx ends or Close.
 func NewSession(ctx context.Context, cfg *rest.Config, opts ...SessionOption) (*Session, error) {
 	o := sessionOptions{idle: SessionIdleTimeout}
 	for _, opt := range opts {
@@ -128,13 +151,18 @@ func NewSession(ctx context.Context, cfg *rest.Config, opts ...SessionOption) (*
 	if o.idle <= 0 {
 		return nil, fmt.Errorf("the session's idle timeout must be positive, got %s", o.idle)
 	}
+	if o.resumeTimeout < 0 {
+		return nil, fmt.Errorf("the session's resume timeout must not be negative, got %s", o.resumeTimeout)
+	}
 	dialOpts := append(o.dial[:len(o.dial):len(o.dial)], WithIdleTimeout(o.idle))
 	cfg = rest.CopyConfig(cfg)
 	return newSession(ctx, func(ctx context.Context) (*Client, error) { return Dial(ctx, cfg, dialOpts...) }, o)
 }
 
 func newSession(ctx context.Context, dial func(context.Context) (*Client, error), o sessionOptions) (*Session, error) {
-	c, err := dial(ctx)
+	dialCtx, cancel := context.WithTimeout(ctx, reopenTimeout) // as each redial
+	c, err := dial(dialCtx)
+	cancel()
 	if err != nil {
 		return nil, err
 	}
@@ -165,6 +193,7 @@ func (s *Session) run(c *Client) {
 	defer close(s.done)
 	for {
 		s.setConn(c)
+		s.observeConnection(true)
 		pinged := make(chan struct{})
 		go s.keepalive(c, pinged)
 		select {
@@ -175,6 +204,7 @@ func (s *Session) run(c *Client) {
 		}
 		<-pinged
 		s.setConn(nil)
+		s.observeConnection(false)
 		if c = s.redial(); c == nil {
 			return
 		}
@@ -217,6 +247,12 @@ func (s *Session) keepalive(c *Client, done chan struct{}) {
 		case <-c.Done():
 			return
 		}
+	}
+}
+
+func (s *Session) observeConnection(connected bool) {
+	if s.o.onConnection != nil {
+		s.o.onConnection(connected)
 	}
 }
 

@@ -28,7 +28,8 @@ const refusedRetry = 100 * time.Millisecond
 // SessionChannel is one watch of a Session: its Events run on across
 // connections. They end with an ERROR (403 access lost, 410 expired: list
 // again and watch from the list's resourceVersion, ...), or without one
-// when the consumer closed the channel or the session ended.
+// when the consumer closed the channel, the session ended, or no
+// connection took the channel back within WithResumeTimeout.
 type SessionChannel struct {
 	Events <-chan Event
 	events chan Event
@@ -262,13 +263,16 @@ func (sc *SessionChannel) reopen(dead *Client, lost time.Time) bool {
 		}})
 		return false
 	}
+	rctx, stop := sc.resumeContext(lost)
+	defer stop()
 	old := dead
 	for {
-		c, err := sc.s.connOtherThan(context.Background(), old, sc.closing)
+		c, err := sc.s.connOtherThan(rctx, old, sc.closing)
 		if err != nil {
-			return false // closed, or the session ended
+			sc.timedOut(rctx, lost, sel.Options.ResourceVersion)
+			return false // closed, the session ended, or out of time
 		}
-		ctx, cancel := context.WithTimeout(sc.s.ctx, reopenTimeout)
+		ctx, cancel := context.WithTimeout(rctx, reopenTimeout)
 		ch, err := c.Watch(ctx, sel)
 		cancel()
 		var status *apierrors.StatusError
@@ -295,6 +299,9 @@ func (sc *SessionChannel) reopen(dead *Client, lost time.Time) bool {
 			case <-time.After(refusedRetry):
 			case <-sc.closing:
 				return false
+			case <-rctx.Done():
+				sc.timedOut(rctx, lost, sel.Options.ResourceVersion)
+				return false
 			}
 		case errors.As(err, &status):
 			// The new replica refuses what the old one allowed (access
@@ -302,6 +309,9 @@ func (sc *SessionChannel) reopen(dead *Client, lost time.Time) bool {
 			// channel's end.
 			sc.observe(ResumeRefused, lost, sel.Options.ResourceVersion)
 			sc.deliver(Event{Type: watch.Error, Status: &status.ErrStatus})
+			return false
+		case rctx.Err() != nil:
+			sc.timedOut(rctx, lost, sel.Options.ResourceVersion)
 			return false
 		case c.Err() != nil:
 			old = c // died under the reopen: the next one
@@ -314,6 +324,27 @@ func (sc *SessionChannel) reopen(dead *Client, lost time.Time) bool {
 			case <-time.After(refusedRetry):
 				old = nil
 			}
+		}
+	}
+}
+
+// resumeContext is the life of one resume: the session's, bounded by
+// WithResumeTimeout from lost.
+func (sc *SessionChannel) resumeContext(lost time.Time) (context.Context, context.CancelFunc) {
+	if d := sc.s.o.resumeTimeout; d > 0 {
+		return context.WithDeadline(sc.s.ctx, lost.Add(d))
+	}
+	return context.WithCancel(sc.s.ctx)
+}
+
+// timedOut counts a resume that ran out of time; a resume ended by the
+// consumer or the session is not one.
+func (sc *SessionChannel) timedOut(rctx context.Context, lost time.Time, rv string) {
+	if errors.Is(rctx.Err(), context.DeadlineExceeded) && sc.s.ctx.Err() == nil {
+		select {
+		case <-sc.closing:
+		default:
+			sc.observe(ResumeTimedOut, lost, rv)
 		}
 	}
 }

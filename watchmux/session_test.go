@@ -13,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
@@ -129,13 +130,7 @@ func TestSessionResumesOnAnotherReplica(t *testing.T) {
 			srvA, hsA := startReplica(t, a)
 			_, hsB := startReplica(t, b)
 			addrA, addrB := hsA.Listener.Addr().String(), hsB.Listener.Addr().String()
-			fwd, err := forwarder.Start(addrA)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fwd.Close()
-			cfg := restConfigFor(hsA)
-			cfg.Host = "https://" + fwd.Addr()
+			fwd, cfg := behindForwarder(t, hsA)
 			var resumes []Resume
 			var mu sync.Mutex
 			s, err := NewSession(context.Background(), cfg, WithKeepalive(time.Second), WithResumeObserver(func(r Resume) {
@@ -234,6 +229,20 @@ func TestSessionShowsOnlyWhatWasAsked(t *testing.T) {
 	}
 }
 
+// behindForwarder puts a forwarder, a Service of one, in front of hs and
+// returns it with a client configuration that reaches hs through it.
+func behindForwarder(t *testing.T, hs *httptest.Server) (*forwarder.Forwarder, *rest.Config) {
+	t.Helper()
+	fwd, err := forwarder.Start(hs.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fwd.Close() })
+	cfg := restConfigFor(hs)
+	cfg.Host = "https://" + fwd.Addr()
+	return fwd, cfg
+}
+
 func waitSubscribed(t *testing.T, l *changeLog) {
 	t.Helper()
 	for range 500 {
@@ -279,4 +288,77 @@ func readRVs(t *testing.T, ch *SessionChannel, n int) []int {
 		out = append(out, rv)
 	}
 	return out
+}
+
+// TestSessionGivesUpAChannelPastTheResumeTimeout: with no replica to go
+// to, a channel's events end without an ERROR once the resume timeout has
+// passed, so that its consumer can resume elsewhere; the session itself
+// keeps dialing, and says when it is connected again.
+func TestSessionGivesUpAChannelPastTheResumeTimeout(t *testing.T) {
+	log := &changeLog{subs: map[Sink]struct{}{}}
+	_, hsA := startReplica(t, &replica{log: log})
+	_, hsB := startReplica(t, &replica{log: log})
+	addrA, addrB := hsA.Listener.Addr().String(), hsB.Listener.Addr().String()
+	fwd, cfg := behindForwarder(t, hsA)
+	var mu sync.Mutex
+	var resumes []string
+	connected := make(chan bool, 8)
+	s, err := NewSession(context.Background(), cfg,
+		WithResumeTimeout(300*time.Millisecond),
+		WithConnectionObserver(func(up bool) { connected <- up }),
+		WithResumeObserver(func(r Resume) {
+			mu.Lock()
+			resumes = append(resumes, r.Outcome)
+			mu.Unlock()
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if up := <-connected; !up {
+		t.Fatal("first connection observed as down")
+	}
+	ch, err := s.Watch(context.Background(), sel("things"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextSession(t, ch); ev.Type != watch.Added {
+		t.Fatalf("first event %s, want the initial ADDED", ev.Type)
+	}
+
+	fwd.Remove(addrA)
+	fwd.Cut(addrA)
+	if up := <-connected; up {
+		t.Fatal("the cut was observed as a connection up")
+	}
+	select {
+	case ev, open := <-ch.Events:
+		if open {
+			t.Fatalf("got %s %+v; want the events to end without one", ev.Type, ev.Status)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the channel was not given up")
+	}
+	mu.Lock()
+	if len(resumes) != 1 || resumes[0] != ResumeTimedOut {
+		t.Errorf("resumes %v, want one %s", resumes, ResumeTimedOut)
+	}
+	mu.Unlock()
+
+	fwd.Add(addrB)
+	select {
+	case up := <-connected:
+		if !up {
+			t.Fatal("observed down twice in a row")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the session did not connect to b")
+	}
+	again, err := s.Watch(context.Background(), sel("things"))
+	if err != nil {
+		t.Fatalf("a new channel after the reconnect: %v", err)
+	}
+	if ev := nextSession(t, again); ev.Type != watch.Added {
+		t.Fatalf("first event on b %s, want the initial ADDED", ev.Type)
+	}
 }

@@ -1,0 +1,158 @@
+package endpoint_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodeproxy/nodeproxy/internal/controlplane"
+	"github.com/nodeproxy/nodeproxy/internal/forwarder"
+	"github.com/nodeproxy/nodeproxy/internal/testserver"
+)
+
+// TestKubeletWatchOutlivesItsHubReplica: two hub replicas, processes,
+// behind one address as behind a Service; the replica carrying the
+// node's bulk watch is killed (SIGKILL: the socket just dies) or stopped
+// (SIGTERM: ERROR 503, then close) while its secret changes. The
+// kubelet's watch, the one the secret manager opens per object, must not
+// notice: it does not end, it does not move to kube-apiserver, and it
+// receives every change once, in order.
+func TestKubeletWatchOutlivesItsHubReplica(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(*controlplane.Nodeproxy)
+	}{
+		{"SIGKILL", func(np *controlplane.Nodeproxy) { np.Process.Kill() }},
+		{"SIGTERM", func(np *controlplane.Nodeproxy) { np.Process.Terminate(time.Minute) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			ports, err := controlplane.FreePorts(2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := cp.StartNodeproxy(ctx, bin, ports[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(a.Process.Kill)
+			b, err := a.StartReplica(ctx, ports[1], "nodeproxy-b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(b.Process.Kill)
+			addrA, addrB := "127.0.0.1:"+strconv.Itoa(a.Port), "127.0.0.1:"+strconv.Itoa(b.Port)
+			fwd, err := forwarder.Start(addrA) // the endpoint's connection lands on a
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = fwd.Close() })
+
+			node := "node-fo-" + strings.ToLower(tc.name)
+			n := startNode(t, node, "https://"+fwd.Addr())
+			ns := workload(t, node)
+			testserver.Eventually(t, 30*time.Second, "the hub connected", func(context.Context) error {
+				if got := metric(t, n, "nodeproxy_node_hub_connected"); got != "1" {
+					return fmt.Errorf("hub_connected %s", got)
+				}
+				return nil
+			})
+			before := watchCounts(t, n)
+
+			kubelet := kubernetes.NewForConfigOrDie(n.kubelet)
+			byName := fields.OneTermEqualSelector("metadata.name", "s").String()
+			list, err := kubelet.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{FieldSelector: byName})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := kubelet.CoreV1().Secrets(ns).Watch(ctx, metav1.ListOptions{FieldSelector: byName, ResourceVersion: list.ResourceVersion})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+
+			fwd.Add(addrB) // b joins the Service; the endpoint stays on a
+			const each = 5
+			want := make([]string, 0, 2*each)
+			for i := range each {
+				want = append(want, fmt.Sprintf("before-%d", i))
+				rotate(t, ns, "s", want[len(want)-1])
+			}
+			got := readPasswords(t, w, each)
+			fwd.Remove(addrA) // a leaves the Service, then goes
+			tc.end(a)
+			for i := range each {
+				want = append(want, fmt.Sprintf("after-%d", i))
+				rotate(t, ns, "s", want[len(want)-1])
+			}
+			got = append(got, readPasswords(t, w, each)...)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("the kubelet's watch saw %v; want %v, each once, in order", got, want)
+			}
+
+			after := watchCounts(t, n)
+			if d := after.hub - before.hub; d != 1 {
+				t.Errorf("%d secrets watches opened through the hub; want 1: the kubelet's watch ended and came back", d)
+			}
+			if d := after.apiserver - before.apiserver; d != 0 {
+				t.Errorf("%d secrets watches went to kube-apiserver; want 0", d)
+			}
+			if d := after.reopened - before.reopened; d < 1 {
+				t.Errorf("%d channels reopened on the other replica; want at least 1", d)
+			}
+		})
+	}
+}
+
+// watchCounts are the endpoint's counters a failover moves; the metrics
+// registry is the test process's, so a test compares its own before and
+// after.
+type counts struct{ hub, apiserver, reopened int }
+
+func watchCounts(t *testing.T, n *node) counts {
+	t.Helper()
+	get := func(series string) int {
+		v, err := strconv.ParseFloat(metric(t, n, series), 64)
+		if err != nil {
+			t.Fatalf("%s: %v", series, err)
+		}
+		return int(v)
+	}
+	return counts{
+		hub:       get(`nodeproxy_node_requests_total{path="hub",resource="secrets",verb="watch"}`),
+		apiserver: get(`nodeproxy_node_requests_total{path="apiserver",resource="secrets",verb="watch"}`),
+		reopened:  get(`nodeproxy_watchmux_client_resumes_total{outcome="reopened"}`),
+	}
+}
+
+// readPasswords reads n MODIFIED events of w and returns the passwords
+// they carry.
+func readPasswords(t *testing.T, w watch.Interface, n int) []string {
+	t.Helper()
+	var out []string
+	for len(out) < n {
+		select {
+		case ev, open := <-w.ResultChan():
+			if !open {
+				t.Fatalf("the kubelet's watch ended after %d of %d events", len(out), n)
+			}
+			s, ok := ev.Object.(*corev1.Secret)
+			if ev.Type != watch.Modified || !ok {
+				t.Fatalf("event %s %T; want MODIFIED of the secret", ev.Type, ev.Object)
+			}
+			out = append(out, string(s.Data["password"]))
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d events within 30 s", len(out), n)
+		}
+	}
+	return out
+}
