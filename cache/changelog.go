@@ -51,7 +51,15 @@ type changeLog struct {
 	// that no reader can be at startRV any more). Continue tokens of a
 	// list taken right after a relist need it.
 	start atomic.Pointer[Snapshot]
+	// gaps are the relists the log carried on over (relistChanges),
+	// copied on write by the writer: the versions strictly inside one
+	// are no resume points (see inGap).
+	gaps atomic.Pointer[[]gap]
 }
+
+// gap is a relist's span: the store was at from, the list at to, and
+// what happened in between the store knows only as the list's outcome.
+type gap struct{ from, to uint64 }
 
 func newChangeLog(size int, start *Snapshot) *changeLog {
 	l := &changeLog{slots: make([]atomic.Pointer[Event], size), startRV: start.RV}
@@ -70,6 +78,56 @@ func (l *changeLog) appendLocked(e *Event, seq uint64) {
 		l.start.Store(nil)
 	}
 	l.slots[seq%uint64(len(l.slots))].Store(e)
+}
+
+// addGapLocked records a relist from the store's version from to the
+// list's, before its changes are appended, so that a reader that sees
+// one of them sees the gap too. Gaps the ring has passed are dropped: a
+// version under its oldest change's PrevRV is expired anyway. The
+// store's writer lock is held.
+func (l *changeLog) addGapLocked(from, to, seq uint64) {
+	if to-from < 2 {
+		return // no version strictly inside
+	}
+	var floor uint64
+	if e, ok := l.event(l.oldest(seq)); ok && seq > 0 {
+		floor = e.PrevRV
+	}
+	var gaps []gap
+	if old := l.gaps.Load(); old != nil {
+		for _, g := range *old {
+			if g.to > floor {
+				gaps = append(gaps, g)
+			}
+		}
+	}
+	gaps = append(gaps, gap{from, to})
+	l.gaps.Store(&gaps)
+}
+
+// inGap reports whether rv is strictly inside a relist's span. Such a
+// version is no resume point, whoever holds it. A client of another
+// replica that saw version rv there may have seen an object created and
+// not yet deleted, which this store's relist neither listed nor had
+// before (so no DELETED ever comes for it), or the real deletion of an
+// object whose DELETED this store stamped with a made-up version at or
+// below rv (so it would be skipped): resuming would lose a change
+// silently. The trade-off: this replica's own clients that stopped in
+// the middle of a relist's batch get ErrExpired too (a channel naming one
+// object gets its current state instead; others relist), which costs a
+// list in a window of milliseconds after a rare event, never a lost
+// change.
+func (l *changeLog) inGap(rv uint64) bool {
+	gaps := l.gaps.Load()
+	if gaps == nil {
+		return false
+	}
+	for _, g := range *gaps {
+		if g.from < rv && rv < g.to {
+			return true
+		}
+	}
+	return false
 }
 
 // event returns change number i, or false if the ring has overwritten it.
@@ -114,6 +172,9 @@ func (l *changeLog) since(rv, seq uint64) ([]*Event, error) {
 // ErrExpired whenever the writer was busy, and each bulk watch dispatcher
 // then expired all its channels.
 func (l *changeLog) first(rv, seq uint64) (uint64, error) {
+	if l.inGap(rv) {
+		return 0, ErrExpired
+	}
 	lo := l.oldest(seq)
 	// A slot, once overwritten, stays so: the predicate only ever turns
 	// from true to false under the search, at the bottom, which is the

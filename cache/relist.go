@@ -16,9 +16,9 @@ import (
 // listRV (list), so that the change log can go on instead of starting
 // over, and watches from before the relist need not relist themselves.
 //
-// The events keep the log's promise (a watch resumed from the
-// resourceVersion of any event it got misses nothing and repeats nothing)
-// because every event gets a resourceVersion of its own, in order:
+// The events keep the log's promise for a watch that follows the store
+// across the relist (it misses nothing and repeats nothing) because every
+// event gets a resourceVersion of its own, in order:
 //   - ADDED and MODIFIED carry the object as listed, at its own
 //     resourceVersion: a change the store missed happened after prevRV
 //     (it would have heard it otherwise) and at or before listRV. kube-apiserver
@@ -28,6 +28,10 @@ import (
 //     unknown; these are after every ADDED and MODIFIED, so the state
 //     after the last event is the list), each the object's last state
 //     with that resourceVersion.
+//
+// A watch resumed from a version strictly inside (prevRV, listRV) is
+// refused instead (changeLog.inGap): a client of another replica may hold
+// one, and neither kind of event above tells it the truth.
 //
 // It declines (false), and the caller starts the log over as before,
 // where no such sequence exists or would tell the truth: the list is older
@@ -123,6 +127,7 @@ func (s *Store) appendRelistLocked(changes []*Event, listRV uint64) {
 		next.nodes = s.nodes.Clone()
 	}
 	prevRV := old.RV
+	s.log.addGapLocked(prevRV, listRV, s.seq)
 	for i, e := range changes {
 		e.PrevRV = prevRV
 		if i == len(changes)-1 {
