@@ -76,7 +76,7 @@ demo: tools build ## start a local control plane with nodeproxy in front of it (
 
 # What `make bench` runs: every scenario, apiserver, causal and failover
 # included (they start a local control plane, as make demo does; causal
-# adds about 40 s, failover about 35 s).
+# adds about 40 s, failover about 100 s with its node-endpoint run).
 BENCHSCENARIOS ?= authz graph bulkget fanout revoke apiserver causal failover
 
 bench: tools build ## nodeproxy-bench: the in-tree Node authorizer's shape (100k pods), kube-apiserver side by side, graph-lag refusals on 2 replicas, hub failover (~4 min; BENCHFLAGS, BENCHSCENARIOS)

@@ -97,6 +97,7 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 	fs.IntVar(&f.WriteRate, "failover-write-rate", f.WriteRate, "Secret updates per second in the failover scenario, round robin over the secrets.")
 	fs.DurationVar(&f.Settle, "failover-settle", f.Settle, "How long writes go on in the failover scenario before a replica goes, and after.")
 	fs.BoolVar(&f.Rolling, "failover-rolling", f.Rolling, "Also replace both replicas in turn (a rolling restart) in the failover scenario.")
+	fs.BoolVar(&f.Endpoints, "failover-endpoints", f.Endpoints, "Also replace both replicas in turn under kubelet watches through node endpoints: one `nodeproxy node` per connection, its channels the secrets its node's pod mounts.")
 
 	fs = fss.FlagSet("target")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "Measure the cluster this kubeconfig reaches, with nodeproxy registered as its bulk.k8s.io APIService "+

@@ -30,12 +30,17 @@ type FailoverLoad struct {
 	Settle time.Duration
 	// Rolling adds the rolling-restart run.
 	Rolling bool
+	// Endpoints adds a rolling restart whose clients are kubelet watches
+	// through node endpoints (`nodeproxy node`, one process per
+	// connection, Channels secrets each), where the local target has
+	// the endpoint's command.
+	Endpoints bool
 }
 
 // DefaultFailoverLoad is issue 13's shape: 20 connections of 50 channels,
 // 200 writes a second (each secret updated every 5 s).
 func DefaultFailoverLoad() FailoverLoad {
-	return FailoverLoad{Conns: 20, Channels: 50, WriteRate: 200, Settle: 3 * time.Second, Rolling: true}
+	return FailoverLoad{Conns: 20, Channels: 50, WriteRate: 200, Settle: 3 * time.Second, Rolling: true, Endpoints: true}
 }
 
 var failoverScenario = Scenario{
@@ -72,11 +77,16 @@ func runFailover(ctx context.Context, env *Env, t Target) (*Result, error) {
 	if load.Rolling {
 		kinds = append(kinds, failRolling)
 	}
+	if load.Endpoints && len(t.Local.NodeEndpoint) > 0 {
+		kinds = append(kinds, failEndpoints)
+	}
 	for _, kind := range kinds {
-		out, err := runFailoverOnce(ctx, env, t.Local.Hub, kube, names, kind)
+		out, err := runFailoverOnce(ctx, env, t.Local, kube, names, kind)
 		if out != nil {
 			r.Figures = append(r.Figures, out.figures(kind)...)
-			r.Latencies = append(r.Latencies, latencyOf(string(kind)+": replica gone to reopen acknowledged", out.resumeTimes))
+			if kind != failEndpoints { // resumed inside the endpoints, untimed
+				r.Latencies = append(r.Latencies, latencyOf(string(kind)+": replica gone to reopen acknowledged", out.resumeTimes))
+			}
 		}
 		if err != nil {
 			return interrupted(ctx, r, fmt.Errorf("failover %s: %w", kind, err))
@@ -92,6 +102,9 @@ const (
 	failKill    failoverKind = "SIGKILL"
 	failTerm    failoverKind = "SIGTERM"
 	failRolling failoverKind = "rolling"
+	// failEndpoints is the rolling restart under kubelet watches through
+	// node endpoints.
+	failEndpoints failoverKind = "rolling, node endpoints"
 )
 
 // failoverOutcome is what one run saw.
@@ -102,10 +115,28 @@ type failoverOutcome struct {
 	resumed, lostInitial      int
 	writeFailures             int
 	resumeTimes               []time.Duration
+	// Of the node-endpoint run: kubelet watches that ended and were
+	// opened again, and those opened on kube-apiserver.
+	watchRestarts, apiserverWatches int
 }
 
 func (o *failoverOutcome) figures(kind failoverKind) []Figure {
 	p := string(kind) + ": "
+	if kind == failEndpoints {
+		return []Figure{
+			{Name: p + "kubelet watches", Value: float64(o.channels)},
+			{Name: p + "writes", Value: float64(o.writes)},
+			{Name: p + "writes failed (their events count as never written)", Value: float64(o.writeFailures)},
+			{Name: p + "channels carried over inside the endpoints", Value: float64(o.resumed)},
+			{Name: p + "kubelet watches that ended and watched again", Value: float64(o.watchRestarts)},
+			{Name: p + "kubelet watches opened on kube-apiserver", Value: float64(o.apiserverWatches)},
+			{Name: p + "events lost", Value: float64(o.lost)},
+			{Name: p + "events duplicated", Value: float64(o.duplicated)},
+			{Name: p + "events never written", Value: float64(o.strange)},
+			{Name: p + "watches ended 410 (relist)", Value: float64(o.expired)},
+			{Name: p + "watches ended otherwise", Value: float64(o.otherErrors)},
+		}
+	}
 	return []Figure{
 		{Name: p + "channels", Value: float64(o.channels)},
 		{Name: p + "writes", Value: float64(o.writes)},
@@ -204,8 +235,9 @@ func addrOf(np *controlplane.Nodeproxy) string { return "127.0.0.1:" + strconv.I
 // replaces A, then B, each by a new replica started first (a Deployment's
 // surge of one). Then it compares what every channel received with what
 // was written.
-func runFailoverOnce(ctx context.Context, env *Env, hub *controlplane.Nodeproxy, kube kubernetes.Interface, names []string, kind failoverKind) (*failoverOutcome, error) {
+func runFailoverOnce(ctx context.Context, env *Env, local *Local, kube kubernetes.Interface, names []string, kind failoverKind) (*failoverOutcome, error) {
 	load := env.Failover
+	hub := local.Hub
 	fwd, err := forwarder.Start()
 	if err != nil {
 		return nil, err
@@ -227,21 +259,31 @@ func runFailoverOnce(ctx context.Context, env *Env, hub *controlplane.Nodeproxy,
 	if err != nil {
 		return nil, err
 	}
-	if kind == failRolling {
+	rolling := kind == failRolling || kind == failEndpoints
+	if rolling {
 		fwd.SetBackends(addrOf(a), addrOf(b))
 	} else {
 		fwd.SetBackends(addrOf(a)) // every client on a
 	}
 
 	watch := newFailoverWatchers(len(names))
-	cfg := &rest.Config{Host: "https://" + fwd.Addr(), TLSClientConfig: rest.TLSClientConfig{
-		CAFile: hub.Files.CA, CertFile: hub.Files.AdminCert, KeyFile: hub.Files.AdminKey,
-	}}
-	if err := watch.open(ctx, env, cfg, load, names); err != nil {
-		watch.close()
-		return nil, err
+	var nodes *failoverNodes
+	if kind == failEndpoints {
+		var err error
+		if nodes, err = watch.openThroughEndpoints(ctx, env, local, kube, "https://"+fwd.Addr(), load, names); err != nil {
+			return nil, err
+		}
+		defer nodes.close()
+	} else {
+		cfg := &rest.Config{Host: "https://" + fwd.Addr(), TLSClientConfig: rest.TLSClientConfig{
+			CAFile: hub.Files.CA, CertFile: hub.Files.AdminCert, KeyFile: hub.Files.AdminKey,
+		}}
+		if err := watch.open(ctx, env, cfg, load, names); err != nil {
+			watch.close()
+			return nil, err
+		}
+		defer watch.close()
 	}
-	defer watch.close()
 	fwd.SetBackends(addrOf(a), addrOf(b))
 
 	w := newFailoverWriter(kube, names)
@@ -254,7 +296,7 @@ func runFailoverOnce(ctx context.Context, env *Env, hub *controlplane.Nodeproxy,
 		env.progressf("failover %s: ending replica a with every client on it", kind)
 		watch.stepStarted(time.Now())
 		rs.stop("failover-a", kind)
-	case failRolling:
+	case failRolling, failEndpoints:
 		for i, old := range []string{"failover-a", "failover-b"} {
 			name := old + "2"
 			env.progressf("failover rolling: replacing %s by %s", old, name)
@@ -279,6 +321,14 @@ func runFailoverOnce(ctx context.Context, env *Env, hub *controlplane.Nodeproxy,
 	watch.waitDelivered(ctx, w, failoverDeliveryTimeout)
 	out := watch.compare(w)
 	out.writeFailures = w.failures()
+	if nodes != nil {
+		apiserver, resumed, err := nodes.counts(ctx)
+		if err != nil {
+			return out, fmt.Errorf("scrape the node endpoints: %w", err)
+		}
+		out.apiserverWatches, out.resumed = int(apiserver), int(resumed)
+		out.watchRestarts = int(nodes.restarts.Load())
+	}
 	return out, ctx.Err()
 }
 

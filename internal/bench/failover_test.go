@@ -23,9 +23,11 @@ import (
 
 // TestFailoverLosesNothing runs the failover scenario small, against real
 // hub processes: every client on replica a, a killed or stopped under
-// writes, the clients resumed on b. Every channel must receive every
-// write once, resume from where it was, and (b having run since before
-// the clients came) never need a relist.
+// writes, the clients resumed on b; and the rolling restart under kubelet
+// watches through node endpoints (processes). Every channel must receive
+// every write once, resume from where it was, and (b having run since
+// before the clients came) never need a relist; no kubelet watch may end
+// or go to kube-apiserver.
 func TestFailoverLosesNothing(t *testing.T) {
 	np := startNodeproxy(t)
 	target := localTarget(t, np)
@@ -34,7 +36,7 @@ func TestFailoverLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	load := FailoverLoad{Conns: 3, Channels: 4, WriteRate: 20, Settle: 1500 * time.Millisecond}
-	for _, kind := range []failoverKind{failKill, failTerm} {
+	for _, kind := range []failoverKind{failKill, failTerm, failEndpoints} {
 		t.Run(string(kind), func(t *testing.T) {
 			var log strings.Builder
 			env := &Env{Failover: load, Progress: &log}
@@ -43,7 +45,7 @@ func TestFailoverLosesNothing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, err := runFailoverOnce(ctx, env, np, kube, names, kind)
+			out, err := runFailoverOnce(ctx, env, target.Local, kube, names, kind)
 			if err != nil {
 				t.Fatalf("%v\nprogress:\n%s", err, log.String())
 			}
@@ -57,11 +59,22 @@ func TestFailoverLosesNothing(t *testing.T) {
 			if out.strange > out.writeFailures {
 				t.Errorf("%d events of writes never made (%d writes failed, whose events may come)", out.strange, out.writeFailures)
 			}
-			if out.resumed != out.channels {
-				t.Errorf("%d of %d channels resumed, want every one", out.resumed, out.channels)
-			}
 			if out.expired != 0 || out.otherErrors != 0 || out.lostInitial != 0 {
 				t.Errorf("channels ended: %d with 410, %d otherwise, %d during their initial events; want none", out.expired, out.otherErrors, out.lostInitial)
+			}
+			if kind != failEndpoints {
+				if out.resumed != out.channels {
+					t.Errorf("%d of %d channels resumed, want every one", out.resumed, out.channels)
+				}
+				return
+			}
+			// Both replicas were replaced: every endpoint moved at least
+			// once, and none of its kubelet's watches noticed.
+			if out.resumed < out.channels {
+				t.Errorf("%d channels carried over for %d kubelet watches, want at least one each", out.resumed, out.channels)
+			}
+			if out.watchRestarts != 0 || out.apiserverWatches != 0 {
+				t.Errorf("kubelet watches: %d ended and watched again, %d opened on kube-apiserver; want none", out.watchRestarts, out.apiserverWatches)
 			}
 		})
 	}
