@@ -50,6 +50,13 @@ func (a *Answer) writeResults(w io.Writer) error {
 		if i > 0 {
 			head = append(head, ',')
 		}
+		if l.raw != nil {
+			head = append(head, l.raw...)
+			if _, err := bw.Write(head); err != nil {
+				return err
+			}
+			continue
+		}
 		head = l.appendHead(head)
 		if _, err := bw.Write(head); err != nil {
 			return err
@@ -78,6 +85,9 @@ const bufferSize = 16 << 10
 
 // size bounds the length of l's JSON.
 func (l *list) size() int {
+	if l.raw != nil {
+		return len(l.raw) + 1
+	}
 	n := 128 + len(l.store.Kind) + len(l.cont)
 	for _, it := range l.items {
 		n += len(it) + 1
@@ -88,6 +98,9 @@ func (l *list) size() int {
 // appendJSON appends l shaped like kube-apiserver's lists (SecretList,
 // ...) around the already encoded items.
 func (l *list) appendJSON(b []byte) []byte {
+	if l.raw != nil {
+		return append(b, l.raw...)
+	}
 	b = l.appendHead(b)
 	for i, it := range l.items {
 		if i > 0 {

@@ -17,8 +17,10 @@ import (
 )
 
 // list is the answer to one operation: encoded items (shared with the
-// Encoder's cache, never modified) and the list's metadata.
+// Encoder's cache, never modified) and the list's metadata; or, for an
+// uncached type, raw: kube-apiserver's whole list as it sent it.
 type list struct {
+	raw   []byte
 	store *cache.Store
 	rv    uint64
 	cont  string

@@ -30,6 +30,9 @@ type Getter struct {
 	// nodes decides node identities against the graph; delegated asks
 	// kube-apiserver (SubjectAccessReview, cached) about everyone else.
 	nodes, delegated authorizer.Authorizer
+	// uncached answers the types the cache does not hold; nil refuses
+	// them (--bulk-uncached-types off).
+	uncached Uncached
 }
 
 // NewGetter serves the types of cache.Resources from c. Node identities
@@ -45,6 +48,11 @@ func NewGetter(c *cache.Cache, g Reachability, nodes, delegated authorizer.Autho
 	}
 	return &Getter{cache: c, graph: g, stores: stores, series: series, nodes: nodes, delegated: delegated}
 }
+
+// ServeUncached has operations on types the cache does not hold answered
+// by u (kube-apiserver, as the caller) instead of refused. Call it before
+// serving.
+func (g *Getter) ServeUncached(u Uncached) { g.uncached = u }
 
 // Get validates every operation, authorizes every one, then answers them
 // all, or returns the first error: nothing partial is ever returned. The
@@ -64,26 +72,46 @@ func (g *Getter) Get(ctx context.Context, u user.Info, spec *v1alpha1.BulkGetOpe
 // larger than maxBytes (unless 0) is refused with 413, before anything of
 // it is built or written.
 func (g *Getter) Answer(ctx context.Context, u user.Info, spec *v1alpha1.BulkGetOperationSpec, maxBytes int64) (*Answer, error) {
-	queries, errs := parse(spec, func(r metav1.GroupVersionResource) *cache.Store { return g.stores[r] })
+	queries, errs, err := parse(spec, func(r metav1.GroupVersionResource) *cache.Store { return g.stores[r] }, g.uncached)
+	if err != nil {
+		observeRequest(outcomeError)
+		return nil, apierrors.NewInternalError(fmt.Errorf("look up the operations' resource types: %w", err))
+	}
 	if len(errs) > 0 {
 		observeRequest(outcomeInvalid)
 		return nil, apierrors.NewInvalid(v1alpha1.SchemeGroupVersion.WithKind("BulkGetOperation").GroupKind(), "", errs)
 	}
+	// Cached operations are decided here, cheaply, before any uncached
+	// one costs kube-apiserver a list; an uncached one is decided by
+	// kube-apiserver when it is listed, as the caller.
 	for _, q := range queries {
+		if q.uncached != nil {
+			continue
+		}
 		if err := g.authorize(ctx, u, q); err != nil {
 			observeRequest(outcomeForbidden)
 			return nil, err
 		}
 	}
 	a := &Answer{lists: make([]list, len(queries))}
-	for i, q := range queries {
-		l, err := g.run(ctx, q)
-		if err != nil {
+	if err := g.listUncached(ctx, queries, a.lists); err != nil {
+		if apierrors.IsForbidden(err) {
+			observeRequest(outcomeForbidden)
+		} else {
 			observeRequest(outcomeError)
-			return nil, at(q, err)
 		}
-		a.lists[i] = l
-		a.size += l.size()
+		return nil, err
+	}
+	for i, q := range queries {
+		if q.uncached == nil {
+			l, err := g.run(ctx, q)
+			if err != nil {
+				observeRequest(outcomeError)
+				return nil, at(q, err)
+			}
+			a.lists[i] = l
+		}
+		a.size += a.lists[i].size()
 	}
 	if maxBytes > 0 && int64(a.size) > maxBytes {
 		observeRequest(outcomeTooLarge)
@@ -93,7 +121,9 @@ func (g *Getter) Answer(ctx context.Context, u user.Info, spec *v1alpha1.BulkGet
 	}
 	observeRequest(outcomeOK)
 	for _, q := range queries {
-		g.series[q.store].operations.Inc()
+		if q.store != nil {
+			g.series[q.store].operations.Inc()
+		}
 	}
 	return a, nil
 }

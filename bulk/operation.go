@@ -19,6 +19,7 @@ import (
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/graph"
+	"github.com/nodeproxy/nodeproxy/passthrough"
 )
 
 // MaxOperations bounds one request. A kubelet at the default 110 pods,
@@ -74,6 +75,13 @@ type query struct {
 	contKey       string // continue: the key to start at
 	contRV        uint64
 	resource      metav1.GroupVersionResource
+
+	// uncached is set, and store nil, for a type nodeproxy does not cache:
+	// kube-apiserver answers it as the caller (uncached.go). options are
+	// the operation's, sent as they are; lookupErr is a discovery failure.
+	uncached  *passthrough.Type
+	options   metav1.ListOptions
+	lookupErr error
 }
 
 // graphKinds maps cached types to the graph's kinds for ReachableFromField.
@@ -87,19 +95,22 @@ var graphKinds = map[string]graph.Kind{
 }
 
 // parseWatch validates the selector of a bulk watch channel.
-func parseWatch(sel *v1alpha1.GetOperation, stores func(metav1.GroupVersionResource) *cache.Store) (*query, field.ErrorList) {
+func parseWatch(sel *v1alpha1.GetOperation, stores func(metav1.GroupVersionResource) *cache.Store, uncached Uncached) (*query, field.ErrorList, error) {
 	q := &query{watch: true}
-	return q, q.parse(sel, stores)
+	errs := q.parse(sel, stores, uncached)
+	return q, errs, q.lookupErr
 }
 
 // parse validates every operation of spec and returns them as queries,
-// or every problem found, each naming its operation.
-func parse(spec *v1alpha1.BulkGetOperationSpec, stores func(metav1.GroupVersionResource) *cache.Store) ([]*query, field.ErrorList) {
+// or every problem found, each naming its operation, or the first
+// failure to look a type up (not the caller's fault: not a 422).
+// uncached, if not nil, resolves the types nodeproxy does not cache.
+func parse(spec *v1alpha1.BulkGetOperationSpec, stores func(metav1.GroupVersionResource) *cache.Store, uncached Uncached) ([]*query, field.ErrorList, error) {
 	if len(spec.Operations) == 0 {
-		return nil, field.ErrorList{field.Required(operationsPath, "at least one operation")}
+		return nil, field.ErrorList{field.Required(operationsPath, "at least one operation")}, nil
 	}
 	if len(spec.Operations) > MaxOperations {
-		return nil, field.ErrorList{field.TooMany(operationsPath, len(spec.Operations), MaxOperations)}
+		return nil, field.ErrorList{field.TooMany(operationsPath, len(spec.Operations), MaxOperations)}, nil
 	}
 	var errs field.ErrorList
 	queries := make([]query, len(spec.Operations))
@@ -107,13 +118,16 @@ func parse(spec *v1alpha1.BulkGetOperationSpec, stores func(metav1.GroupVersionR
 	for i := range spec.Operations {
 		q := &queries[i]
 		q.index = i
-		errs = append(errs, q.parse(&spec.Operations[i], stores)...)
+		errs = append(errs, q.parse(&spec.Operations[i], stores, uncached)...)
+		if q.lookupErr != nil {
+			return nil, nil, q.lookupErr
+		}
 		out[i] = q
 	}
 	if len(errs) > 0 {
-		return nil, errs
+		return nil, errs, nil
 	}
-	return out, nil
+	return out, nil, nil
 }
 
 var (
@@ -135,7 +149,7 @@ func (q *query) path() *field.Path {
 // namespace or of a cluster-scoped type: a lookup rather than a scan, a
 // "get" to the node authorizer, and an object whose access can be lost.
 func (q *query) namesOneObject() bool {
-	return q.name != "" && (q.namespace != "" || !q.store.Namespaced)
+	return q.store != nil && q.name != "" && (q.namespace != "" || !q.store.Namespaced)
 }
 
 // ascend visits the objects of snap that q may select, from key
@@ -159,15 +173,27 @@ func (q *query) ascend(snap *cache.Snapshot, fromNamespace, fromName string, vis
 	}
 }
 
-func (q *query) parse(op *v1alpha1.GetOperation, stores func(metav1.GroupVersionResource) *cache.Store) field.ErrorList {
+func (q *query) parse(op *v1alpha1.GetOperation, stores func(metav1.GroupVersionResource) *cache.Store, uncached Uncached) field.ErrorList {
 	q.namespace, q.resource = op.Namespace, op.Resource
 	q.store = stores(op.Resource)
 	if q.store == nil {
-		return field.ErrorList{field.NotSupported(q.path().Child("resource"), gvrString(op.Resource), servedResources())}
+		// The bulk API itself is never passed through: it would come
+		// back here, as kube-apiserver's aggregator routes it to
+		// nodeproxy.
+		if uncached == nil || op.Resource.Group == v1alpha1.GroupName {
+			return field.ErrorList{field.NotSupported(q.path().Child("resource"), gvrString(op.Resource), servedResources())}
+		}
+		return q.parseUncached(op, uncached)
 	}
+	errs := q.parseNamespace(op, q.store.Namespaced)
+	q.kind = graphKinds[op.Resource.Resource]
+	return append(errs, q.parseOptions(&op.Options)...)
+}
+
+func (q *query) parseNamespace(op *v1alpha1.GetOperation, namespaced bool) field.ErrorList {
 	var errs field.ErrorList
 	switch {
-	case !q.store.Namespaced && op.Namespace != "":
+	case !namespaced && op.Namespace != "":
 		errs = append(errs, field.Invalid(q.path().Child("namespace"), op.Namespace,
 			fmt.Sprintf("must be empty: %s are cluster-scoped", op.Resource.Resource)))
 	case op.Namespace != "":
@@ -175,8 +201,7 @@ func (q *query) parse(op *v1alpha1.GetOperation, stores func(metav1.GroupVersion
 			errs = append(errs, field.Invalid(q.path().Child("namespace"), op.Namespace, msg))
 		}
 	}
-	q.kind = graphKinds[op.Resource.Resource]
-	return append(errs, q.parseOptions(&op.Options)...)
+	return errs
 }
 
 func (q *query) parseOptions(in *metav1.ListOptions) field.ErrorList {

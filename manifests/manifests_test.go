@@ -43,7 +43,8 @@ var kustomizations = map[string][]string{
 	"overlays/authorization-webhook": {"Deployment/nodeproxy", "ClusterRole/nodeproxy:authorize", "ConfigMap/nodeproxy-kube-apiserver-files"},
 	"overlays/prometheus": {"Deployment/nodeproxy", "ServiceMonitor/nodeproxy", "PrometheusRule/nodeproxy",
 		"ClusterRole/nodeproxy:metrics-reader", "ConfigMap/nodeproxy-grafana-dashboard"},
-	"overlays/production": {"Deployment/nodeproxy", "PodDisruptionBudget/nodeproxy"},
+	"overlays/production":     {"Deployment/nodeproxy", "PodDisruptionBudget/nodeproxy"},
+	"overlays/uncached-types": {"Deployment/nodeproxy", "ClusterRole/nodeproxy:uncached-types", "ClusterRoleBinding/nodeproxy:uncached-types"},
 }
 
 func TestEveryKustomizationIsTested(t *testing.T) {

@@ -39,6 +39,8 @@ type Config struct {
 	Watcher bulk.WatcherOptions
 	// BulkGet bounds each bulk get.
 	BulkGet bulk.GetLimits
+	// UncachedTypes: see Options.UncachedTypes.
+	UncachedTypes bool
 	// Refresh tunes how the node authorizer brings its graph up to date
 	// before a refusal; a zero Timeout never does.
 	Refresh authorizer.RefreshOptions
@@ -105,7 +107,7 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 	if o.Authentication.RequestHeader.ClientCAFile != "" || lookup {
 		sources++
 	}
-	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, CacheMaxWatchOutage: o.CacheMaxWatchOutage, Watch: o.Watch, Watcher: o.Watcher, BulkGet: o.BulkGet, Refresh: o.Refresh, ClientCASources: sources, router: router}, nil
+	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, CacheMaxWatchOutage: o.CacheMaxWatchOutage, Watch: o.Watch, Watcher: o.Watcher, BulkGet: o.BulkGet, UncachedTypes: o.UncachedTypes, Refresh: o.Refresh, ClientCASources: sources, router: router}, nil
 }
 
 func (o *Options) kubeConfig() (*rest.Config, error) {

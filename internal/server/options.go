@@ -61,6 +61,10 @@ type Options struct {
 	Watcher bulk.WatcherOptions
 	// BulkGet bounds each bulk get.
 	BulkGet bulk.GetLimits
+	// UncachedTypes has bulk operations on types nodeproxy does not cache
+	// answered by kube-apiserver as the caller (impersonation), instead of
+	// refused. It needs the grant of manifests/components/uncached-types.
+	UncachedTypes bool
 	// Refresh tunes how the node authorizer brings its graph up to date
 	// with kube-apiserver before refusing a node; Timeout 0 turns it off.
 	Refresh authorizer.RefreshOptions
@@ -153,6 +157,11 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.IntVar(&o.BulkGet.MaxInFlightPerUser, "bulk-get-max-in-flight-per-user", o.BulkGet.MaxInFlightPerUser,
 		"Bulk gets one caller (one node) may have in flight; beyond it a request is refused with 429 and Retry-After, "+
 			"so that one caller cannot take the hub from the others.")
+
+	fs.BoolVar(&o.UncachedTypes, "bulk-uncached-types", o.UncachedTypes,
+		"Answer bulk operations on resource types nodeproxy does not cache (any type kube-apiserver serves: other built-in "+
+			"types, CRDs, aggregated APIs) by listing them from kube-apiserver as the caller, through impersonation. Needs the "+
+			"impersonation grant of manifests/components/uncached-types (docs/operations.md). Off: such operations get 422.")
 
 	fs = fss.FlagSet("bulk watch")
 	fs.IntVar(&o.Watch.MaxChannels, "watch-max-channels", o.Watch.MaxChannels,

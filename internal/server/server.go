@@ -20,6 +20,7 @@ import (
 	"github.com/nodeproxy/nodeproxy/bulk"
 	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/graph"
+	"github.com/nodeproxy/nodeproxy/passthrough"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
 
@@ -81,6 +82,14 @@ func (c *Config) New() (*Server, error) {
 	}
 	generic.Handler.NonGoRestfulMux.Handle(authorizer.WebhookPath, &authorizer.Webhook{Authorizer: nodes})
 	getter := bulk.NewGetter(objects, g, nodes, c.Generic.Authorization.Authorizer)
+	if c.UncachedTypes {
+		passthrough.RegisterMetrics()
+		uncached, err := passthrough.NewClient(c.Kube)
+		if err != nil {
+			return nil, err
+		}
+		getter.ServeUncached(uncached)
+	}
 	if err := installBulkAPI(generic, getter, c.BulkGet); err != nil {
 		return nil, err
 	}
