@@ -36,6 +36,8 @@ var (
 
 	hubOnce sync.Once
 	hub     *testserver.Server
+	// counts is the aggregated API the tests read (aggregated_test.go).
+	counts *countsServer
 )
 
 const (
@@ -129,14 +131,18 @@ func seed(t *testing.T) {
 	testserver.Eventually(t, 30*time.Second, "the Widget CRD served", func(ctx context.Context) error {
 		return cp.ApplyFiles(ctx, widget)
 	})
-	// alice may read the three types in ns; bob all but Deployments.
+	counts = startCounts(t, "visits")
+	// alice may read the four types in ns; bob all but Deployments and
+	// counts.
 	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"bulkgetoperations"}, Verbs: []string{"create", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"e2e.nodeproxy.io"}, Resources: []string{"widgets"}, Verbs: []string{"list", "watch"}},
 	}
 	grant(t, admin, "bob", rules)
-	grant(t, admin, "alice", append(rules, rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"list", "watch"}}))
+	grant(t, admin, "alice", append(rules,
+		rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"list", "watch"}},
+		rbacv1.PolicyRule{APIGroups: []string{countsGroup}, Resources: []string{"counts"}, Verbs: []string{"list", "watch"}}))
 }
 
 const widgetCRD = `apiVersion: apiextensions.k8s.io/v1
@@ -257,4 +263,5 @@ var (
 	configmaps  = op("", "v1", "configmaps", ns)
 	deployments = op("apps", "v1", "deployments", ns)
 	widgets     = op("e2e.nodeproxy.io", "v1", "widgets", ns)
+	countsOp    = op(countsGroup, countsVersion, "counts", ns)
 )
