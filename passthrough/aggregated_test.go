@@ -62,7 +62,7 @@ type countEvent struct {
 
 // startCounts serves counts on a free port and registers it with
 // kube-apiserver's aggregator.
-func startCounts(t *testing.T, initial ...string) *countsServer {
+func startCounts(t testing.TB, initial ...string) *countsServer {
 	t.Helper()
 	ports, err := controlplane.FreePorts(1)
 	if err != nil {

@@ -49,7 +49,7 @@ func TestMain(m *testing.M) { os.Exit(testserver.RunBehindWebhook(m, &cp, &npPor
 
 // startHub starts the package's nodeproxy once; it lives until the
 // control plane stops.
-func startHub(t *testing.T) *testserver.Server {
+func startHub(t testing.TB) *testserver.Server {
 	t.Helper()
 	hubOnce.Do(func() {
 		root, err := controlplane.RepoRoot()
@@ -62,7 +62,7 @@ func startHub(t *testing.T) *testserver.Server {
 		}
 		// Not testserver.Start's cleanup: the hub outlives this test, and
 		// ends with the test binary.
-		hub = testserver.Start(&keepAlive{T: t}, cp, testserver.Options{Port: npPort, Args: []string{"--bulk-uncached-types"}})
+		hub = testserver.Start(&keepAlive{TB: t}, cp, testserver.Options{Port: npPort, Args: []string{"--bulk-uncached-types"}})
 		hub.WaitReady(t, 90*time.Second)
 		if err := cp.RegisterAPIService(context.Background(), testserver.Manifest(t, "apiservice.yaml"), npPort); err != nil {
 			t.Fatal(err)
@@ -77,7 +77,7 @@ func startHub(t *testing.T) *testserver.Server {
 
 // keepAlive is a testing.TB whose cleanups never run: the package's hub
 // is shared by every test.
-type keepAlive struct{ *testing.T }
+type keepAlive struct{ testing.TB }
 
 func (k *keepAlive) Cleanup(func()) {}
 
@@ -94,7 +94,7 @@ func (k *keepAlive) TempDir() string {
 // seed creates, before any CRD exists: a configmap (cached), a
 // Deployment (apps/v1: not cached), and the Widget CRD only after the
 // hub has started, so that finding it proves discovery is asked again.
-func seed(t *testing.T) {
+func seed(t testing.TB) {
 	ctx := context.Background()
 	if err := cp.EnsureNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
@@ -173,7 +173,7 @@ spec: {teeth: 12}
 // in ns only (bulkgetoperations, cluster-scoped, by a ClusterRoleBinding
 // of its own would be cleaner; one RoleBinding is enough here because
 // kube-apiserver checks create on bulkgetoperations cluster-wide).
-func grant(t *testing.T, admin kubernetes.Interface, user string, rules []rbacv1.PolicyRule) {
+func grant(t testing.TB, admin kubernetes.Interface, user string, rules []rbacv1.PolicyRule) {
 	ctx := context.Background()
 	name := "passthrough-e2e-" + user
 	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{}); err != nil {
