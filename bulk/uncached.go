@@ -2,8 +2,10 @@ package bulk
 
 import (
 	"context"
+	"errors"
 	"sync"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/passthrough"
+	"github.com/nodeproxy/nodeproxy/watchmux"
 )
 
 // Uncached answers operations on the types nodeproxy does not cache, by
@@ -24,6 +27,10 @@ type Uncached interface {
 	// List lists t as the user in ctx and returns kube-apiserver's JSON
 	// list, or its Status error.
 	List(ctx context.Context, t passthrough.Type, namespace string, opts *metav1.ListOptions) ([]byte, error)
+	// Watch opens a watch on t as the user in ctx (the channel's context)
+	// and returns run, which feeds sink until the channel closes, or
+	// kube-apiserver's Status error if it refused.
+	Watch(ctx context.Context, t passthrough.Type, namespace string, opts metav1.ListOptions, sink passthrough.Sink) (run func(), err error)
 }
 
 // parseUncached validates an operation on a type nodeproxy does not
@@ -112,4 +119,22 @@ func (g *Getter) listUncached(ctx context.Context, queries []*query, lists []lis
 		}
 	}
 	return nil
+}
+
+// openUncached opens a channel on a type nodeproxy does not cache: a
+// watch on kube-apiserver as the caller, whose answer decides the open
+// (nodeproxy authorizes nothing here). The channel is one watch on
+// kube-apiserver for as long as it is open: nothing is shared with other
+// channels, unlike a cached type's.
+func (w *Watcher) openUncached(ctx context.Context, q *query, sink watchmux.Sink) (func(), *metav1.Status) {
+	run, err := w.getter.uncached.Watch(ctx, *q.uncached, q.namespace, q.options, sink)
+	if err != nil {
+		var status apierrors.APIStatus
+		if errors.As(err, &status) {
+			st := status.Status()
+			return nil, &st
+		}
+		return nil, &apierrors.NewInternalError(err).ErrStatus
+	}
+	return run, nil
 }

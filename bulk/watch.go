@@ -101,12 +101,15 @@ func (w *Watcher) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 	if !ok {
 		return nil, &apierrors.NewInternalError(errors.New("no user in the request context")).ErrStatus
 	}
-	q, errs, err := parseWatch(sel, func(r metav1.GroupVersionResource) *cache.Store { return w.getter.stores[r] }, nil)
+	q, errs, err := parseWatch(sel, func(r metav1.GroupVersionResource) *cache.Store { return w.getter.stores[r] }, w.getter.uncached)
 	if err != nil {
 		return nil, &apierrors.NewInternalError(fmt.Errorf("look up the channel's resource type: %w", err)).ErrStatus
 	}
 	if len(errs) > 0 {
 		return nil, &apierrors.NewInvalid(v1alpha1.SchemeGroupVersion.WithKind("BulkGetOperation").GroupKind(), "", errs).ErrStatus
+	}
+	if q.uncached != nil {
+		return w.openUncached(ctx, q, sink)
 	}
 	s := &stream{q: q, sink: sink, graph: w.getter.graph, encoder: w.getter.cache.Encoder()}
 	d := w.dispatchers[q.store]

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +22,12 @@ import (
 type Client struct {
 	*Resolver
 	rest rest.Interface
+	// http sends watches: their body is read as a stream of raw events,
+	// never decoded into Go types (a CRD's or an aggregated API's objects
+	// have none here).
+	http *http.Client
+	// watchTimeout picks each upstream watch's timeoutSeconds.
+	watchTimeout func() time.Duration
 }
 
 // NewClient reaches kube-apiserver with cfg (nodeproxy's own
@@ -44,11 +51,15 @@ func NewClient(cfg *rest.Config) (*Client, error) {
 	c.GroupVersion = nil
 	c.APIPath = ""
 	c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return impersonating{base: rt} })
-	rc, err := rest.UnversionedRESTClientFor(c)
+	hc, err := rest.HTTPClientFor(c)
+	if err != nil {
+		return nil, fmt.Errorf("HTTP client for uncached types: %w", err)
+	}
+	rc, err := rest.UnversionedRESTClientForConfigAndClient(c, hc)
 	if err != nil {
 		return nil, fmt.Errorf("client for uncached types: %w", err)
 	}
-	return &Client{Resolver: NewResolver(disc), rest: rc}, nil
+	return &Client{Resolver: NewResolver(disc), rest: rc, http: hc, watchTimeout: reflectorWatchTimeout}, nil
 }
 
 // parameterVersion is the version list options are encoded in: metav1's

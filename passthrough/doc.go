@@ -20,6 +20,14 @@
 //     other Status from kube-apiserver is handed back unchanged.
 //   - A list is returned as kube-apiserver encoded it: the type's own
 //     resourceVersion, its own continue token.
+//   - A watch channel is one watch on kube-apiserver, relayed event by
+//     event as kube-apiserver encoded it, read no faster than the channel
+//     takes events (Sink's WaitRoom): nothing dropped, nothing shared.
+//     kube-apiserver's ERROR is the channel's last event; a watch that
+//     ends without one is opened again from the last resourceVersion
+//     relayed once there is a resume point (a bookmark, or a watch from a
+//     version without initial state), and otherwise the channel ends with
+//     an ERROR: never silently (watch.go, relay.go).
 //   - Discovery is cached per group/version and fetched again on a miss,
 //     at most once per MinRefreshInterval per group/version, so a CRD
 //     created after start is found within that interval and a stream of

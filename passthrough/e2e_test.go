@@ -36,6 +36,8 @@ var (
 
 	hubOnce sync.Once
 	hub     *testserver.Server
+	// counts is the aggregated API the tests read (aggregated_test.go).
+	counts *countsServer
 )
 
 const (
@@ -47,7 +49,7 @@ func TestMain(m *testing.M) { os.Exit(testserver.RunBehindWebhook(m, &cp, &npPor
 
 // startHub starts the package's nodeproxy once; it lives until the
 // control plane stops.
-func startHub(t *testing.T) *testserver.Server {
+func startHub(t testing.TB) *testserver.Server {
 	t.Helper()
 	hubOnce.Do(func() {
 		root, err := controlplane.RepoRoot()
@@ -60,7 +62,7 @@ func startHub(t *testing.T) *testserver.Server {
 		}
 		// Not testserver.Start's cleanup: the hub outlives this test, and
 		// ends with the test binary.
-		hub = testserver.Start(&keepAlive{T: t}, cp, testserver.Options{Port: npPort, Args: []string{"--bulk-uncached-types"}})
+		hub = testserver.Start(&keepAlive{TB: t}, cp, testserver.Options{Port: npPort, Args: []string{"--bulk-uncached-types"}})
 		hub.WaitReady(t, 90*time.Second)
 		if err := cp.RegisterAPIService(context.Background(), testserver.Manifest(t, "apiservice.yaml"), npPort); err != nil {
 			t.Fatal(err)
@@ -75,7 +77,7 @@ func startHub(t *testing.T) *testserver.Server {
 
 // keepAlive is a testing.TB whose cleanups never run: the package's hub
 // is shared by every test.
-type keepAlive struct{ *testing.T }
+type keepAlive struct{ testing.TB }
 
 func (k *keepAlive) Cleanup(func()) {}
 
@@ -92,7 +94,7 @@ func (k *keepAlive) TempDir() string {
 // seed creates, before any CRD exists: a configmap (cached), a
 // Deployment (apps/v1: not cached), and the Widget CRD only after the
 // hub has started, so that finding it proves discovery is asked again.
-func seed(t *testing.T) {
+func seed(t testing.TB) {
 	ctx := context.Background()
 	if err := cp.EnsureNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
@@ -129,14 +131,18 @@ func seed(t *testing.T) {
 	testserver.Eventually(t, 30*time.Second, "the Widget CRD served", func(ctx context.Context) error {
 		return cp.ApplyFiles(ctx, widget)
 	})
-	// alice may read the three types in ns; bob all but Deployments.
+	counts = startCounts(t, "visits")
+	// alice may read the four types in ns; bob all but Deployments and
+	// counts.
 	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"bulkgetoperations"}, Verbs: []string{"create", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"e2e.nodeproxy.io"}, Resources: []string{"widgets"}, Verbs: []string{"list", "watch"}},
 	}
 	grant(t, admin, "bob", rules)
-	grant(t, admin, "alice", append(rules, rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"list", "watch"}}))
+	grant(t, admin, "alice", append(rules,
+		rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"list", "watch"}},
+		rbacv1.PolicyRule{APIGroups: []string{countsGroup}, Resources: []string{"counts"}, Verbs: []string{"list", "watch"}}))
 }
 
 const widgetCRD = `apiVersion: apiextensions.k8s.io/v1
@@ -167,7 +173,7 @@ spec: {teeth: 12}
 // in ns only (bulkgetoperations, cluster-scoped, by a ClusterRoleBinding
 // of its own would be cleaner; one RoleBinding is enough here because
 // kube-apiserver checks create on bulkgetoperations cluster-wide).
-func grant(t *testing.T, admin kubernetes.Interface, user string, rules []rbacv1.PolicyRule) {
+func grant(t testing.TB, admin kubernetes.Interface, user string, rules []rbacv1.PolicyRule) {
 	ctx := context.Background()
 	name := "passthrough-e2e-" + user
 	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{}); err != nil {
@@ -257,4 +263,5 @@ var (
 	configmaps  = op("", "v1", "configmaps", ns)
 	deployments = op("apps", "v1", "deployments", ns)
 	widgets     = op("e2e.nodeproxy.io", "v1", "widgets", ns)
+	countsOp    = op(countsGroup, countsVersion, "counts", ns)
 )

@@ -8,11 +8,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TestBulkGetSpansCachedCoreAndCRDTypes: one request reads a cached type
-// (configmaps), a built-in type nodeproxy does not cache (Deployments)
-// and a CRD created after the hub started, in order, each list with its
-// own resourceVersion, directly and through kube-apiserver.
-func TestBulkGetSpansCachedCoreAndCRDTypes(t *testing.T) {
+// TestBulkGetSpansCachedCoreCRDAndAggregatedTypes: one request reads a
+// cached type (configmaps), a built-in type nodeproxy does not cache
+// (Deployments), a CRD created after the hub started and an aggregated
+// API (counts), in order, each list with its own resourceVersion,
+// directly and through kube-apiserver.
+func TestBulkGetSpansCachedCoreCRDAndAggregatedTypes(t *testing.T) {
 	srv := startHub(t)
 	alice, err := cp.UserConfig("alice")
 	if err != nil {
@@ -20,11 +21,11 @@ func TestBulkGetSpansCachedCoreAndCRDTypes(t *testing.T) {
 	}
 	for _, e := range endpoints(t, srv, alice) {
 		t.Run(e.name, func(t *testing.T) {
-			code, lists, status := e.post(t, widgets, configmaps, deployments)
+			code, lists, status := e.post(t, widgets, configmaps, deployments, countsOp)
 			if code != http.StatusCreated {
 				t.Fatalf("%d: %v", code, status)
 			}
-			want := []string{"WidgetList: gear", "ConfigMapList: settings", "DeploymentList: web"}
+			want := []string{"WidgetList: gear", "ConfigMapList: settings", "DeploymentList: web", "CountList: visits"}
 			for i, l := range lists {
 				if l.String() != want[i] {
 					t.Errorf("result %d = %q, want %q", i, l, want[i])

@@ -11,6 +11,10 @@ import (
 const (
 	verbList  = "list"
 	verbWatch = "watch"
+
+	reopenOK           = "ok"
+	reopenFailed       = "failed"
+	reopenNotResumable = "not_resumable"
 )
 
 var (
@@ -32,6 +36,17 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	})
 
+	reopens = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy",
+		Subsystem: "passthrough",
+		Name:      "watch_reopens_total",
+		Help: "Watches on kube-apiserver of uncached channels that ended without an error (kube-apiserver's timeout, " +
+			"a dropped connection), by what followed: ok (re-opened from the last resourceVersion relayed); failed (the " +
+			"channel ended with an ERROR: kube-apiserver refused or could not be reached); not_resumable (the watch " +
+			"ended before its initial state was known to be complete: the channel ended with 410).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+
 	discoveryFetches = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy",
 		Subsystem: "passthrough",
@@ -48,7 +63,7 @@ var (
 // registry that /metrics serves.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(operations, openChannels, discoveryFetches)
+		legacyregistry.MustRegister(operations, openChannels, reopens, discoveryFetches)
 	})
 }
 

@@ -55,6 +55,9 @@ type channel struct {
 	announced   bool
 	closeStatus *metav1.Status
 	onClose     []func()
+	// room, if a stream waits in WaitRoom, is closed when the writer takes
+	// one of this channel's events.
+	room chan struct{}
 }
 
 var _ Sink = (*channel)(nil)
@@ -65,6 +68,38 @@ func (c *channel) Send(t watch.EventType, object []byte) bool {
 
 func (c *channel) Initial(t watch.EventType, object []byte) bool {
 	return c.conn.enqueue(c, t, object, false)
+}
+
+// WaitRoom blocks until the channel may queue another event without
+// overflowing, and reports whether it is still open. A stream that can
+// hold its source back (a watch on kube-apiserver, read only as fast as
+// the client takes its events) calls it before each Send, and the channel
+// never overflows; the cache's fan-out cannot wait for one client and
+// does not call it, so its slow channels end with 410 instead. Room opens
+// when the writer takes the events, so a client that stops reading holds
+// the stream back until WriteTimeout ends the connection.
+func (c *channel) WaitRoom() bool {
+	for {
+		c.conn.mu.Lock()
+		if c.closed {
+			c.conn.mu.Unlock()
+			return false
+		}
+		if c.queued < c.conn.opts.ChannelQueue {
+			c.conn.mu.Unlock()
+			return true
+		}
+		if c.room == nil {
+			c.room = make(chan struct{})
+		}
+		room := c.room
+		c.conn.mu.Unlock()
+		select {
+		case <-room:
+		case <-c.ctx.Done():
+			return false
+		}
+	}
 }
 
 func (c *channel) OnClose(f func()) {

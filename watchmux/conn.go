@@ -340,6 +340,10 @@ func (c *conn) take() (batch []frame, closing bool) {
 		if f.ch != nil && !f.final {
 			if !f.unbounded {
 				f.ch.queued--
+				if f.ch.room != nil {
+					close(f.ch.room)
+					f.ch.room = nil
+				}
 			}
 			if f.ch.closed {
 				continue

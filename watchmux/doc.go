@@ -38,7 +38,9 @@
 //   - A stream never blocks: a channel with more than ChannelQueue events
 //     waiting is closed with ERROR 410 ("too slow; resubscribe"), so a
 //     slow client costs bounded memory and never holds back other
-//     channels or connections. Event frames point at the encoded object
+//     channels or connections. A stream whose source can wait (a watch on
+//     kube-apiserver) may instead wait in the channel's WaitRoom before
+//     each Send: it then holds back only itself, and never overflows. Event frames point at the encoded object
 //     shared with the cache; fan-out copies nothing.
 //   - A write that takes longer than WriteTimeout ends the connection; a
 //     client silent for two PingIntervals too.

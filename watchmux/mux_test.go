@@ -28,6 +28,7 @@ import (
 //
 //	refuse      403
 //	count-N     N ADDED events {"n":i}, then nothing
+//	patient-N   N ADDED events {"n":i}, each after WaitRoom
 //	flood       events until the channel is closed under it
 //	revoke      one ADDED, then ERROR 403
 //	hold        Open waits until release is closed
@@ -57,6 +58,15 @@ func (h *testHandler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink
 		return func() {
 			for i := range n {
 				if !sink.Send(watch.Added, fmt.Appendf(nil, `{"n":%d}`, i)) {
+					return
+				}
+			}
+		}, nil
+	case strings.HasPrefix(name, "patient-"):
+		n, _ := strconv.Atoi(strings.TrimPrefix(name, "patient-"))
+		return func() {
+			for i := range n {
+				if !sink.(*channel).WaitRoom() || !sink.Send(watch.Added, fmt.Appendf(nil, `{"n":%d}`, i)) {
 					return
 				}
 			}
