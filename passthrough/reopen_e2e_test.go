@@ -88,7 +88,9 @@ func TestUncachedWatchReopensOnKubeAPIServersTimeout(t *testing.T) {
 
 type incomplete struct{ got, want int }
 
-func (e *incomplete) Error() string { return strconv.Itoa(e.got) + " of " + strconv.Itoa(e.want) + " changes" }
+func (e *incomplete) Error() string {
+	return strconv.Itoa(e.got) + " of " + strconv.Itoa(e.want) + " changes"
+}
 
 func equal(a, b []string) bool {
 	for i := range a {
