@@ -90,7 +90,7 @@ func (l *changeLog) addGapLocked(from, to, seq uint64) {
 		return // no version strictly inside
 	}
 	var floor uint64
-	if e, ok := l.event(l.oldest(seq)); ok && seq > 0 {
+	if e, ok := l.event(l.oldest(seq)); ok {
 		floor = e.PrevRV
 	}
 	var gaps []gap

@@ -45,7 +45,6 @@ type Hub struct {
 
 	mu      sync.Mutex
 	session *watchmux.Session // guarded by mu; nil until the first dial
-	up      bool              // guarded by mu: the session has a connection
 }
 
 // hubBackoff paces the first dials, until one succeeds: quick enough that
@@ -110,9 +109,6 @@ func (h *Hub) Run(ctx context.Context) {
 // connection follows the session's connection: its gauge, its log, and
 // the proxied watches sent back to the hub when it is up again.
 func (h *Hub) connection(up bool) {
-	h.mu.Lock()
-	h.up = up
-	h.mu.Unlock()
 	if !up {
 		hubConnected.Set(0)
 		klog.InfoS("Hub connection ended; carrying the watches over to another replica, reads go to kube-apiserver meanwhile", "hub", h.cfg.Host)
@@ -128,18 +124,25 @@ func (h *Hub) connection(up bool) {
 
 // Connected reports whether the bulk watch connection is up.
 func (h *Hub) Connected() bool {
+	return h.connected() != nil
+}
+
+// connected is the session while it has a connection up, else nil.
+func (h *Hub) connected() *watchmux.Session {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.up
+	s := h.session
+	h.mu.Unlock()
+	if s == nil || !s.Connected() {
+		return nil
+	}
+	return s
 }
 
 // Watch opens a channel for op, which lives on across the hub's
 // connections; the caller closes it.
 func (h *Hub) Watch(ctx context.Context, op v1alpha1.GetOperation) (*watchmux.SessionChannel, error) {
-	h.mu.Lock()
-	s, up := h.session, h.up
-	h.mu.Unlock()
-	if s == nil || !up {
+	s := h.connected()
+	if s == nil {
 		return nil, errHubDown
 	}
 	ctx, cancel := context.WithTimeout(ctx, hubRequestTimeout)

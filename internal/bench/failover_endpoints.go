@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -177,7 +178,7 @@ func (l *channelLog) follow(ctx context.Context, kubelet kubernetes.Interface, n
 				w.Stop()
 				return
 			}
-			m, err := metaAccessor(ev.Object)
+			m, err := meta.Accessor(ev.Object)
 			if err != nil {
 				continue
 			}
@@ -206,14 +207,6 @@ func errorStatus(err error) metav1.Status {
 		return status.Status()
 	}
 	return metav1.Status{Status: metav1.StatusFailure, Code: http.StatusInternalServerError, Message: err.Error()}
-}
-
-func metaAccessor(obj any) (metav1.Object, error) {
-	m, ok := obj.(metav1.Object)
-	if !ok {
-		return nil, fmt.Errorf("%T has no object metadata", obj)
-	}
-	return m, nil
 }
 
 // counts sums, over the endpoints, the kubelet watches of
