@@ -27,7 +27,7 @@ LDFLAGS := -X github.com/nodeproxy/nodeproxy/internal/cli.version=$(VERSION)
 # imports, out of the binaries: text/template's reflection turns off the
 # linker's removal of unused methods. nodeproxy-node links gRPC for the
 # kubelet's PodResources API (podapi): 77.4 MB without the tag, 49.3 MB
-# with it (go build ./cmd/nodeproxy-node, linux/amd64). internal/image
+# with it (go build ./cmd/nodeproxy-node, linux/amd64). hack/image/oci
 # builds with the same tag.
 BUILDTAGS := grpcnotrace
 

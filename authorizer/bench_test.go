@@ -8,7 +8,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/nodeproxy/nodeproxy/graph"
-	"github.com/nodeproxy/nodeproxy/internal/workload"
+	"github.com/nodeproxy/nodeproxy/test/workload"
 )
 
 // BenchmarkAuthorization asks the questions of the in-tree Node

@@ -22,9 +22,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
-	"github.com/nodeproxy/nodeproxy/internal/testserver"
-	"github.com/nodeproxy/nodeproxy/internal/workload"
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
+	"github.com/nodeproxy/nodeproxy/test/workload"
 )
 
 // TestSameDecisionsAsTheInTreeNodeAuthorizer is the parity proof: a

@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
-	"github.com/nodeproxy/nodeproxy/internal/testserver"
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
 // The end-to-end tests run kube-apiserver with the authorization

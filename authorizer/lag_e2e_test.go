@@ -14,8 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodeproxy/nodeproxy/internal/server"
-	"github.com/nodeproxy/nodeproxy/internal/testserver"
+	"github.com/nodeproxy/nodeproxy/hub"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
 // TestLaggingReplicaDoesNotRefuseWhatTheNodeWasShown forces issue 13's
@@ -51,7 +51,7 @@ func TestLaggingReplicaDoesNotRefuseWhatTheNodeWasShown(t *testing.T) {
 		{"refresh on: nothing refused", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := testserver.Start(t, cp, testserver.Options{Port: npPort, Args: tc.args, Configure: func(o *server.Options) {
+			srv := testserver.Start(t, cp, testserver.Options{Port: npPort, Args: tc.args, Configure: func(o *hub.Options) {
 				o.KubeTransportWrapper = testserver.LagWatches("pods", lagBy)
 			}})
 			defer srv.Stop(t)

@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/nodeproxy/nodeproxy/internal/testserver"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
 // BenchmarkWebhookHTTPS posts SubjectAccessReviews to a running nodeproxy

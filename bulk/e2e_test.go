@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
-	"github.com/nodeproxy/nodeproxy/internal/testserver"
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
 // The end-to-end tests run kube-apiserver as the manifests configure it

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodeproxy/nodeproxy/internal/testserver"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
 // BenchmarkHundredGETsVersusOneBulkGet fetches one node's 100 objects (50

@@ -12,7 +12,7 @@ import (
 // LatestVersions tells which resourceVersion kube-apiserver has reached
 // for a type: the hub asks it whether a resourceVersion a client resumes
 // from, newer than the hub's cache, is one kube-apiserver has handed out.
-// internal/server implements it with a consistent metadata-only list of
+// hub implements it with a consistent metadata-only list of
 // one item.
 type LatestVersions interface {
 	// LatestVersion returns a resourceVersion of resource that

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
-	"github.com/nodeproxy/nodeproxy/internal/testserver"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
 

@@ -16,7 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
-	"github.com/nodeproxy/nodeproxy/internal/testserver"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
 

@@ -34,7 +34,7 @@ import (
 // comes back, then the relist after the expired watch), so the cap bounds
 // the catch-up at about 6 s. Measured over 12 back-to-back kube-apiserver
 // restarts on the harness (BenchmarkUpdateToNodeAfterKubeAPIServerRestart
-// in internal/server), from kube-apiserver ready to a node reading the
+// in hub), from kube-apiserver ready to a node reading the
 // update from the hub: p50 9 ms and slowest 1.7 s, where client-go's
 // backoff gave p50 9.4 s and slowest 47 s (docs/operations.md,
 // "Freshness").

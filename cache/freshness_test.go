@@ -21,7 +21,7 @@ import (
 // TestAnOutageLastsFromTheFirstFailureToTheNextSuccess drives a store's
 // ListerWatcher through what a kube-apiserver restart looks like to a
 // reflector (the logic only; TestCacheCatchesUpSoonAfterKubeAPIServerRestart
-// in internal/server does it to a real kube-apiserver): refused watches,
+// in hub does it to a real kube-apiserver): refused watches,
 // a watch accepted then ended with 410 Expired, a list that succeeds.
 func TestAnOutageLastsFromTheFirstFailureToTheNextSuccess(t *testing.T) {
 	s := newStore(served[1], 16)

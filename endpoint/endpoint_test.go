@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/nodeproxy/nodeproxy/internal/testserver"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
 var runs atomic.Int64

@@ -14,9 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
-	"github.com/nodeproxy/nodeproxy/internal/forwarder"
-	"github.com/nodeproxy/nodeproxy/internal/testserver"
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/forwarder"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
 // TestKubeletWatchOutlivesItsHubReplica: two hub replicas, processes,

@@ -13,8 +13,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodeproxy/nodeproxy/endpoint"
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
-	"github.com/nodeproxy/nodeproxy/internal/testserver"
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
 // startHub runs `nodeproxy serve` in-process with the RBAC nodes need to

@@ -7,8 +7,8 @@ import (
 
 	"k8s.io/client-go/transport"
 
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
-	"github.com/nodeproxy/nodeproxy/internal/testserver"
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
 // cp is this package's control plane: etcd and kube-apiserver with the

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeproxy/nodeproxy/internal/workload"
+	"github.com/nodeproxy/nodeproxy/test/workload"
 )
 
 // These benchmarks use the shape of the in-tree Node authorizer's

@@ -14,7 +14,7 @@ import (
 const webhookKubeconfigOnHost = "/etc/kubernetes/nodeproxy-webhook.kubeconfig"
 
 // TestAuthorizationWebhookFilesAgree: the overlay's AuthorizationConfiguration
-// (which internal/testserver.RunBehindWebhook runs kube-apiserver with)
+// (which test/testserver.RunBehindWebhook runs kube-apiserver with)
 // names the webhook kubeconfig where the docs put it, and that kubeconfig
 // is one client-go loads, with a server on /authorize, a CA to verify it
 // and a client certificate.

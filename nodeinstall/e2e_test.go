@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeproxy/nodeproxy/endpoint"
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
-	"github.com/nodeproxy/nodeproxy/internal/testserver"
 	"github.com/nodeproxy/nodeproxy/nodeinstall"
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
 var cp *controlplane.ControlPlane

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodeproxy/nodeproxy/internal/testserver"
 	"github.com/nodeproxy/nodeproxy/passthrough"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
 // TestUncachedWatchReopensOnKubeAPIServersTimeout: kube-apiserver ends an

@@ -17,12 +17,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
-	"github.com/nodeproxy/nodeproxy/internal/forwarder"
+	"github.com/nodeproxy/nodeproxy/test/forwarder"
 )
 
 // changeLog is the history two fake replicas share, as two hubs share
 // etcd's: change n has resourceVersion n. Pure logic stands in for the
-// hub here; internal/bench's failover tests run the real one.
+// hub here; test/bench's failover tests run the real one.
 type changeLog struct {
 	mu   sync.Mutex
 	last int

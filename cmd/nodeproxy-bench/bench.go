@@ -19,10 +19,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	cliflag "k8s.io/component-base/cli/flag"
 
-	"github.com/nodeproxy/nodeproxy/internal/bench"
 	"github.com/nodeproxy/nodeproxy/internal/cli"
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
-	"github.com/nodeproxy/nodeproxy/internal/workload"
+	"github.com/nodeproxy/nodeproxy/test/bench"
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/workload"
 )
 
 // benchOptions are the flags of nodeproxy-bench.

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeproxy/nodeproxy/internal/testserver"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
 // small is a cluster shape that generates in milliseconds.

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/nodeproxy/nodeproxy/internal/bench"
+	"github.com/nodeproxy/nodeproxy/test/bench"
 )
 
 // validateChartPath checks that --chart's file can be written, so that a

@@ -8,7 +8,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"github.com/nodeproxy/nodeproxy/internal/bench"
+	"github.com/nodeproxy/nodeproxy/test/bench"
 )
 
 // progressBars draws a bar per long phase on w when w is a terminal; on

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
-	"github.com/nodeproxy/nodeproxy/internal/testserver"
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
 // TestServeReloadsCertificatesUnderAConnectedClient rotates the serving

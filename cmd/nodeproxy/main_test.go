@@ -14,8 +14,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
-	"github.com/nodeproxy/nodeproxy/internal/testserver"
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
 var (

@@ -9,11 +9,11 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
-	"github.com/nodeproxy/nodeproxy/internal/server"
+	"github.com/nodeproxy/nodeproxy/hub"
 )
 
 func newServeCommand() *cobra.Command {
-	o := server.NewOptions()
+	o := hub.NewOptions()
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the nodeproxy server",

@@ -12,7 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
 )
 
 func main() {

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
 )
 
 // showNodeAccess reads as node-a and node-b, with their client

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
 )
 
 // bulkRequestFile is what a kubelet on node-a would ask for when web-0

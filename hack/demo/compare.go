@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodeproxy/nodeproxy/internal/bench"
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/bench"
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
 )
 
 // compareShape is the apiserver comparison of `make bench` cut down to

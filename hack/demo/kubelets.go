@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodeproxy/nodeproxy/internal/bench"
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/bench"
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
 )
 
 // demoKubelet is one hollow kubelet of the tour, and its endpoint when it

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nodeproxy/nodeproxy/internal/bench"
+	"github.com/nodeproxy/nodeproxy/test/bench"
 )
 
 func main() {

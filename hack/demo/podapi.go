@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
 )
 
 // podAPINode is the demo's node with no API server.

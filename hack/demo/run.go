@@ -12,7 +12,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
 )
 
 func step(format string, args ...any) {

@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
-	"github.com/nodeproxy/nodeproxy/internal/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
 

@@ -2,7 +2,7 @@
 // (make image builds both): one binary alone (--binary: the hub, or the
 // node endpoint), static and non-root, for each
 // architecture, written as an OCI layout (a directory and a tar) and as one
-// `docker save` tarball per architecture. See internal/image and
+// `docker save` tarball per architecture. See hack/image/oci and
 // docs/operations.md, "Building the image".
 package main
 
@@ -19,8 +19,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 
+	"github.com/nodeproxy/nodeproxy/hack/image/oci"
 	"github.com/nodeproxy/nodeproxy/internal/cli"
-	"github.com/nodeproxy/nodeproxy/internal/image"
 )
 
 // binaries are the commands an image is made of, one each: the hub, and
@@ -38,7 +38,7 @@ func run() error {
 	binary := flag.String("binary", "nodeproxy", "The command the image carries, alone: nodeproxy (the hub: manifests/base) or nodeproxy-node (the node endpoint: manifests/node).")
 	out := flag.String("output", "bin/image", "Directory to write into; its previous image is replaced.")
 	tag := flag.String("tag", "", "The name the image is loaded as. Default: <binary>:dev, the names manifests/ and `nodeproxy-node install` use.")
-	archs := flag.String("platforms", strings.Join(image.Architectures, ","), "Comma-separated Linux architectures.")
+	archs := flag.String("platforms", strings.Join(oci.Architectures, ","), "Comma-separated Linux architectures.")
 	version := flag.String("version", "", "What --version prints; empty for `git describe --always --dirty`.")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -73,7 +73,7 @@ func run() error {
 	}
 	defer os.RemoveAll(work)
 
-	idx, err := image.Build(context.Background(), image.Options{
+	idx, err := oci.Build(context.Background(), oci.Options{
 		Root: root, Package: "./cmd/" + *binary, Name: *binary,
 		Architectures: strings.Split(*archs, ","), Created: created,
 		LDFlags: cli.VersionLDFlag + *version, WorkDir: work,
@@ -81,7 +81,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	w, err := image.Write(*out, idx, ref, created)
+	w, err := oci.Write(*out, idx, ref, created)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,7 @@
 
 // Package tools pins the versions of the programs nodeproxy's tests run
 // against, a real kube-apiserver a real etcd and kubectl, and of the code
-// generators `make generate` runs; internal/controlplane builds them from
+// generators `make generate` runs; test/controlplane builds them from
 // source. It lives in its own module so that the product's go.mod carries
 // none of k8s.io/kubernetes's dependencies.
 package tools

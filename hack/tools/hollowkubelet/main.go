@@ -4,7 +4,7 @@
 // hard-codes an empty staticPodURL. nodeproxy's Pod API tests run it
 // against the node endpoint's pod source.
 //
-// It takes kubemark's flags that internal/controlplane passes
+// It takes kubemark's flags that test/controlplane passes
 // (--morph=kubelet, --name, --kubeconfig, --kubelet-port,
 // --kubelet-read-only-port, --use-host-image-service, --max-pods,
 // --node-labels, --kube-api-qps) and:

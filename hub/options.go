@@ -1,0 +1,278 @@
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/transport"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	netutils "k8s.io/utils/net"
+
+	"github.com/nodeproxy/nodeproxy/authorizer"
+	"github.com/nodeproxy/nodeproxy/bulk"
+	"github.com/nodeproxy/nodeproxy/cache"
+	"github.com/nodeproxy/nodeproxy/watchmux"
+
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+)
+
+func init() {
+	// The logging flags consult these gates; k8s.io/apiserver does not
+	// register them, kube-apiserver's own feature list does.
+	utilruntime.Must(logsapi.AddFeatureGates(utilfeature.DefaultMutableFeatureGate))
+}
+
+// DefaultSecurePort is where nodeproxy serves when --secure-port is not
+// given: above 1024 so the server needs no privilege, and unlike 443 free
+// on a developer's machine.
+const DefaultSecurePort = 8443
+
+// Options are what the flags of `nodeproxy serve` fill.
+type Options struct {
+	SecureServing  *genericoptions.SecureServingOptionsWithLoopback
+	Authentication *genericoptions.DelegatingAuthenticationOptions
+	Authorization  *genericoptions.DelegatingAuthorizationOptions
+	Logs           *logsapi.LoggingConfiguration
+
+	// Kubeconfig is the file nodeproxy's cache uses to reach
+	// kube-apiserver, and the default of the delegated authentication and
+	// authorization kubeconfigs. Empty means the in-cluster configuration.
+	Kubeconfig string
+	// ConnectTimeout bounds the check, before serving, that kube-apiserver
+	// answers.
+	ConnectTimeout time.Duration
+	// ShutdownDelay keeps serving after SIGTERM while /readyz already
+	// fails, so that load balancers stop sending before the listener closes.
+	ShutdownDelay time.Duration
+	// Cache sizes the object cache.
+	Cache cache.Options
+	// CacheMaxWatchOutage is how long a type may be unable to list and
+	// watch kube-apiserver before /readyz fails; 0 never fails it.
+	CacheMaxWatchOutage time.Duration
+	// Watch bounds each bulk watch connection.
+	Watch watchmux.Options
+	// Watcher tunes the bulk watch's bookmarks and re-authorization.
+	Watcher bulk.WatcherOptions
+	// BulkGet bounds each bulk get.
+	BulkGet bulk.GetLimits
+	// UncachedTypes has bulk operations on types nodeproxy does not cache
+	// answered by kube-apiserver as the caller (impersonation), instead of
+	// refused. It needs the grant of manifests/components/uncached-types.
+	UncachedTypes bool
+	// Refresh tunes how the node authorizer brings its graph up to date
+	// with kube-apiserver before refusing a node; Timeout 0 turns it off.
+	Refresh authorizer.RefreshOptions
+
+	// KubeTransportWrapper, when set, wraps the transport of every request
+	// to kube-apiserver made with --kubeconfig (the cache's lists and
+	// watches). No flag sets it: tests and benchmarks use it to make a
+	// replica lag behind kube-apiserver on purpose.
+	KubeTransportWrapper transport.WrapperFunc
+}
+
+// DefaultCacheMaxWatchOutage is how long a type may fail to list and
+// watch before /readyz fails. Longer than a kube-apiserver restart (about
+// 3 s from kill to ready on the harness, tens of seconds for a static pod
+// on a loaded control-plane node) plus the reflectors' catch-up (1.7 s at
+// most over 12 measured restarts, two capped waits of ReflectorBackoff, about
+// 6 s, in theory), so that a restart, which every replica sees at
+// once, never takes the whole fleet out of its Service; short enough that
+// a replica cut off from kube-apiserver alone (its network, its
+// credentials) stops taking new connections within a minute while its
+// peers serve fresh data. Connections already open stay: readiness only
+// steers new ones.
+const DefaultCacheMaxWatchOutage = 60 * time.Second
+
+// NewOptions returns the defaults of `nodeproxy serve`.
+func NewOptions() *Options {
+	o := &Options{
+		SecureServing:       genericoptions.NewSecureServingOptions().WithLoopback(),
+		Authentication:      genericoptions.NewDelegatingAuthenticationOptions(),
+		Authorization:       genericoptions.NewDelegatingAuthorizationOptions(),
+		Logs:                logsapi.NewLoggingConfiguration(),
+		ConnectTimeout:      10 * time.Second,
+		Cache:               cache.Options{LogSize: cache.DefaultLogSize, EncodedEntries: cache.DefaultEncodedEntries},
+		CacheMaxWatchOutage: DefaultCacheMaxWatchOutage,
+		Watch:               watchmux.DefaultOptions(),
+		Watcher:             bulk.DefaultWatcherOptions(),
+		BulkGet:             bulk.DefaultGetLimits(),
+		Refresh:             authorizer.DefaultRefreshOptions(),
+	}
+	o.SecureServing.BindPort = DefaultSecurePort
+	// No default directory: without --cert-dir or --tls-cert-file the
+	// self-signed serving certificate lives in memory, so the server runs on
+	// a read-only root filesystem.
+	o.SecureServing.ServerCert.CertDirectory = ""
+	return o
+}
+
+// Flags returns the flags of `nodeproxy serve` in named sections, printed
+// section by section in --help.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	o.SecureServing.AddFlags(fss.FlagSet("secure serving"))
+	o.Authentication.AddFlags(fss.FlagSet("authentication"))
+	o.Authorization.AddFlags(fss.FlagSet("authorization"))
+
+	fs := fss.FlagSet("kubernetes")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig,
+		"kubeconfig file for the watches that feed nodeproxy's cache, and the default of "+
+			"--authentication-kubeconfig and --authorization-kubeconfig. Empty: the in-cluster configuration.")
+	fs.DurationVar(&o.ConnectTimeout, "kube-api-connect-timeout", o.ConnectTimeout,
+		"How long to wait at start for kube-apiserver to answer before giving up with an error.")
+
+	fs = fss.FlagSet("cache")
+	fs.IntVar(&o.Cache.LogSize, "cache-log-size", o.Cache.LogSize,
+		"Changes kept per resource type. A watch or exact-version list from a resourceVersion older than "+
+			"the log reaches gets 410 Expired and must relist.")
+	fs.IntVar(&o.Cache.EncodedEntries, "cache-encoded-entries", o.Cache.EncodedEntries,
+		"Encoded object versions kept so that an object many nodes read is serialized once.")
+	fs.DurationVar(&o.CacheMaxWatchOutage, "cache-max-watch-outage", o.CacheMaxWatchOutage,
+		"How long a resource type may be unable to list and watch kube-apiserver before /readyz fails (check cache-watch), "+
+			"so that traffic goes to replicas that can. 0: never.")
+
+	fs = fss.FlagSet("node authorizer")
+	fs.DurationVar(&o.Refresh.Timeout, "node-refresh-timeout", o.Refresh.Timeout,
+		"Before refusing a node an object one of its pods could reference, nodeproxy lists that node's pods from kube-apiserver "+
+			"(metadata only) and waits for its graph to have them, then decides again, so that a replica whose watch lags "+
+			"never refuses what kube-apiserver has just shown the node. This bounds that wait; past it the refusal stands. "+
+			"0: refuse at once, as the in-tree Node authorizer does.")
+	fs.DurationVar(&o.Refresh.MinInterval, "node-refresh-min-interval", o.Refresh.MinInterval,
+		"Least time between two lists of the same node's pods, so that a node spamming forbidden reads costs kube-apiserver "+
+			"at most one small list per interval.")
+	fs.IntVar(&o.Refresh.MaxConcurrent, "node-refresh-max-concurrent", o.Refresh.MaxConcurrent,
+		"Lists of nodes' pods in flight at once across nodes; a refusal finding none free within --node-refresh-timeout stands.")
+
+	fs = fss.FlagSet("bulk get")
+	fs.Int64Var(&o.BulkGet.MaxAnswerBytes, "bulk-get-max-answer-bytes", o.BulkGet.MaxAnswerBytes,
+		"Largest answer, in bytes of JSON, one bulk get may have; a request whose answer would be larger is refused with 413 "+
+			"before anything is written. Answers are written from the cache's encoded objects, so this bounds the time and "+
+			"bandwidth an answer takes, not memory.")
+	fs.IntVar(&o.BulkGet.MaxInFlightPerUser, "bulk-get-max-in-flight-per-user", o.BulkGet.MaxInFlightPerUser,
+		"Bulk gets one caller (one node) may have in flight; beyond it a request is refused with 429 and Retry-After, "+
+			"so that one caller cannot take the hub from the others.")
+
+	fs.BoolVar(&o.UncachedTypes, "bulk-uncached-types", o.UncachedTypes,
+		"Answer bulk operations on resource types nodeproxy does not cache (any type kube-apiserver serves: other built-in "+
+			"types, CRDs, aggregated APIs) by listing them from kube-apiserver as the caller, through impersonation. Needs the "+
+			"impersonation grant of manifests/components/uncached-types (docs/operations.md). Off: such operations get 422.")
+
+	fs = fss.FlagSet("bulk watch")
+	fs.IntVar(&o.Watch.MaxChannels, "watch-max-channels", o.Watch.MaxChannels,
+		"Channels one connection may hold open; beyond it a watch request is refused with 429.")
+	fs.IntVar(&o.Watch.MaxPending, "watch-max-pending", o.Watch.MaxPending,
+		"Watch requests one connection may have being authorized and started at once; beyond it a request is refused with 429.")
+	fs.IntVar(&o.Watch.ChannelQueue, "watch-channel-queue", o.Watch.ChannelQueue,
+		"Events one channel may have waiting to be written (about 80 bytes each; objects are shared). "+
+			"A channel past it is closed with ERROR 410 and its client resubscribes.")
+	fs.Int64Var(&o.Watch.ReadLimit, "watch-read-limit", o.Watch.ReadLimit,
+		"Largest message, in bytes, a client may send; a larger one closes the connection (1009).")
+	fs.DurationVar(&o.Watch.WriteTimeout, "watch-write-timeout", o.Watch.WriteTimeout,
+		"A write to a client that takes longer ends its connection.")
+	fs.DurationVar(&o.Watch.PingInterval, "watch-ping-interval", o.Watch.PingInterval,
+		"How often the server pings each connection; a client silent for two intervals is disconnected.")
+	fs.DurationVar(&o.Watcher.BookmarkInterval, "watch-bookmark-interval", o.Watcher.BookmarkInterval,
+		"How often channels that asked for bookmarks (allowWatchBookmarks) get one.")
+	fs.DurationVar(&o.Watcher.ReauthorizeInterval, "watch-reauthorize-interval", o.Watcher.ReauthorizeInterval,
+		"How often the open channels of users other than nodes are authorized again (a node's channels end the moment the graph says it lost access); "+
+			"a channel no longer allowed ends with ERROR 403.")
+
+	fs = fss.FlagSet("lifecycle")
+	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay-duration", o.ShutdownDelay,
+		"After SIGTERM, keep serving this long with /readyz failing before closing the listener, "+
+			"so that endpoints are updated before connections are refused.")
+
+	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
+	return fss
+}
+
+// Complete fills the defaults that depend on other options.
+func (o *Options) Complete() error {
+	if o.Authentication.RemoteKubeConfigFile == "" {
+		o.Authentication.RemoteKubeConfigFile = o.Kubeconfig
+	}
+	if o.Authorization.RemoteKubeConfigFile == "" {
+		o.Authorization.RemoteKubeConfigFile = o.Kubeconfig
+	}
+	return nil
+}
+
+// Validate returns every problem with the options at once.
+func (o *Options) Validate() error {
+	var errs []error
+	errs = append(errs, o.SecureServing.Validate()...)
+	errs = append(errs, o.Authentication.Validate()...)
+	errs = append(errs, o.Authorization.Validate()...)
+	if o.SecureServing.BindPort == 0 {
+		// The library allows 0 to turn serving off; nodeproxy is nothing
+		// without it.
+		errs = append(errs, errors.New("--secure-port must not be 0: nodeproxy serves only over TLS"))
+	}
+	ck := o.SecureServing.ServerCert.CertKey
+	if (ck.CertFile == "") != (ck.KeyFile == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file must be given together"))
+	}
+	rh := o.Authentication.RequestHeader
+	if rh.ClientCAFile == "" && len(rh.AllowedNames) > 0 && o.Authentication.SkipInClusterLookup {
+		errs = append(errs, errors.New("--requestheader-allowed-names needs --requestheader-client-ca-file when --authentication-skip-lookup is set: no front proxy could ever be trusted"))
+	}
+	if o.ConnectTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--kube-api-connect-timeout must be positive, got %s", o.ConnectTimeout))
+	}
+	if o.ShutdownDelay < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-delay-duration must not be negative, got %s", o.ShutdownDelay))
+	}
+	if o.Cache.LogSize <= 0 {
+		errs = append(errs, fmt.Errorf("--cache-log-size must be positive, got %d", o.Cache.LogSize))
+	}
+	if o.CacheMaxWatchOutage < 0 {
+		errs = append(errs, fmt.Errorf("--cache-max-watch-outage must not be negative, got %s", o.CacheMaxWatchOutage))
+	}
+	if o.Refresh.Timeout < 0 || o.Refresh.MinInterval < 0 {
+		errs = append(errs, fmt.Errorf("--node-refresh-timeout and --node-refresh-min-interval must not be negative, got %s and %s",
+			o.Refresh.Timeout, o.Refresh.MinInterval))
+	}
+	if o.Refresh.MaxConcurrent <= 0 {
+		errs = append(errs, fmt.Errorf("--node-refresh-max-concurrent must be positive, got %d", o.Refresh.MaxConcurrent))
+	}
+	if o.Cache.EncodedEntries <= 0 {
+		errs = append(errs, fmt.Errorf("--cache-encoded-entries must be positive, got %d", o.Cache.EncodedEntries))
+	}
+	for _, f := range []struct {
+		flag  string
+		value int64
+	}{
+		{"--bulk-get-max-answer-bytes", o.BulkGet.MaxAnswerBytes},
+		{"--bulk-get-max-in-flight-per-user", int64(o.BulkGet.MaxInFlightPerUser)},
+		{"--watch-max-channels", int64(o.Watch.MaxChannels)},
+		{"--watch-max-pending", int64(o.Watch.MaxPending)},
+		{"--watch-channel-queue", int64(o.Watch.ChannelQueue)},
+		{"--watch-read-limit", o.Watch.ReadLimit},
+		{"--watch-write-timeout", int64(o.Watch.WriteTimeout)},
+		{"--watch-ping-interval", int64(o.Watch.PingInterval)},
+		{"--watch-bookmark-interval", int64(o.Watcher.BookmarkInterval)},
+		{"--watch-reauthorize-interval", int64(o.Watcher.ReauthorizeInterval)},
+	} {
+		if f.value <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", f.flag))
+		}
+	}
+	if err := logsapi.Validate(o.Logs, utilfeature.DefaultFeatureGate, nil); len(err) > 0 {
+		errs = append(errs, err.ToAggregate())
+	}
+	return errors.Join(errs...)
+}
+
+// selfSignedCert makes an in-memory serving certificate when none was
+// given, valid for localhost, 127.0.0.1 and the in-cluster Service names.
+func (o *Options) selfSignedCert() error {
+	return o.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost",
+		[]string{"nodeproxy", "nodeproxy.nodeproxy", "nodeproxy.nodeproxy.svc"},
+		[]net.IP{netutils.ParseIPSloppy("127.0.0.1")})
+}

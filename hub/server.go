@@ -1,0 +1,170 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/registry/rest"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	restclient "k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+	"github.com/nodeproxy/nodeproxy/authorizer"
+	"github.com/nodeproxy/nodeproxy/bulk"
+	"github.com/nodeproxy/nodeproxy/cache"
+	"github.com/nodeproxy/nodeproxy/graph"
+	"github.com/nodeproxy/nodeproxy/passthrough"
+	"github.com/nodeproxy/nodeproxy/watchmux"
+)
+
+// Server is a running nodeproxy: the generic API server, the informers
+// behind it, the authorization graph they feed and the webhook that
+// answers from it.
+type Server struct {
+	generic     *genericapiserver.GenericAPIServer
+	cache       *cache.Cache
+	watcher     *bulk.Watcher
+	watchServer *watchmux.Server
+	// drainTimeout bounds the wait for bulk watch connections to end.
+	drainTimeout time.Duration
+}
+
+// New builds the server. It starts nothing.
+func (c *Config) New() (*Server, error) {
+	client, err := kubernetes.NewForConfig(c.Kube)
+	if err != nil {
+		return nil, fmt.Errorf("client for informers: %w", err)
+	}
+	objects, err := cache.New(client, c.Cache)
+	if err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	generic, err := c.Generic.Complete(nil).New("nodeproxy", genericapiserver.NewEmptyDelegate())
+	if err != nil {
+		return nil, fmt.Errorf("generic API server: %w", err)
+	}
+	g := graph.New()
+	if err := FeedGraph(objects, g); err != nil {
+		return nil, err
+	}
+	graph.RegisterMetrics()
+	authorizer.RegisterMetrics()
+	bulk.RegisterMetrics()
+	registerMetrics()
+	// One metadata client for the questions both checks ask kube-apiserver
+	// (the node authorizer's list of a node's pods, the bulk watch's
+	// latest version of a type). No client-side rate limit: each check
+	// bounds its own requests (one in flight per node, at most
+	// --node-refresh-max-concurrent; one per type), and client-go's
+	// default (5/s, burst 10) only added waits (200 back-to-back resumes
+	// ahead of the cache opened in p50 187 ms with it, most of it waiting
+	// for a token).
+	metaConfig := restclient.CopyConfig(c.Kube)
+	metaConfig.QPS = -1
+	meta, err := metadata.NewForConfig(metaConfig)
+	if err != nil {
+		return nil, fmt.Errorf("metadata client for the authorizer's and the bulk watch's checks: %w", err)
+	}
+	nodes := authorizer.New(g)
+	if c.Refresh.Timeout > 0 {
+		r, err := newRefresher(meta, objects, c.Refresh)
+		if err != nil {
+			return nil, err
+		}
+		nodes = authorizer.NewRefreshing(g, r)
+	}
+	generic.Handler.NonGoRestfulMux.Handle(authorizer.WebhookPath, &authorizer.Webhook{Authorizer: nodes})
+	getter := bulk.NewGetter(objects, g, nodes, c.Generic.Authorization.Authorizer)
+	if c.UncachedTypes {
+		passthrough.RegisterMetrics()
+		uncached, err := passthrough.NewClient(c.Kube)
+		if err != nil {
+			return nil, err
+		}
+		getter.ServeUncached(uncached)
+	}
+	if err := installBulkAPI(generic, getter, c.BulkGet); err != nil {
+		return nil, err
+	}
+	watcherOptions := c.Watcher
+	watcherOptions.Latest = latestVersions{client: meta}
+	watcher := bulk.NewWatcher(getter, g, watcherOptions)
+	watchServer := watchmux.NewServer(watcher, c.Watch)
+	c.router.watch.Store(watchServer)
+
+	// Ready only once every type has been listed into the cache and the
+	// graph: before that the cache would answer "not found" for objects
+	// that exist, and the authorizer refuse what it should allow. Not
+	// ready again while a type has been unable to list and watch for
+	// longer than CacheMaxWatchOutage.
+	if err := generic.AddReadyzChecks(
+		healthz.NamedCheck("cache-sync", cacheSynced(objects)),
+		healthz.NamedCheck("cache-watch", cacheWatching(objects, c.CacheMaxWatchOutage)),
+		healthz.NamedCheck("client-ca", clientCAsLoaded(c.Generic.SecureServing.ClientCA, c.ClientCASources)),
+	); err != nil {
+		return nil, fmt.Errorf("readiness check: %w", err)
+	}
+	s := &Server{generic: generic, cache: objects, watcher: watcher, watchServer: watchServer, drainTimeout: c.Watch.DrainTimeout()}
+	if err := generic.AddPostStartHook("nodeproxy-start-cache", s.startCache); err != nil {
+		return nil, fmt.Errorf("cache start hook: %w", err)
+	}
+	return s, nil
+}
+
+// installBulkAPI serves bulk.k8s.io/v1alpha1: discovery, OpenAPI and the
+// create verb on bulkgetoperations come from the generic server.
+func installBulkAPI(generic *genericapiserver.GenericAPIServer, getter *bulk.Getter, limits bulk.GetLimits) error {
+	info := genericapiserver.NewDefaultAPIGroupInfo(v1alpha1.GroupName, scheme, metav1.ParameterCodec, codecs)
+	info.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
+		"bulkgetoperations": bulk.NewREST(getter, limits),
+	}
+	if err := generic.InstallAPIGroup(&info); err != nil {
+		return fmt.Errorf("install %s: %w", v1alpha1.SchemeGroupVersion, err)
+	}
+	return nil
+}
+
+func (s *Server) startCache(ctx genericapiserver.PostStartHookContext) error {
+	s.cache.Start(ctx)
+	// The watch dispatchers follow the stores' change logs from where the
+	// stores are once synced; before that there is nothing to follow.
+	go func() {
+		if !toolscache.WaitForCacheSync(ctx.Done(), func() bool { return len(s.cache.Unsynced()) == 0 }) {
+			return
+		}
+		s.watcher.Run(ctx)
+	}()
+	return nil
+}
+
+// Run serves until ctx ends, then stops accepting requests, drains the ones
+// in flight and returns.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.cache.Wait()
+	// On shutdown, bulk watch clients get ERROR 503 on every channel and a
+	// close frame, and resubscribe elsewhere, while the listener drains.
+	// Run returns only once every connection has ended, or
+	// watchmux.Options.DrainTimeout (30 s by default) has passed: the
+	// process exiting sooner cut connections before their close frame.
+	drained := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(drained)
+		dctx, cancel := context.WithTimeout(context.Background(), s.drainTimeout)
+		defer cancel()
+		if err := s.watchServer.Shutdown(dctx); err != nil {
+			klog.ErrorS(err, "Bulk watch connections did not all end cleanly on shutdown")
+		}
+	})
+	err := s.generic.PrepareRun().RunWithContext(ctx)
+	if !stop() { // the shutdown started: wait for it
+		<-drained
+	}
+	return err
+}

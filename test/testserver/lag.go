@@ -1,0 +1,50 @@
+package testserver
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/transport"
+)
+
+// LagWatches makes a replica lag behind kube-apiserver on one resource:
+// the returned wrapper (for hub.Options.KubeTransportWrapper) holds
+// every chunk of that resource's watch streams for d before handing it to
+// the reflector, as a replica whose watch is slow (a loaded kube-apiserver,
+// a long network path, a busy hub) would see it. Lists, the refresher's
+// included, go through untouched.
+func LagWatches(resource string, d time.Duration) transport.WrapperFunc {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return lagging{rt: rt, resource: "/" + resource, d: d}
+	}
+}
+
+type lagging struct {
+	rt       http.RoundTripper
+	resource string
+	d        time.Duration
+}
+
+func (l lagging) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := l.rt.RoundTrip(req)
+	if err != nil || req.URL.Query().Get("watch") != "true" || !strings.HasSuffix(req.URL.Path, l.resource) {
+		return resp, err
+	}
+	resp.Body = &laggingBody{ReadCloser: resp.Body, d: l.d}
+	return resp, nil
+}
+
+type laggingBody struct {
+	io.ReadCloser
+	d time.Duration
+}
+
+func (b *laggingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		time.Sleep(b.d)
+	}
+	return n, err
+}
