@@ -12,8 +12,7 @@ TESTFLAGS ?= -race -count=1 -timeout 30m
 # fail a duration run at its deadline when a loaded machine starves the
 # workers ("context deadline exceeded", no failing input;
 # golang/go#75804, fixed in Go 1.27). A count has no deadline to race.
-# 5000 took 5 to 16 s a target here (the control plane the bulk and
-# authorizer packages start included), on a loaded machine.
+# 5000 is seconds a target (docs/benchmarks.md, "make test").
 FUZZTIME ?= 5000x
 # How long `make fuzz` fuzzes each of them.
 FUZZLONG ?= 10m
@@ -25,10 +24,9 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X github.com/nodeproxy/nodeproxy/internal/cli.version=$(VERSION)
 # grpcnotrace keeps golang.org/x/net/trace, and the html/template it
 # imports, out of the binaries: text/template's reflection turns off the
-# linker's removal of unused methods. nodeproxy-node links gRPC for the
-# kubelet's PodResources API (podapi): 77.4 MB without the tag, 49.3 MB
-# with it (go build ./cmd/nodeproxy-node, linux/amd64). hack/image/oci
-# builds with the same tag.
+# linker's removal of unused methods, and nodeproxy-node links gRPC for
+# the kubelet's PodResources API (podapi). What the tag saves is in
+# docs/benchmarks.md, "Binary sizes"; hack/image/oci builds with it too.
 BUILDTAGS := grpcnotrace
 
 .PHONY: all build tools generate verify-codegen test fuzz demo bench image vet clean help

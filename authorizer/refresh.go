@@ -77,11 +77,11 @@ type RefreshOptions struct {
 // DefaultRefreshOptions. A consistent list of one node's pods takes
 // kube-apiserver up to about 200 ms on a quiet type (its watch cache
 // waits for etcd to confirm its revision) and the pods store catches up
-// within milliseconds on a healthy replica; in the causal benchmark on a
-// loaded two-core machine one refusal waited 1.1 s for a round and one
-// gave up at the 1 s this bound first was, so 2 s, which leaves a second
-// of the webhook's three (manifests' AuthorizationConfiguration) for the
-// network and the decision. 100 ms between lists holds a node spamming
+// within milliseconds on a healthy replica; the causal benchmark on a
+// loaded two-core machine saw a refusal give up at the 1 s this bound
+// first was (docs/benchmarks.md, "Graph-lag refusals"), so 2 s, which
+// leaves a second of the webhook's three (manifests'
+// AuthorizationConfiguration) for the network and the decision. 100 ms between lists holds a node spamming
 // forbidden reads to ten lists a second, and costs a legitimate refusal
 // at most that much more. 16 lists at once is many nodes' pods starting
 // at the same moment on a replica that lags.

@@ -25,19 +25,14 @@ import (
 // reset only two minutes after the previous reset) suits one of 5,000
 // kubelets backing off from a struggling kube-apiserver. Behind nodeproxy
 // one reflector per type holds every node's data, and a wait is paid by
-// all of them: with client-go's backoff a Secret update written right
-// after kube-apiserver was ready again reached the hub 19 to 33 s later
-// in issue 14's runs, because a watch that comes back to a restarted
-// kube-apiserver is told its resourceVersion is too old, and the relist
-// then waits one more step of a backoff the outage had already grown.
+// all of them: a watch that comes back to a restarted kube-apiserver is
+// told its resourceVersion is too old, and the relist then waits one more
+// step of a backoff the outage had already grown.
 // A restart costs at most two waits (the retry pending when kube-apiserver
 // comes back, then the relist after the expired watch), so the cap bounds
-// the catch-up at about 6 s. Measured over 12 back-to-back kube-apiserver
-// restarts on the harness (BenchmarkUpdateToNodeAfterKubeAPIServerRestart
-// in hub), from kube-apiserver ready to a node reading the
-// update from the hub: p50 9 ms and slowest 1.7 s, where client-go's
-// backoff gave p50 9.4 s and slowest 47 s (docs/operations.md,
-// "Freshness").
+// the catch-up at about 6 s. The update-to-node times with either backoff
+// are in docs/operations.md, "Freshness", with the benchmark that measures
+// them.
 //
 // What the lower cap costs kube-apiserver: nine reflectors per replica
 // retrying at most every 2 s, about 5 requests a second from each hub

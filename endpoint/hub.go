@@ -60,10 +60,10 @@ const hubRequestTimeout = 10 * time.Second
 
 // hubResumeTimeout is how long a kubelet watch waits, silent, for its
 // channel to be carried to another hub replica before it ends and the
-// kubelet watches kube-apiserver instead. A rolling restart's resume
-// took 0.23-0.68 s at p99 in the failover scenario (bench/failover, two
-// runs); the session's own redials reach 1.5-3 s after four failed dials.
-// 5 s covers both with room, and keeps a watch that no replica can take
+// kubelet watches kube-apiserver instead. It covers, with room, both a
+// rolling restart's resume (docs/operations.md, "Replicas and rollouts")
+// and the session's own redials after four failed dials (1.5-3 s by its
+// backoff), and keeps a watch that no replica can take
 // from going stale for long: the kubelet's own watches on kube-apiserver
 // would have been ended by the same outage.
 const hubResumeTimeout = 5 * time.Second
@@ -200,8 +200,8 @@ func decisive(err error) bool {
 // 504 "Too large resource version" to a read at a version it has not
 // reached after waiting 3 s for it, with kube-apiserver's Retry-After: 1,
 // on which client-go asks again; the kubelet's list at a version from
-// another replica then waited out hubRequestTimeout (10.2 s measured in
-// TestKubeletAheadOfTheHub) before going to kube-apiserver, which has the
+// another replica then waited out the whole hubRequestTimeout
+// (TestKubeletAheadOfTheHub) before going to kube-apiserver, which has the
 // version now. A 429 keeps its Retry-After: the hub is busy, not behind.
 type askOnceOnTimeout struct{ next http.RoundTripper }
 

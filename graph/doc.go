@@ -59,8 +59,9 @@
 // # Memory
 //
 // An object costs a 48-byte entry and about 20 bytes of table; a pod
-// record, its references as pointers. The reference shape (100k pods,
-// 710k objects) retains about 76 MB (BenchmarkPopulation).
+// record, its references as pointers. What the reference shape (100k
+// pods) retains is BenchmarkPopulation's retained-MB
+// (docs/architecture.md, "The graph").
 //
 // # Changes
 //

@@ -79,9 +79,9 @@ type Options struct {
 // DefaultCacheMaxWatchOutage is how long a type may fail to list and
 // watch before /readyz fails. Longer than a kube-apiserver restart (about
 // 3 s from kill to ready on the harness, tens of seconds for a static pod
-// on a loaded control-plane node) plus the reflectors' catch-up (1.7 s at
-// most over 12 measured restarts, two capped waits of ReflectorBackoff, about
-// 6 s, in theory), so that a restart, which every replica sees at
+// on a loaded control-plane node) plus the reflectors' catch-up (two capped
+// waits of ReflectorBackoff, about 6 s; docs/operations.md, "Freshness",
+// has the measured catch-up), so that a restart, which every replica sees at
 // once, never takes the whole fleet out of its Service; short enough that
 // a replica cut off from kube-apiserver alone (its network, its
 // credentials) stops taking new connections within a minute while its

@@ -63,9 +63,8 @@ func (c *Config) New() (*Server, error) {
 	// latest version of a type). No client-side rate limit: each check
 	// bounds its own requests (one in flight per node, at most
 	// --node-refresh-max-concurrent; one per type), and client-go's
-	// default (5/s, burst 10) only added waits (200 back-to-back resumes
-	// ahead of the cache opened in p50 187 ms with it, most of it waiting
-	// for a token).
+	// default (5/s, burst 10) only added waits for a token
+	// (docs/operations.md, "Freshness").
 	metaConfig := restclient.CopyConfig(c.Kube)
 	metaConfig.QPS = -1
 	meta, err := metadata.NewForConfig(metaConfig)

@@ -11,8 +11,8 @@ import (
 // batchingConn lets the connection's writer send everything it drained
 // from its queue in one socket write (and as few TLS records as fit)
 // instead of one per message: gorilla/websocket writes each message to
-// the net.Conn as soon as it is complete. Measured at 2,000 connections
-// on 2 cores, per-message writes capped delivery at 57k events/s.
+// the net.Conn as soon as it is complete, and a write per message is what
+// capped delivery (docs/architecture.md, "Bulk watch").
 //
 // Writes are buffered only between begin and end, which the writer calls
 // around a batch; at any other time (pongs and close frames from the

@@ -15,11 +15,9 @@ import (
 )
 
 // gcPercent is the endpoint's GOGC unless the environment sets one. Its
-// live heap is small (4 MB with a kubelet watching 100 objects), so a
-// collection costs well under a millisecond, and half Go's default
-// headroom kept its RSS about 1.5 MiB lower: 30.0-30.4 MiB against
-// 31.0-33.0 MiB (two hollow kubelets, 100 objects each, bench kubelets).
-// Most of the rest is the binary's own pages (18 MiB, file-backed).
+// live heap is a few megabytes, so a collection is cheap, and the RSS of
+// every node is what half Go's default headroom saves
+// (docs/benchmarks.md, "The node endpoint's footprint").
 const gcPercent = 50
 
 func main() {

@@ -24,7 +24,8 @@ import (
 )
 
 // binaries are the commands an image is made of, one each: the hub, and
-// the node endpoint without the hub (18 MiB idle rather than 63).
+// the node endpoint without the hub, which every node runs and which
+// links none of the hub's server (docs/benchmarks.md, "Binary sizes").
 var binaries = []string{"nodeproxy", "nodeproxy-node"}
 
 func main() {

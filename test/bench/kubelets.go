@@ -38,8 +38,8 @@ type KubeletLoad struct {
 
 // DefaultKubeletLoad is the floor: 20 kubelets, pods with at
 // least 5 secrets and configmaps. A round of 48 s holds the slowest
-// update seen (a kubelet rewrites a pod's volumes at its next sync: p99
-// 14 s at this size) inside its 24 s.
+// update (a kubelet rewrites a pod's volumes only at its next sync;
+// docs/benchmarks.md, "Real kubelets") inside its 24 s.
 func DefaultKubeletLoad() KubeletLoad {
 	return KubeletLoad{Nodes: 20, PodsPerNode: 2, ObjectsPerPod: 6, Pairs: 2, Round: 48 * time.Second, Idle: 30 * time.Second}
 }

@@ -15,8 +15,7 @@ import (
 // the symbol and DWARF tables (a fifth of the size; stack traces keep
 // their function names and lines). ldflags adds to those, for the version.
 func buildBinary(ctx context.Context, root, pkg, goarch, ldflags, out string) error {
-	// grpcnotrace: see BUILDTAGS in the Makefile (27 MB less for
-	// nodeproxy-node, which links gRPC).
+	// grpcnotrace: see BUILDTAGS in the Makefile.
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-tags", "grpcnotrace",
 		"-ldflags", "-s -w -buildid= "+ldflags, "-o", out, pkg)
 	cmd.Dir = root
