@@ -49,7 +49,8 @@ type Query struct {
 	resource      metav1.GroupVersionResource
 
 	// uncached is set, and store nil, for a type nodeproxy does not cache:
-	// kube-apiserver answers it as the caller (uncached.go). options are
+	// kube-apiserver answers it as the caller (uncached.go here;
+	// bulk/get/uncached.go, bulk/watch/uncached.go). options are
 	// the operation's, sent as they are; lookupErr is a discovery failure.
 	uncached  *passthrough.Type
 	options   metav1.ListOptions

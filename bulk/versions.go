@@ -26,14 +26,11 @@ const freshnessTimeout = 3 * time.Second
 // replica has seen from an event reaches this one within a millisecond or
 // so; one it saw in a bookmark may be a minute away (each replica's watch
 // gets its own, about a minute apart), and only the question settles it.
-// Measured on the test harness (2 cores, two hubs, one kube-apiserver;
-// BenchmarkEventLagBetweenReplicas, 200 updates): the second replica got
-// each change p50 0.05 ms, at most 1.3 ms after the first, so 10 ms is
-// several times the worst lag seen; BenchmarkResumeAheadOfTheCache then
-// opened 200 quiet resumes in p50 14.8 ms, at most 105 ms (100 ms here
-// made it p50 112 ms). Waiting longer only delays those resumes; waiting
-// less than the lag costs one more question, shared by every resume of
-// the type.
+// 10 ms is several times the worst lag between replicas measured, and a
+// tenth of what made quiet resumes ten times slower (docs/benchmarks.md,
+// "Resume ahead of the cache"). Waiting longer only delays those resumes;
+// waiting less than the lag costs one more question, shared by every
+// resume of the type.
 const StoreLagAllowance = 10 * time.Millisecond
 
 // What a request waits for the cache for: a read needs the state at a

@@ -12,8 +12,8 @@ import (
 // operation, each a slice of references to the cache's encoded objects.
 // Its cost beyond the cache is a slice header (24 bytes) per item, however
 // large the items: 300 copies of a 700 KiB secret are one encoded secret
-// and 300 references, where building the answer in memory cost 490 MB
-// (BenchmarkBulkGetAnswerLargeSecret).
+// and 300 references, not 300 copies (docs/benchmarks.md, "What one
+// answer costs the hub").
 type Answer struct {
 	lists []list
 	size  int

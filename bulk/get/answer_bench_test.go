@@ -18,10 +18,10 @@ import (
 	"github.com/nodeproxy/nodeproxy/bulk/internal/bulktest"
 )
 
-// Figures for docs/operations.md and issue 14 (what one bulk get answer
-// costs the hub, beyond the cache):
+// What one bulk get answer costs the hub, beyond the cache; the figures
+// are in docs/benchmarks.md ("What one answer costs the hub"):
 //
-//	go test ./bulk -run '^$' -bench BulkGetAnswer -benchmem -benchtime 20x
+//	go test ./bulk/get -run '^$' -bench BulkGetAnswer -benchmem -benchtime 20x
 //
 // B/op is what answering allocates: the request as the REST handler
 // answers it, then encoded by k8s.io/apiserver's JSON serializer (the
@@ -41,7 +41,7 @@ func responseEncoder() runtime.Encoder {
 }
 
 // largeSecretShape is node-a's pod using one 700 KiB secret (the size of
-// the one issue 14 read 300 times in one request: 287 MB, RSS 1.9 GB).
+// the one issue 14 read 300 times in one request).
 func largeSecretShape(b testing.TB) *fixture {
 	f := newFixture(b, 64)
 	s := bulktest.Secret("ns", "big")

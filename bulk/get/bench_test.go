@@ -15,9 +15,9 @@ import (
 	"github.com/nodeproxy/nodeproxy/bulk/internal/bulktest"
 )
 
-// Figures for docs and issue notes:
+// Figures in docs/benchmarks.md ("A kubelet's bulk get"):
 //
-//	go test ./bulk -run '^$' -bench BulkGet -benchtime 2000x
+//	go test ./bulk/get -run '^$' -bench BulkGet -benchtime 2000x
 
 // kubeletShape is one node's view: pods referencing 50 secrets and 50
 // configmaps of 1 KiB, among a cluster of 20,000 other secrets in 200

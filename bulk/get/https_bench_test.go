@@ -35,7 +35,7 @@ import (
 // It reports the median milliseconds of each and the ratio of the first
 // to the third.
 //
-//	go test ./bulk -run '^$' -bench HundredGETs -benchtime 100x
+//	go test ./bulk/get -run '^$' -bench HundredGETs -benchtime 100x
 func BenchmarkHundredGETsVersusOneBulkGet(b *testing.B) {
 	srv := bulke2e.StartNodeproxy(b, cp, npPort)
 	ctx := context.Background()
