@@ -17,7 +17,7 @@ FUZZTIME ?= 5000x
 # How long `make fuzz` fuzzes each of them.
 FUZZLONG ?= 10m
 # The fuzz targets, as package:target.
-FUZZTARGETS = ./watchmux:FuzzDecodeRequest ./bulk:FuzzBulkGet ./authorizer:FuzzWebhook
+FUZZTARGETS = ./watchmux:FuzzDecodeRequest ./bulk/get:FuzzBulkGet ./authorizer:FuzzWebhook
 
 # What --version prints: the commit, -dirty when the tree has changes.
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)

@@ -13,12 +13,14 @@ import (
 	nodeauthorizer "github.com/nodeproxy/nodeproxy/authorizer"
 )
 
-// authorize decides one operation for u; the request as a whole is
-// allowed only if every operation is. Node identities are decided by the
+// Authorize decides one operation of a cached type for u: nil, 403, or,
+// when the authorizer failed, 500 (never an allow on error). A bulk get
+// is allowed only if every operation is; a watch channel is decided when
+// it opens, and again as long as it is open. Node identities are decided by the
 // graph alone: asking kube-apiserver would come back to nodeproxy's own
 // webhook, and a "no" from the graph is final. Everyone else is asked of
 // kube-apiserver as the list it amounts to.
-func (g *Getter) authorize(ctx context.Context, u user.Info, q *query) error {
+func (c *Catalog) Authorize(ctx context.Context, u user.Info, q *Query) error {
 	// The attributes live in the query, which is on the heap already:
 	// built on the stack they would escape through the interface, one
 	// allocation per operation.
@@ -40,22 +42,22 @@ func (g *Getter) authorize(ctx context.Context, u user.Info, q *query) error {
 			reason = "a node may only ask for what it reaches itself"
 		}
 	case isNode:
-		if q.namesOneObject() {
+		if q.NamesOneObject() {
 			// One named object: the graph's question is "get".
 			attrs.Verb = "get"
 		}
-		decision, reason, err = g.nodes.Authorize(ctx, attrs)
+		decision, reason, err = c.nodes.Authorize(ctx, attrs)
 	default:
-		decision, reason, err = g.delegated.Authorize(ctx, attrs)
+		decision, reason, err = c.delegated.Authorize(ctx, attrs)
 	}
-	g.series[q.store].decision(decision == authorizer.DecisionAllow)
+	c.decisions[q.store].observe(decision == authorizer.DecisionAllow)
 	if decision == authorizer.DecisionAllow {
 		return nil
 	}
 	if err != nil {
 		// Never an allow on error, and not a plain "no" either: the
 		// caller should retry, as kube-apiserver's own filter says.
-		return apierrors.NewInternalError(fmt.Errorf("%s: authorization check failed: %w", q.path(), err))
+		return apierrors.NewInternalError(fmt.Errorf("%s: authorization check failed: %w", q.Path(), err))
 	}
 	klog.V(2).InfoS("Bulk get operation refused", "user", u.GetName(), "operation", q.index, "verb", attrs.Verb,
 		"resource", attrs.Resource, "namespace", attrs.Namespace, "name", attrs.Name, "reason", reason)
@@ -67,14 +69,14 @@ func (g *Getter) authorize(ctx context.Context, u user.Info, q *query) error {
 		what += ": " + reason
 	}
 	return apierrors.NewForbidden(schema.GroupResource{Group: attrs.APIGroup, Resource: attrs.Resource}, attrs.Name,
-		fmt.Errorf("%s: %s", q.path(), what))
+		fmt.Errorf("%s: %s", q.Path(), what))
 }
 
 // attributes describes the operation as the list (or, for a watch
 // channel, the watch) kube-apiserver would authorize: verb list or watch, with the name when the field selector names one
 // object (as kube-apiserver's request info does, so that RBAC
 // resourceNames apply), and with both selectors.
-func (q *query) attributes(u user.Info) authorizer.AttributesRecord {
+func (q *Query) attributes(u user.Info) authorizer.AttributesRecord {
 	verb := "list"
 	if q.watch {
 		verb = "watch"

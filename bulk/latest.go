@@ -25,7 +25,7 @@ type LatestVersions interface {
 // come too late for every one of them.
 const latestVersionTimeout = freshnessTimeout
 
-// latestChecker asks LatestVersions on behalf of many waiters, with at
+// LatestChecker asks LatestVersions on behalf of many waiters, with at
 // most one question in flight per type and at most one more queued: a
 // hub replica that clients move to after another replica went away may
 // see thousands of channels resume at once, and must cost kube-apiserver
@@ -39,7 +39,7 @@ const latestVersionTimeout = freshnessTimeout
 // when the one in flight ends, and which every later waiter shares too.
 // An answer also stays known: a version at or below the highest answer
 // seen needs no question at all.
-type latestChecker struct {
+type LatestChecker struct {
 	source LatestVersions
 
 	mu     sync.Mutex
@@ -56,19 +56,19 @@ type latestState struct {
 // its answer.
 type latestCall struct {
 	done    chan struct{}
-	waiters int // guarded by latestChecker.mu
+	waiters int // guarded by LatestChecker.mu
 	rv      uint64
 	err     error
 }
 
-func newLatestChecker(source LatestVersions) *latestChecker {
-	return &latestChecker{source: source, byType: map[schema.GroupVersionResource]*latestState{}}
+func NewLatestChecker(source LatestVersions) *LatestChecker {
+	return &LatestChecker{source: source, byType: map[schema.GroupVersionResource]*latestState{}}
 }
 
 // reached reports whether kube-apiserver has reached rv for resource,
 // from an earlier answer or from the answer to a question asked after
 // this call began. An error means kube-apiserver could not say.
-func (c *latestChecker) reached(ctx context.Context, resource schema.GroupVersionResource, rv uint64) (bool, error) {
+func (c *LatestChecker) reached(ctx context.Context, resource schema.GroupVersionResource, rv uint64) (bool, error) {
 	c.mu.Lock()
 	st, ok := c.byType[resource]
 	if !ok {
@@ -106,7 +106,7 @@ func (c *latestChecker) reached(ctx context.Context, resource schema.GroupVersio
 
 // ask runs call, then the question queued behind it, if any, until none
 // is left.
-func (c *latestChecker) ask(resource schema.GroupVersionResource, st *latestState, call *latestCall) {
+func (c *LatestChecker) ask(resource schema.GroupVersionResource, st *latestState, call *latestCall) {
 	for call != nil {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), latestVersionTimeout)

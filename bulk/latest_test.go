@@ -59,8 +59,8 @@ type verdict struct {
 // question; an error reaches the waiters of that question.
 func TestLatestCheckerAsksOnceForManyWaiters(t *testing.T) {
 	src := newScriptedVersions()
-	c := newLatestChecker(src)
-	secrets := gvr("secrets")
+	c := NewLatestChecker(src)
+	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 	ask := func(rv uint64) <-chan verdict {
 		out := make(chan verdict, 1)
 		go func() {

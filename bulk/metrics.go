@@ -10,43 +10,13 @@ import (
 	"github.com/nodeproxy/nodeproxy/cache"
 )
 
-// Outcomes of a bulk get request.
-const (
-	outcomeOK        = "ok"
-	outcomeInvalid   = "invalid"
-	outcomeForbidden = "forbidden"
-	outcomeError     = "error"
-	// outcomeTooLarge: the answer would pass --bulk-get-max-answer-bytes (413).
-	outcomeTooLarge = "too_large"
-	// outcomeTooManyInFlight: the caller had --bulk-get-max-in-flight-per-user
-	// requests in flight (429).
-	outcomeTooManyInFlight = "too_many_in_flight"
-)
-
+// The metrics of what both requests share: authorization decisions and
+// reads at a resourceVersion. The bulk get's are in bulk/get, the bulk
+// watch's in bulk/watch.
 var (
-	requests = metrics.NewCounterVec(&metrics.CounterOpts{
-		Namespace:      "nodeproxy",
-		Subsystem:      "bulk_get",
-		Name:           "requests_total",
-		Help:           "Bulk get requests, by outcome: ok, invalid (422), forbidden (403), error (anything else, e.g. 410 Expired), too_large (413: the answer would pass --bulk-get-max-answer-bytes), too_many_in_flight (429: the caller had --bulk-get-max-in-flight-per-user requests in flight).",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"outcome"})
-
-	operations = metrics.NewCounterVec(&metrics.CounterOpts{
-		Namespace:      "nodeproxy",
-		Subsystem:      "bulk_get",
-		Name:           "operations_total",
-		Help:           "Operations answered by successful bulk gets, by resource.",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"resource"})
-
-	reauthorizations = metrics.NewCounterVec(&metrics.CounterOpts{
-		Namespace:      "nodeproxy",
-		Subsystem:      "bulk_watch",
-		Name:           "reauthorizations_total",
-		Help:           "Open channels of users other than nodes authorized again, by result: allowed, denied (the channel was closed with 403), error (kept until the next round).",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"result"})
+	// decisions keeps the bulk_get subsystem it was published with,
+	// though watch channels are decided by the same code and counted
+	// here too.
 	decisions = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace:      "nodeproxy",
 		Subsystem:      "bulk_get",
@@ -77,33 +47,21 @@ var (
 		Buckets:        []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 3},
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
-	resumes = metrics.NewCounterVec(&metrics.CounterOpts{
-		Namespace:      "nodeproxy",
-		Subsystem:      "bulk_watch",
-		Name:           "resumes_total",
-		Help:           "Channels opened from a resourceVersion without initial events, by resource and how they joined: log (the change log from that version, or ahead of the cache from a version kube-apiserver vouched for), current_state (older than the log, naming one object: its current state as one event at most), expired (older than the log: ERROR 410), gone (closed first).",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"resource", "how"})
 
 	registerOnce sync.Once
 )
 
-// RegisterMetrics registers the bulk API's metrics with the legacy
-// registry that k8s.io/apiserver serves on /metrics.
+// RegisterMetrics registers the shared metrics with the legacy registry
+// that k8s.io/apiserver serves on /metrics. bulk/get and bulk/watch
+// register their own.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(requests, operations, decisions, reauthorizations, versionWaits, latestVersionRequests, latestVersionDuration, resumes)
+		legacyregistry.MustRegister(decisions, versionWaits, latestVersionRequests, latestVersionDuration)
 	})
 }
 
-func observeRequest(outcome string) { requests.WithLabelValues(outcome).Inc() }
-
 func observeVersionWait(s *cache.Store, request, result string) {
 	versionWaits.WithLabelValues(s.Resource.Resource, request, result).Inc()
-}
-
-func observeResume(s *cache.Store, how string) {
-	resumes.WithLabelValues(s.Resource.Resource, how).Inc()
 }
 
 func observeLatestVersionRequest(resource string, err error, took time.Duration) {
@@ -115,23 +73,20 @@ func observeLatestVersionRequest(resource string, err error, took time.Duration)
 	latestVersionDuration.WithLabelValues(resource).Observe(took.Seconds())
 }
 
-// typeSeries are one resource type's per-operation series, looked up once
-// per type: a request of 100 operations should not hash label values 200
-// times.
-type typeSeries struct {
-	operations, allowed, denied metrics.CounterMetric
+// decisionSeries are one resource type's decision series.
+type decisionSeries struct {
+	allowed, denied metrics.CounterMetric
 }
 
-func newTypeSeries(resource string) *typeSeries {
+func newDecisionSeries(resource string) *decisionSeries {
 	RegisterMetrics() // before WithLabelValues, which is a no-op until then
-	return &typeSeries{
-		operations: operations.WithLabelValues(resource),
-		allowed:    decisions.WithLabelValues(resource, "allow"),
-		denied:     decisions.WithLabelValues(resource, "deny"),
+	return &decisionSeries{
+		allowed: decisions.WithLabelValues(resource, "allow"),
+		denied:  decisions.WithLabelValues(resource, "deny"),
 	}
 }
 
-func (s *typeSeries) decision(allowed bool) {
+func (s *decisionSeries) observe(allowed bool) {
 	if allowed {
 		s.allowed.Inc()
 	} else {

@@ -2,10 +2,7 @@ package bulk
 
 import (
 	"context"
-	"errors"
-	"sync"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -14,12 +11,11 @@ import (
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/passthrough"
-	"github.com/nodeproxy/nodeproxy/watchmux"
 )
 
 // Uncached answers operations on the types nodeproxy does not cache, by
 // asking kube-apiserver as the caller; *passthrough.Client is one. Nil
-// in a Getter: such operations are refused, 422, as unsupported.
+// in a Catalog: such operations are refused, 422, as unsupported.
 type Uncached interface {
 	// Resolve says whether kube-apiserver serves r (found) and how; err is
 	// a failure of discovery itself.
@@ -38,8 +34,8 @@ type Uncached interface {
 // namespace fit its scope, the selectors parse. What only the type's
 // server knows (which fields it selects on, its resourceVersions) is left
 // to kube-apiserver, whose answer is the caller's.
-func (q *query) parseUncached(op *v1alpha1.GetOperation, u Uncached) field.ErrorList {
-	resource := func() *field.Path { return q.path().Child("resource") }
+func (q *Query) parseUncached(op *v1alpha1.GetOperation, u Uncached) field.ErrorList {
+	resource := func() *field.Path { return q.Path().Child("resource") }
 	gvr := schema.GroupVersionResource{Group: op.Resource.Group, Version: op.Resource.Version, Resource: op.Resource.Resource}
 	t, found, err := u.Resolve(gvr)
 	if err != nil {
@@ -59,7 +55,7 @@ func (q *query) parseUncached(op *v1alpha1.GetOperation, u Uncached) field.Error
 	q.uncached = &t
 	q.options = op.Options
 	errs := q.parseNamespace(op, t.Namespaced)
-	options := func() *field.Path { return q.path().Child("options") }
+	options := func() *field.Path { return q.Path().Child("options") }
 	if !q.watch {
 		if op.Options.Watch {
 			errs = append(errs, field.Forbidden(options().Child("watch"), "a bulk get does not watch; use the bulk watch"))
@@ -79,62 +75,4 @@ func (q *query) parseUncached(op *v1alpha1.GetOperation, u Uncached) field.Error
 		}
 	}
 	return errs
-}
-
-// maxUncachedInFlight bounds the lists one bulk get has in flight on
-// kube-apiserver at once. Each is a round trip of a millisecond or more
-// (kube-apiserver's own work, more through an aggregated server), so a
-// request naming several uncached types waits for the slowest rather
-// than their sum; 8 keeps one request from taking more than a few of
-// kube-apiserver's priority-and-fairness seats for its user.
-const maxUncachedInFlight = 8
-
-// listUncached runs the uncached operations of queries, at most
-// maxUncachedInFlight at once, into lists, and returns the error of the
-// first operation (in request order) that failed: kube-apiserver's own
-// Status, naming the operation.
-func (g *Getter) listUncached(ctx context.Context, queries []*query, lists []list) error {
-	errs := make([]error, len(queries))
-	sem := make(chan struct{}, maxUncachedInFlight)
-	var wg sync.WaitGroup
-	for i, q := range queries {
-		if q.uncached == nil {
-			continue
-		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			raw, err := g.uncached.List(ctx, *q.uncached, q.namespace, &q.options)
-			if err != nil {
-				errs[i] = at(q, err)
-				return
-			}
-			lists[i] = list{raw: raw}
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// openUncached opens a channel on a type nodeproxy does not cache: a
-// watch on kube-apiserver as the caller, whose answer decides the open
-// (nodeproxy authorizes nothing here). The channel is one watch on
-// kube-apiserver for as long as it is open: nothing is shared with other
-// channels, unlike a cached type's.
-func (w *Watcher) openUncached(ctx context.Context, q *query, sink watchmux.Sink) (func(), *metav1.Status) {
-	run, err := w.getter.uncached.Watch(ctx, *q.uncached, q.namespace, q.options, sink)
-	if err != nil {
-		var status apierrors.APIStatus
-		if errors.As(err, &status) {
-			st := status.Status()
-			return nil, &st
-		}
-		return nil, &apierrors.NewInternalError(err).ErrStatus
-	}
-	return run, nil
 }

@@ -19,22 +19,19 @@ import (
 // a longer wait means the version comes from elsewhere.
 const freshnessTimeout = 3 * time.Second
 
-// storeLagAllowance is how long a watch resumed ahead of the cache waits
+// StoreLagAllowance is how long a watch resumed ahead of the cache waits
 // for the cache alone before asking kube-apiserver whether the version is
 // real. Every hub replica's watch of a type gets an event from
 // kube-apiserver's watch cache in the same dispatch, so a version another
 // replica has seen from an event reaches this one within a millisecond or
 // so; one it saw in a bookmark may be a minute away (each replica's watch
 // gets its own, about a minute apart), and only the question settles it.
-// Measured on the test harness (2 cores, two hubs, one kube-apiserver;
-// BenchmarkEventLagBetweenReplicas, 200 updates): the second replica got
-// each change p50 0.05 ms, at most 1.3 ms after the first, so 10 ms is
-// several times the worst lag seen; BenchmarkResumeAheadOfTheCache then
-// opened 200 quiet resumes in p50 14.8 ms, at most 105 ms (100 ms here
-// made it p50 112 ms). Waiting longer only delays those resumes; waiting
-// less than the lag costs one more question, shared by every resume of
-// the type.
-const storeLagAllowance = 10 * time.Millisecond
+// 10 ms is several times the worst lag between replicas measured, and a
+// tenth of what made quiet resumes ten times slower (docs/benchmarks.md,
+// "Resume ahead of the cache"). Waiting longer only delays those resumes;
+// waiting less than the lag costs one more question, shared by every
+// resume of the type.
+const StoreLagAllowance = 10 * time.Millisecond
 
 // What a request waits for the cache for: a read needs the state at a
 // version (a list, or a channel's initial state), a resume only the
@@ -61,14 +58,14 @@ const (
 	waitGone = "gone"
 )
 
-// readAt returns a state of s at rv or later, waiting for the cache to
+// ReadAt returns a state of s at rv or later, waiting for the cache to
 // reach rv for at most freshnessTimeout, then 504 "Too large resource
 // version", as kube-apiserver's watch cache does. It does not ask
 // kube-apiserver: knowing that rv is real would not tell which of the
 // type's changes up to rv the cache still lacks, and a read at rv must
 // include all of them. The node endpoint sends a read refused with 504
 // to kube-apiserver.
-func readAt(ctx context.Context, s *cache.Store, rv uint64) (*cache.Snapshot, error) {
+func ReadAt(ctx context.Context, s *cache.Store, rv uint64) (*cache.Snapshot, error) {
 	snap := s.Snapshot()
 	if snap.RV >= rv {
 		return snap, nil
@@ -85,22 +82,22 @@ func readAt(ctx context.Context, s *cache.Store, rv uint64) (*cache.Snapshot, er
 	return snap, err
 }
 
-// resumeAt decides whether a watch may resume on s from rv: nil once the
+// ResumeAt decides whether a watch may resume on s from rv: nil once the
 // cache has reached rv, or once kube-apiserver says it has (then the
 // client already holds every change up to rv, and the cache delivers
 // those after rv as it takes them in, so the channel may join ahead of
-// it). It waits storeLagAllowance for the cache, then asks kube-apiserver
+// it). It waits StoreLagAllowance for the cache, then asks kube-apiserver
 // (latest; nil: never asked), then waits for the cache up to
 // freshnessTimeout in all, then 504 "Too large resource version": a
 // version kube-apiserver has not reached comes from the future or from
 // another cluster, and one kube-apiserver cannot vouch for is treated as
 // kube-apiserver's own watch cache treats it.
-func resumeAt(ctx context.Context, s *cache.Store, rv uint64, latest *latestChecker) error {
+func ResumeAt(ctx context.Context, s *cache.Store, rv uint64, latest *LatestChecker) error {
 	if s.Snapshot().RV >= rv {
 		return nil
 	}
 	deadline := time.Now().Add(freshnessTimeout)
-	if _, err := awaitVersion(ctx, s, rv, time.Now().Add(storeLagAllowance)); err == nil {
+	if _, err := awaitVersion(ctx, s, rv, time.Now().Add(StoreLagAllowance)); err == nil {
 		observeVersionWait(s, waitResume, waitCaughtUp)
 		return nil
 	}

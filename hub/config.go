@@ -15,7 +15,8 @@ import (
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/openapi"
 	"github.com/nodeproxy/nodeproxy/authorizer"
-	"github.com/nodeproxy/nodeproxy/bulk"
+	bulkget "github.com/nodeproxy/nodeproxy/bulk/get"
+	bulkwatch "github.com/nodeproxy/nodeproxy/bulk/watch"
 	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
@@ -36,9 +37,9 @@ type Config struct {
 	CacheMaxWatchOutage time.Duration
 	// Watch and Watcher tune the bulk watch.
 	Watch   watchmux.Options
-	Watcher bulk.WatcherOptions
+	Watcher bulkwatch.Options
 	// BulkGet bounds each bulk get.
-	BulkGet bulk.GetLimits
+	BulkGet bulkget.Limits
 	// UncachedTypes: see Options.UncachedTypes.
 	UncachedTypes bool
 	// Refresh tunes how the node authorizer brings its graph up to date

@@ -15,7 +15,8 @@ import (
 	netutils "k8s.io/utils/net"
 
 	"github.com/nodeproxy/nodeproxy/authorizer"
-	"github.com/nodeproxy/nodeproxy/bulk"
+	bulkget "github.com/nodeproxy/nodeproxy/bulk/get"
+	bulkwatch "github.com/nodeproxy/nodeproxy/bulk/watch"
 	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 
@@ -58,9 +59,9 @@ type Options struct {
 	// Watch bounds each bulk watch connection.
 	Watch watchmux.Options
 	// Watcher tunes the bulk watch's bookmarks and re-authorization.
-	Watcher bulk.WatcherOptions
+	Watcher bulkwatch.Options
 	// BulkGet bounds each bulk get.
-	BulkGet bulk.GetLimits
+	BulkGet bulkget.Limits
 	// UncachedTypes has bulk operations on types nodeproxy does not cache
 	// answered by kube-apiserver as the caller (impersonation), instead of
 	// refused. It needs the grant of manifests/components/uncached-types.
@@ -100,8 +101,8 @@ func NewOptions() *Options {
 		Cache:               cache.Options{LogSize: cache.DefaultLogSize, EncodedEntries: cache.DefaultEncodedEntries},
 		CacheMaxWatchOutage: DefaultCacheMaxWatchOutage,
 		Watch:               watchmux.DefaultOptions(),
-		Watcher:             bulk.DefaultWatcherOptions(),
-		BulkGet:             bulk.DefaultGetLimits(),
+		Watcher:             bulkwatch.DefaultOptions(),
+		BulkGet:             bulkget.DefaultLimits(),
 		Refresh:             authorizer.DefaultRefreshOptions(),
 	}
 	o.SecureServing.BindPort = DefaultSecurePort

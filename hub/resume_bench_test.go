@@ -29,7 +29,7 @@ func quantiles(b *testing.B, took []time.Duration) {
 // BenchmarkEventLagBetweenReplicas: two hub replicas hold a channel on
 // one secret; each iteration updates it and times how far apart the two
 // channels receive the change: how long a version one replica handed out
-// takes to reach the other (what storeLagAllowance waits for):
+// takes to reach the other (what bulk.StoreLagAllowance waits for):
 //
 //	go test ./hub -run '^$' -bench EventLagBetweenReplicas -benchtime 200x
 func BenchmarkEventLagBetweenReplicas(b *testing.B) {
@@ -73,7 +73,7 @@ func BenchmarkEventLagBetweenReplicas(b *testing.B) {
 // reached (configmaps written since its last secret change or bookmark:
 // as a client coming from a replica that had a later bookmark), and
 // times until the channel is open. Beside it, resumes from a version the
-// cache holds. The difference is storeLagAllowance plus one question to
+// cache holds. The difference is bulk.StoreLagAllowance plus one question to
 // kube-apiserver:
 //
 //	go test ./hub -run '^$' -bench ResumeAheadOfTheCache -benchtime 50x

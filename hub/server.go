@@ -18,6 +18,8 @@ import (
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/authorizer"
 	"github.com/nodeproxy/nodeproxy/bulk"
+	bulkget "github.com/nodeproxy/nodeproxy/bulk/get"
+	bulkwatch "github.com/nodeproxy/nodeproxy/bulk/watch"
 	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/graph"
 	"github.com/nodeproxy/nodeproxy/passthrough"
@@ -30,7 +32,7 @@ import (
 type Server struct {
 	generic     *genericapiserver.GenericAPIServer
 	cache       *cache.Cache
-	watcher     *bulk.Watcher
+	watcher     *bulkwatch.Watcher
 	watchServer *watchmux.Server
 	// drainTimeout bounds the wait for bulk watch connections to end.
 	drainTimeout time.Duration
@@ -57,6 +59,8 @@ func (c *Config) New() (*Server, error) {
 	graph.RegisterMetrics()
 	authorizer.RegisterMetrics()
 	bulk.RegisterMetrics()
+	bulkget.RegisterMetrics()
+	bulkwatch.RegisterMetrics()
 	registerMetrics()
 	// One metadata client for the questions both checks ask kube-apiserver
 	// (the node authorizer's list of a node's pods, the bulk watch's
@@ -80,21 +84,21 @@ func (c *Config) New() (*Server, error) {
 		nodes = authorizer.NewRefreshing(g, r)
 	}
 	generic.Handler.NonGoRestfulMux.Handle(authorizer.WebhookPath, &authorizer.Webhook{Authorizer: nodes})
-	getter := bulk.NewGetter(objects, g, nodes, c.Generic.Authorization.Authorizer)
+	catalog := bulk.NewCatalog(objects, g, nodes, c.Generic.Authorization.Authorizer)
 	if c.UncachedTypes {
 		passthrough.RegisterMetrics()
 		uncached, err := passthrough.NewClient(c.Kube)
 		if err != nil {
 			return nil, err
 		}
-		getter.ServeUncached(uncached)
+		catalog.ServeUncached(uncached)
 	}
-	if err := installBulkAPI(generic, getter, c.BulkGet); err != nil {
+	if err := installBulkAPI(generic, bulkget.NewGetter(catalog), c.BulkGet); err != nil {
 		return nil, err
 	}
 	watcherOptions := c.Watcher
 	watcherOptions.Latest = latestVersions{client: meta}
-	watcher := bulk.NewWatcher(getter, g, watcherOptions)
+	watcher := bulkwatch.NewWatcher(catalog, g, watcherOptions)
 	watchServer := watchmux.NewServer(watcher, c.Watch)
 	c.router.watch.Store(watchServer)
 
@@ -119,10 +123,10 @@ func (c *Config) New() (*Server, error) {
 
 // installBulkAPI serves bulk.k8s.io/v1alpha1: discovery, OpenAPI and the
 // create verb on bulkgetoperations come from the generic server.
-func installBulkAPI(generic *genericapiserver.GenericAPIServer, getter *bulk.Getter, limits bulk.GetLimits) error {
+func installBulkAPI(generic *genericapiserver.GenericAPIServer, getter *bulkget.Getter, limits bulkget.Limits) error {
 	info := genericapiserver.NewDefaultAPIGroupInfo(v1alpha1.GroupName, scheme, metav1.ParameterCodec, codecs)
 	info.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
-		"bulkgetoperations": bulk.NewREST(getter, limits),
+		"bulkgetoperations": bulkget.NewREST(getter, limits),
 	}
 	if err := generic.InstallAPIGroup(&info); err != nil {
 		return fmt.Errorf("install %s: %w", v1alpha1.SchemeGroupVersion, err)

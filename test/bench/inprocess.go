@@ -28,6 +28,8 @@ import (
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	nodeauthorizer "github.com/nodeproxy/nodeproxy/authorizer"
 	"github.com/nodeproxy/nodeproxy/bulk"
+	bulkget "github.com/nodeproxy/nodeproxy/bulk/get"
+	bulkwatch "github.com/nodeproxy/nodeproxy/bulk/watch"
 	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/graph"
 	"github.com/nodeproxy/nodeproxy/hub"
@@ -73,7 +75,7 @@ func (p *inProcess) nodeConfig(n int) *rest.Config {
 // serveBulkGet answers a bulk get with nodeproxy's REST storage, as the
 // generic API server does minus its filters: JSON in, JSON out, a Status
 // on error.
-func serveBulkGet(gets *bulk.REST, w http.ResponseWriter, r *http.Request) {
+func serveBulkGet(gets *bulkget.REST, w http.ResponseWriter, r *http.Request) {
 	op := &v1alpha1.BulkGetOperation{}
 	status := func(err error) {
 		s := apierrors.NewBadRequest(err.Error()).ErrStatus
@@ -164,12 +166,12 @@ func startInProcess(ctx context.Context, c *workload.Cluster, objectSize int) (*
 	nobody := authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
 		return authorizer.DecisionNoOpinion, "not a node", nil
 	})
-	getter := bulk.NewGetter(objects, p.graph, nodeauthorizer.New(p.graph), nobody)
-	watcher := bulk.NewWatcher(getter, p.graph, bulk.DefaultWatcherOptions())
+	catalog := bulk.NewCatalog(objects, p.graph, nodeauthorizer.New(p.graph), nobody)
+	watcher := bulkwatch.NewWatcher(catalog, p.graph, bulkwatch.DefaultOptions())
 	ctx, cancel := context.WithCancel(ctx)
 	go watcher.Run(ctx)
 	mux := watchmux.NewServer(watcher, watchmux.DefaultOptions())
-	gets := bulk.NewREST(getter, bulk.DefaultGetLimits())
+	gets := bulkget.NewREST(bulkget.NewGetter(catalog), bulkget.DefaultLimits())
 	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u := &user.DefaultInfo{Name: r.Header.Get(transport.ImpersonateUserHeader), Groups: r.Header.Values(transport.ImpersonateGroupHeader)}
 		r = r.WithContext(request.WithUser(r.Context(), u))

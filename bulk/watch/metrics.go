@@ -1,0 +1,42 @@
+package watch
+
+import (
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/nodeproxy/nodeproxy/cache"
+)
+
+var (
+	reauthorizations = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "bulk_watch",
+		Name:           "reauthorizations_total",
+		Help:           "Open channels of users other than nodes authorized again, by result: allowed, denied (the channel was closed with 403), error (kept until the next round).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	resumes = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "bulk_watch",
+		Name:           "resumes_total",
+		Help:           "Channels opened from a resourceVersion without initial events, by resource and how they joined: log (the change log from that version, or ahead of the cache from a version kube-apiserver vouched for), current_state (older than the log, naming one object: its current state as one event at most), expired (older than the log: ERROR 410), gone (closed first).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "how"})
+
+	registerOnce sync.Once
+)
+
+// RegisterMetrics registers the bulk watch's metrics with the legacy
+// registry that k8s.io/apiserver serves on /metrics. The metrics it
+// shares with the bulk get are bulk.RegisterMetrics'.
+func RegisterMetrics() {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(reauthorizations, resumes)
+	})
+}
+
+func observeResume(s *cache.Store, how string) {
+	resumes.WithLabelValues(s.Resource.Resource, how).Inc()
+}
