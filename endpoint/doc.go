@@ -38,7 +38,7 @@
 // end. A watch no replica takes back within hubResumeTimeout ends
 // cleanly. While no connection is up, or when the hub fails a request
 // for any reason but a decision kube-apiserver would make alike (403,
-// 404, 410), the request goes to kube-apiserver: the kubelet sees at
+// 410), the request goes to kube-apiserver: the kubelet sees at
 // most a watch restart. Proxied watches of hub-served types are ended
 // when the hub returns, so that they come back to it. Both sides count
 // in etcd's revisions, so a watch resumed on either side from the last

@@ -2,8 +2,14 @@ package endpoint_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -66,12 +72,26 @@ func startNode(t *testing.T, name, hubURL string) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startNodeWith(t, name, hubURL, kp)
+	return startNodeWith(t, name, nodeSpec{hub: hubURL, kubelet: kp})
 }
 
-// startNodeWith is startNode with kp as the kubelet's certificate.
-func startNodeWith(t *testing.T, name, hubURL string, kp *controlplane.KeyPair) *node {
+// nodeSpec is what startNodeWith may change of startNode's node.
+type nodeSpec struct {
+	// apiServer is kube-apiserver's address; empty: the control plane's.
+	apiServer string
+	// hub is the hub's address; empty: no hub.
+	hub string
+	// kubelet is the kubelet's certificate.
+	kubelet *controlplane.KeyPair
+}
+
+// startNodeWith is startNode as spec says.
+func startNodeWith(t *testing.T, name string, spec nodeSpec) *node {
 	t.Helper()
+	kp := spec.kubelet
+	if spec.apiServer == "" {
+		spec.apiServer = cp.URL
+	}
 	dir := t.TempDir()
 	n := &node{name: name, pem: filepath.Join(dir, "kubelet-client-current.pem")}
 	n.writeCert(t, kp)
@@ -86,13 +106,13 @@ func startNodeWith(t *testing.T, name, hubURL string, kp *controlplane.KeyPair) 
 	}
 	cfg := endpoint.Config{
 		NodeName:        name,
-		APIServer:       asNode(cp.URL),
+		APIServer:       asNode(spec.apiServer),
 		ClientCAFile:    cp.ClientCA.CertPath,
 		ServingCertFile: serving.CertPath,
 		ServingKeyFile:  serving.KeyPath,
 	}
-	if hubURL != "" {
-		cfg.Hub = asNode(hubURL)
+	if spec.hub != "" {
+		cfg.Hub = asNode(spec.hub)
 	}
 	e, err := endpoint.New(cfg)
 	if err != nil {
@@ -157,4 +177,56 @@ func (n *node) writeCert(t *testing.T, kp *controlplane.KeyPair) {
 	if err := os.Rename(tmp, n.pem); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// inBetween starts, until the test ends, an HTTPS proxy in front of
+// target (whose serving certificate roots verifies), as a load balancer
+// or an old router between the endpoint and its peer would be. It serves
+// with a certificate of the control plane's serving CA and re-originates
+// TLS to target as kp. intercept sees each request first and returns
+// true when it has answered it itself.
+func inBetween(t *testing.T, target string, roots *x509.CertPool, kp *controlplane.KeyPair, intercept func(http.ResponseWriter, *http.Request) bool) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass := httputil.NewSingleHostReverseProxy(u)
+	pass.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{client}}}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !intercept(w, req) {
+			pass.ServeHTTP(w, req)
+		}
+	}))
+	serving, err := cp.ServingCA.ServingCert(t.TempDir(), "in-between")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(serving.CertPEM, serving.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// servingRoots is the pool of the control plane's serving CA, which
+// verifies kube-apiserver.
+func servingRoots(t *testing.T) *x509.CertPool {
+	t.Helper()
+	pem, err := os.ReadFile(cp.ServingCA.CertPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		t.Fatal("no certificate in the serving CA file")
+	}
+	return roots
 }

@@ -30,7 +30,8 @@ var (
 	fallbacks = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "hub_fallbacks_total",
 		Help: "Reads the hub would serve that went to kube-apiserver instead, by reason: " +
-			"down (no hub connection), error (the hub failed or refused the form of the request).",
+			"down (no hub connection), not_found (a 404 on the hub's path, which the hub never answers: a wrong address, an old replica, a proxy), " +
+			"error (the hub failed or refused the form of the request).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 	hubConnected = metrics.NewGauge(&metrics.GaugeOpts{
