@@ -49,10 +49,11 @@ type Endpoint struct {
 	clientCA *fileContent[*x509.CertPool]
 	serving  *fileContent[*tls.Certificate]
 	handler  http.Handler
-	// readyClient asks kube-apiserver's /readyz when the hub is down,
-	// and reviews scrapers' tokens.
-	readyClient *rest.RESTClient
-	scrapers    *scrapers
+	// apiClient asks kube-apiserver's /readyz when the hub is down, and
+	// reviews scrapers' tokens.
+	apiClient *rest.RESTClient
+	ready     *readiness
+	scrapers  *scrapers
 }
 
 // New checks cfg and builds the endpoint; Run serves it.
@@ -69,9 +70,9 @@ func New(cfg Config) (*Endpoint, error) {
 	if e.upstream, err = newUpstream(cfg.APIServer); err != nil {
 		return nil, fmt.Errorf("kube-apiserver at %s: %w", cfg.APIServer.Host, err)
 	}
-	ready := rest.CopyConfig(cfg.APIServer)
-	ready.Timeout = 2 * time.Second
-	if e.readyClient, err = restClient(ready); err != nil {
+	api := rest.CopyConfig(cfg.APIServer)
+	api.Timeout = readyProbeTimeout
+	if e.apiClient, err = restClient(api); err != nil {
 		return nil, fmt.Errorf("kube-apiserver at %s: %w", cfg.APIServer.Host, err)
 	}
 	if cfg.Hub != nil {
@@ -86,16 +87,17 @@ func New(cfg Config) (*Endpoint, error) {
 	if e.serving, err = newFileContent(keyPair, cfg.ServingCertFile, cfg.ServingKeyFile); err != nil {
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
+	e.ready = newReadiness(e.hub, e.apiClient)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/livez", livez)
-	mux.HandleFunc("/readyz", e.readyz)
-	mux.HandleFunc("/healthz", e.readyz)
+	mux.Handle("/readyz", e.ready)
+	mux.Handle("/healthz", e.ready)
 	authenticated := http.NewServeMux()
 	authenticated.Handle("/metrics", legacyregistry.Handler())
 	authenticated.HandleFunc("/", e.serveKubelet)
 	mux.Handle("/", newNodeOnly(cfg.NodeName, e.clientCA, authenticated))
 	e.handler = mux
-	e.scrapers = newScrapers(e.readyClient)
+	e.scrapers = newScrapers(e.apiClient)
 	return e, nil
 }
 
@@ -129,20 +131,6 @@ func describe(req *http.Request, info *apirequest.RequestInfo) (resource, verb s
 	return info.Resource, info.Verb
 }
 
-// readyz is ready when the kubelet's reads can be answered: the hub is
-// connected, or kube-apiserver answers its own /readyz as the node.
-func (e *Endpoint) readyz(w http.ResponseWriter, req *http.Request) {
-	if e.hub != nil && e.hub.Connected() {
-		_, _ = w.Write([]byte("ok: hub connected"))
-		return
-	}
-	if err := e.readyClient.Get().AbsPath("/readyz").Do(req.Context()).Error(); err != nil {
-		http.Error(w, "not ready: no hub, and kube-apiserver does not answer: "+err.Error(), http.StatusServiceUnavailable)
-		return
-	}
-	_, _ = w.Write([]byte("ok: through kube-apiserver"))
-}
-
 // Run serves on ln over TLS until ctx ends, keeping the hub connection and
 // the certificates current; then it stops accepting, ends the watches
 // and waits for requests in flight.
@@ -164,7 +152,7 @@ func (e *Endpoint) Run(ctx context.Context, ln net.Listener) error {
 func (e *Endpoint) RunMetrics(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/livez", livez)
-	mux.HandleFunc("/readyz", e.readyz)
+	mux.Handle("/readyz", e.ready)
 	mux.Handle("/metrics", e.scrapers.wrap("/metrics", legacyregistry.Handler()))
 	return e.serve(ctx, ln, mux, tls.NoClientCert)
 }

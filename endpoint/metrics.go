@@ -53,6 +53,12 @@ var (
 		Help:           "Requests refused before reaching anything, by reason: unauthenticated (no valid client certificate on the kubelet port; no valid bearer token on the metrics port), forbidden (not this node's identity; a scraper kube-apiserver does not allow to get /metrics).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
+	readyProbes = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "ready_probes_total",
+		Help: "Requests to kube-apiserver's /readyz that /readyz made while the hub connection was down, by result (ok, error); " +
+			"at most one per 10 s, whatever the rate of /readyz calls.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
 
 	registerOnce sync.Once
 )
@@ -61,7 +67,7 @@ var (
 // registry it serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(requests, watches, fallbacks, hubConnected, hubDials, returnsToHub, refused)
+		legacyregistry.MustRegister(requests, watches, fallbacks, hubConnected, hubDials, returnsToHub, refused, readyProbes)
 		// How the kubelet's channels fared when a hub replica went:
 		// nodeproxy_watchmux_client_resumes_total{outcome}.
 		watchmux.RegisterClientMetrics()
