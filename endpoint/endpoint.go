@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/sets"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -123,12 +124,29 @@ func (e *Endpoint) serveKubelet(w http.ResponseWriter, req *http.Request) {
 // describe names a request for metrics, as kube-apiserver would.
 func describe(req *http.Request, info *apirequest.RequestInfo) (resource, verb string) {
 	if info == nil || !info.IsResourceRequest {
-		return "", strings.ToLower(req.Method)
+		return "", metricVerb(strings.ToLower(req.Method))
 	}
 	if info.Subresource != "" {
-		return info.Resource + "/" + info.Subresource, info.Verb
+		return info.Resource + "/" + info.Subresource, metricVerb(info.Verb)
 	}
-	return info.Resource, info.Verb
+	return info.Resource, metricVerb(info.Verb)
+}
+
+// metricVerbs are the verbs a request metric names: kube-apiserver's
+// (its metrics' validRequestMethods, lower-cased as RequestInfo words
+// them) and the HTTP methods of non-resource requests. A request's
+// method is the caller's to choose; anything else is "other", so that the
+// series stay a fixed set.
+var metricVerbs = sets.New(
+	"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "proxy", "connect",
+	"post", "put", "head", "options",
+)
+
+func metricVerb(verb string) string {
+	if metricVerbs.Has(verb) {
+		return verb
+	}
+	return "other"
 }
 
 // Run serves on ln over TLS until ctx ends, keeping the hub connection and
