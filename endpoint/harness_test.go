@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -229,4 +230,26 @@ func servingRoots(t *testing.T) *x509.CertPool {
 		t.Fatal("no certificate in the serving CA file")
 	}
 	return roots
+}
+
+// get gets url, served with a certificate of the control plane's serving
+// CA, with bearer (none if empty) and certs, and returns the status and
+// body.
+func get(t *testing.T, url, bearer string, certs ...tls.Certificate) (int, string) {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: servingRoots(t), Certificates: certs}}}
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }

@@ -50,13 +50,21 @@ var (
 	})
 	refused = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "refused_requests_total",
-		Help:           "Requests refused before reaching anything, by reason: unauthenticated (no valid client certificate on the kubelet port; no valid bearer token on the metrics port), forbidden (not this node's identity; a scraper kube-apiserver does not allow to get /metrics).",
+		Help: "Requests refused before reaching anything, by reason: unauthenticated (no valid client certificate on the kubelet port; no valid bearer token on the metrics port), " +
+			"forbidden (not this node's identity; a scraper kube-apiserver does not allow to get /metrics), " +
+			"throttled (a new token on the metrics port past the review rate, answered 429).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 	readyProbes = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "ready_probes_total",
 		Help: "Requests to kube-apiserver's /readyz that /readyz made while the hub connection was down, by result (ok, error); " +
 			"at most one per 10 s, whatever the rate of /readyz calls.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	scrapeReviews = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "scraper_reviews_total",
+		Help: "Bearer tokens on the metrics port reviewed with kube-apiserver (a TokenReview, and a SubjectAccessReview if it authenticates), " +
+			"by result: allowed, refused (not authenticated or not allowed /metrics), error (kube-apiserver did not answer).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
 
@@ -67,7 +75,7 @@ var (
 // registry it serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(requests, watches, fallbacks, hubConnected, hubDials, returnsToHub, refused, readyProbes)
+		legacyregistry.MustRegister(requests, watches, fallbacks, hubConnected, hubDials, returnsToHub, refused, readyProbes, scrapeReviews)
 		// How the kubelet's channels fared when a hub replica went:
 		// nodeproxy_watchmux_client_resumes_total{outcome}.
 		watchmux.RegisterClientMetrics()

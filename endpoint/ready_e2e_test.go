@@ -1,8 +1,6 @@
 package endpoint_test
 
 import (
-	"crypto/tls"
-	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -38,19 +36,6 @@ func TestReadyzCostsKubeAPIServerABoundedNumberOfProbes(t *testing.T) {
 	n := startNodeWith(t, name, nodeSpec{apiServer: front, hub: dead, kubelet: kp})
 	healthy := startNode(t, "node-ready-ok", dead)
 
-	// Anonymous callers, as anything on the network is.
-	anonymous := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: servingRoots(t)}}}
-	get := func(url string) (int, string) {
-		t.Helper()
-		resp, err := anonymous.Get(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
-
 	const calls = 40
 	start := time.Now()
 	for i := range calls {
@@ -58,7 +43,7 @@ func TestReadyzCostsKubeAPIServerABoundedNumberOfProbes(t *testing.T) {
 		if i%2 == 1 {
 			url = n.kubelet.Host + "/readyz"
 		}
-		code, body := get(url)
+		code, body := get(t, url, "") // anonymous, as anything on the network is
 		if code != http.StatusServiceUnavailable {
 			t.Fatalf("call %d: status %d, want 503 (no hub, kube-apiserver not ready): %s", i, code, body)
 		}
@@ -77,7 +62,7 @@ func TestReadyzCostsKubeAPIServerABoundedNumberOfProbes(t *testing.T) {
 	}
 
 	// With kube-apiserver ready the endpoint is ready without the hub.
-	if code, body := get(healthy.metrics + "/readyz"); code != http.StatusOK {
+	if code, body := get(t, healthy.metrics+"/readyz", ""); code != http.StatusOK {
 		t.Errorf("no hub, kube-apiserver ready: status %d, want 200: %s", code, body)
 	}
 }
