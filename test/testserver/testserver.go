@@ -82,7 +82,9 @@ type Options struct {
 func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options) *Server {
 	t.Helper()
 	dir := t.TempDir()
-	serving, err := cp.ServingCA.ServingCert(dir, "serving")
+	// Also the name kube-apiserver verifies when the shipped APIService
+	// is registered in front of it (RegisterAPIService).
+	serving, err := cp.ServingCA.ServingCert(dir, "serving", controlplane.LocalServiceName("nodeproxy", "nodeproxy"))
 	if err != nil {
 		t.Fatal(err)
 	}
