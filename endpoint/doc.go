@@ -51,6 +51,15 @@
 // re-reads and, on rotation, closes the connections made with the old
 // one. kube-apiserver's authorization and admission see the node.
 //
+// # Whom it trusts as the hub
+//
+// Only a certificate of the hub's own CA (--hub-ca-file, required with
+// --hub-url). A CA of the cluster is refused at start (checkHubCA): on
+// kubeadm clusters it signs kubelet serving certificates for names the
+// node chooses, so a node could pose as the hub. Through the aggregator,
+// kube-apiserver is verified with the kubeconfig's CA, and verifies the
+// hub with the APIService's caBundle.
+//
 // See docs/architecture.md for why the endpoint does not embed
 // k8s.io/apiserver's REST storage.
 package endpoint

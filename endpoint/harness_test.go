@@ -84,6 +84,11 @@ type nodeSpec struct {
 	hub string
 	// kubelet is the kubelet's certificate.
 	kubelet *controlplane.KeyPair
+	// hubCAFile, if set, is the endpoint's --hub-ca-file, and the
+	// endpoint's configuration is made from its command line, as
+	// `nodeproxy node` makes it (Options), not given: the hub is then
+	// verified against this file alone.
+	hubCAFile string
 }
 
 // startNodeWith is startNode as spec says.
@@ -114,6 +119,9 @@ func startNodeWith(t *testing.T, name string, spec nodeSpec) *node {
 	}
 	if spec.hub != "" {
 		cfg.Hub = asNode(spec.hub)
+	}
+	if spec.hubCAFile != "" {
+		cfg = configFromFlags(t, dir, cfg, spec.hub, spec.hubCAFile)
 	}
 	e, err := endpoint.New(cfg)
 	if err != nil {
@@ -167,6 +175,29 @@ func startNodeWith(t *testing.T, name string, spec nodeSpec) *node {
 	return n
 }
 
+// configFromFlags is the configuration `nodeproxy node` makes of the
+// flags that say what cfg says, with --hub-url=hub and
+// --hub-ca-file=hubCAFile.
+func configFromFlags(t *testing.T, dir string, cfg endpoint.Config, hub, hubCAFile string) endpoint.Config {
+	t.Helper()
+	o := endpoint.NewOptions()
+	o.NodeName, o.ClientCAFile = cfg.NodeName, cfg.ClientCAFile
+	o.TLSCertFile, o.TLSKey = cfg.ServingCertFile, cfg.ServingKeyFile
+	o.HubURL, o.HubCAFile = hub, hubCAFile
+	o.Kubeconfig = filepath.Join(dir, "kubelet-direct.conf")
+	if err := controlplane.WriteKubeconfig(cfg.APIServer, o.Kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	made, _, err := o.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return made
+}
+
 // writeCert replaces the kubelet's certificate file, as the kubelet's
 // rotation does: a new file renamed over the old one.
 func (n *node) writeCert(t *testing.T, kp *controlplane.KeyPair) {
@@ -188,6 +219,16 @@ func (n *node) writeCert(t *testing.T, kp *controlplane.KeyPair) {
 // true when it has answered it itself.
 func inBetween(t *testing.T, target string, roots *x509.CertPool, kp *controlplane.KeyPair, intercept func(http.ResponseWriter, *http.Request) bool) string {
 	t.Helper()
+	serving, err := cp.ServingCA.ServingCert(t.TempDir(), "in-between")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inBetweenAs(t, serving, target, roots, kp, intercept)
+}
+
+// inBetweenAs is inBetween serving with the certificate serving.
+func inBetweenAs(t *testing.T, serving *controlplane.KeyPair, target string, roots *x509.CertPool, kp *controlplane.KeyPair, intercept func(http.ResponseWriter, *http.Request) bool) string {
+	t.Helper()
 	u, err := url.Parse(target)
 	if err != nil {
 		t.Fatal(err)
@@ -203,10 +244,6 @@ func inBetween(t *testing.T, target string, roots *x509.CertPool, kp *controlpla
 			pass.ServeHTTP(w, req)
 		}
 	}))
-	serving, err := cp.ServingCA.ServingCert(t.TempDir(), "in-between")
-	if err != nil {
-		t.Fatal(err)
-	}
 	pair, err := tls.X509KeyPair(serving.CertPEM, serving.KeyPEM)
 	if err != nil {
 		t.Fatal(err)
