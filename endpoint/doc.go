@@ -38,7 +38,7 @@
 // end. A watch no replica takes back within hubResumeTimeout ends
 // cleanly. While no connection is up, or when the hub fails a request
 // for any reason but a decision kube-apiserver would make alike (403,
-// 404, 410), the request goes to kube-apiserver: the kubelet sees at
+// 410), the request goes to kube-apiserver: the kubelet sees at
 // most a watch restart. Proxied watches of hub-served types are ended
 // when the hub returns, so that they come back to it. Both sides count
 // in etcd's revisions, so a watch resumed on either side from the last
@@ -50,6 +50,15 @@
 // client certificate file (kubelet-client-current.pem), which client-go
 // re-reads and, on rotation, closes the connections made with the old
 // one. kube-apiserver's authorization and admission see the node.
+//
+// # Whom it trusts as the hub
+//
+// Only a certificate of the hub's own CA (--hub-ca-file, required with
+// --hub-url). A CA of the cluster is refused at start (checkHubCA): on
+// kubeadm clusters it signs kubelet serving certificates for names the
+// node chooses, so a node could pose as the hub. Through the aggregator,
+// kube-apiserver is verified with the kubeconfig's CA, and verifies the
+// hub with the APIService's caBundle.
 //
 // See docs/architecture.md for why the endpoint does not embed
 // k8s.io/apiserver's REST storage.

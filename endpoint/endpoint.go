@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/sets"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -49,10 +50,11 @@ type Endpoint struct {
 	clientCA *fileContent[*x509.CertPool]
 	serving  *fileContent[*tls.Certificate]
 	handler  http.Handler
-	// readyClient asks kube-apiserver's /readyz when the hub is down,
-	// and reviews scrapers' tokens.
-	readyClient *rest.RESTClient
-	scrapers    *scrapers
+	// apiClient asks kube-apiserver's /readyz when the hub is down, and
+	// reviews scrapers' tokens.
+	apiClient *rest.RESTClient
+	ready     *readiness
+	scrapers  *scrapers
 }
 
 // New checks cfg and builds the endpoint; Run serves it.
@@ -69,9 +71,9 @@ func New(cfg Config) (*Endpoint, error) {
 	if e.upstream, err = newUpstream(cfg.APIServer); err != nil {
 		return nil, fmt.Errorf("kube-apiserver at %s: %w", cfg.APIServer.Host, err)
 	}
-	ready := rest.CopyConfig(cfg.APIServer)
-	ready.Timeout = 2 * time.Second
-	if e.readyClient, err = restClient(ready); err != nil {
+	api := rest.CopyConfig(cfg.APIServer)
+	api.Timeout = readyProbeTimeout
+	if e.apiClient, err = restClient(api); err != nil {
 		return nil, fmt.Errorf("kube-apiserver at %s: %w", cfg.APIServer.Host, err)
 	}
 	if cfg.Hub != nil {
@@ -86,16 +88,17 @@ func New(cfg Config) (*Endpoint, error) {
 	if e.serving, err = newFileContent(keyPair, cfg.ServingCertFile, cfg.ServingKeyFile); err != nil {
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
+	e.ready = newReadiness(e.hub, e.apiClient)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/livez", livez)
-	mux.HandleFunc("/readyz", e.readyz)
-	mux.HandleFunc("/healthz", e.readyz)
+	mux.Handle("/readyz", e.ready)
+	mux.Handle("/healthz", e.ready)
 	authenticated := http.NewServeMux()
 	authenticated.Handle("/metrics", legacyregistry.Handler())
 	authenticated.HandleFunc("/", e.serveKubelet)
 	mux.Handle("/", newNodeOnly(cfg.NodeName, e.clientCA, authenticated))
 	e.handler = mux
-	e.scrapers = newScrapers(e.readyClient)
+	e.scrapers = newScrapers(e.apiClient)
 	return e, nil
 }
 
@@ -121,26 +124,29 @@ func (e *Endpoint) serveKubelet(w http.ResponseWriter, req *http.Request) {
 // describe names a request for metrics, as kube-apiserver would.
 func describe(req *http.Request, info *apirequest.RequestInfo) (resource, verb string) {
 	if info == nil || !info.IsResourceRequest {
-		return "", strings.ToLower(req.Method)
+		return "", metricVerb(strings.ToLower(req.Method))
 	}
 	if info.Subresource != "" {
-		return info.Resource + "/" + info.Subresource, info.Verb
+		return info.Resource + "/" + info.Subresource, metricVerb(info.Verb)
 	}
-	return info.Resource, info.Verb
+	return info.Resource, metricVerb(info.Verb)
 }
 
-// readyz is ready when the kubelet's reads can be answered: the hub is
-// connected, or kube-apiserver answers its own /readyz as the node.
-func (e *Endpoint) readyz(w http.ResponseWriter, req *http.Request) {
-	if e.hub != nil && e.hub.Connected() {
-		_, _ = w.Write([]byte("ok: hub connected"))
-		return
+// metricVerbs are the verbs a request metric names: kube-apiserver's
+// (its metrics' validRequestMethods, lower-cased as RequestInfo words
+// them) and the HTTP methods of non-resource requests. A request's
+// method is the caller's to choose; anything else is "other", so that the
+// series stay a fixed set.
+var metricVerbs = sets.New(
+	"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "proxy", "connect",
+	"post", "put", "head", "options",
+)
+
+func metricVerb(verb string) string {
+	if metricVerbs.Has(verb) {
+		return verb
 	}
-	if err := e.readyClient.Get().AbsPath("/readyz").Do(req.Context()).Error(); err != nil {
-		http.Error(w, "not ready: no hub, and kube-apiserver does not answer: "+err.Error(), http.StatusServiceUnavailable)
-		return
-	}
-	_, _ = w.Write([]byte("ok: through kube-apiserver"))
+	return "other"
 }
 
 // Run serves on ln over TLS until ctx ends, keeping the hub connection and
@@ -164,7 +170,7 @@ func (e *Endpoint) Run(ctx context.Context, ln net.Listener) error {
 func (e *Endpoint) RunMetrics(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/livez", livez)
-	mux.HandleFunc("/readyz", e.readyz)
+	mux.Handle("/readyz", e.ready)
 	mux.Handle("/metrics", e.scrapers.wrap("/metrics", legacyregistry.Handler()))
 	return e.serve(ctx, ln, mux, tls.NoClientCert)
 }

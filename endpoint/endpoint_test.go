@@ -403,7 +403,7 @@ func TestKubeletCertificateRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	expires := time.Now().Add(validity)
-	n := startNodeWith(t, "node-r", hub.URL, old)
+	n := startNodeWith(t, "node-r", nodeSpec{hub: hub.URL, kubelet: old})
 	ns := workload(t, "node-r")
 	kubelet := kubernetes.NewForConfigOrDie(n.kubelet)
 	ctx := context.Background()

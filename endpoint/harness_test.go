@@ -2,8 +2,15 @@ package endpoint_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -66,12 +73,31 @@ func startNode(t *testing.T, name, hubURL string) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startNodeWith(t, name, hubURL, kp)
+	return startNodeWith(t, name, nodeSpec{hub: hubURL, kubelet: kp})
 }
 
-// startNodeWith is startNode with kp as the kubelet's certificate.
-func startNodeWith(t *testing.T, name, hubURL string, kp *controlplane.KeyPair) *node {
+// nodeSpec is what startNodeWith may change of startNode's node.
+type nodeSpec struct {
+	// apiServer is kube-apiserver's address; empty: the control plane's.
+	apiServer string
+	// hub is the hub's address; empty: no hub.
+	hub string
+	// kubelet is the kubelet's certificate.
+	kubelet *controlplane.KeyPair
+	// hubCAFile, if set, is the endpoint's --hub-ca-file, and the
+	// endpoint's configuration is made from its command line, as
+	// `nodeproxy node` makes it (Options), not given: the hub is then
+	// verified against this file alone.
+	hubCAFile string
+}
+
+// startNodeWith is startNode as spec says.
+func startNodeWith(t *testing.T, name string, spec nodeSpec) *node {
 	t.Helper()
+	kp := spec.kubelet
+	if spec.apiServer == "" {
+		spec.apiServer = cp.URL
+	}
 	dir := t.TempDir()
 	n := &node{name: name, pem: filepath.Join(dir, "kubelet-client-current.pem")}
 	n.writeCert(t, kp)
@@ -86,13 +112,16 @@ func startNodeWith(t *testing.T, name, hubURL string, kp *controlplane.KeyPair) 
 	}
 	cfg := endpoint.Config{
 		NodeName:        name,
-		APIServer:       asNode(cp.URL),
+		APIServer:       asNode(spec.apiServer),
 		ClientCAFile:    cp.ClientCA.CertPath,
 		ServingCertFile: serving.CertPath,
 		ServingKeyFile:  serving.KeyPath,
 	}
-	if hubURL != "" {
-		cfg.Hub = asNode(hubURL)
+	if spec.hub != "" {
+		cfg.Hub = asNode(spec.hub)
+	}
+	if spec.hubCAFile != "" {
+		cfg = configFromFlags(t, dir, cfg, spec.hub, spec.hubCAFile)
 	}
 	e, err := endpoint.New(cfg)
 	if err != nil {
@@ -146,6 +175,29 @@ func startNodeWith(t *testing.T, name, hubURL string, kp *controlplane.KeyPair) 
 	return n
 }
 
+// configFromFlags is the configuration `nodeproxy node` makes of the
+// flags that say what cfg says, with --hub-url=hub and
+// --hub-ca-file=hubCAFile.
+func configFromFlags(t *testing.T, dir string, cfg endpoint.Config, hub, hubCAFile string) endpoint.Config {
+	t.Helper()
+	o := endpoint.NewOptions()
+	o.NodeName, o.ClientCAFile = cfg.NodeName, cfg.ClientCAFile
+	o.TLSCertFile, o.TLSKey = cfg.ServingCertFile, cfg.ServingKeyFile
+	o.HubURL, o.HubCAFile = hub, hubCAFile
+	o.Kubeconfig = filepath.Join(dir, "kubelet-direct.conf")
+	if err := controlplane.WriteKubeconfig(cfg.APIServer, o.Kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	made, _, err := o.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return made
+}
+
 // writeCert replaces the kubelet's certificate file, as the kubelet's
 // rotation does: a new file renamed over the old one.
 func (n *node) writeCert(t *testing.T, kp *controlplane.KeyPair) {
@@ -157,4 +209,84 @@ func (n *node) writeCert(t *testing.T, kp *controlplane.KeyPair) {
 	if err := os.Rename(tmp, n.pem); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// inBetween starts, until the test ends, an HTTPS proxy in front of
+// target (whose serving certificate roots verifies), as a load balancer
+// or an old router between the endpoint and its peer would be. It serves
+// with a certificate of the control plane's serving CA and re-originates
+// TLS to target as kp. intercept sees each request first and returns
+// true when it has answered it itself.
+func inBetween(t *testing.T, target string, roots *x509.CertPool, kp *controlplane.KeyPair, intercept func(http.ResponseWriter, *http.Request) bool) string {
+	t.Helper()
+	serving, err := cp.ServingCA.ServingCert(t.TempDir(), "in-between")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inBetweenAs(t, serving, target, roots, kp, intercept)
+}
+
+// inBetweenAs is inBetween serving with the certificate serving.
+func inBetweenAs(t *testing.T, serving *controlplane.KeyPair, target string, roots *x509.CertPool, kp *controlplane.KeyPair, intercept func(http.ResponseWriter, *http.Request) bool) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass := httputil.NewSingleHostReverseProxy(u)
+	pass.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{client}}}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !intercept(w, req) {
+			pass.ServeHTTP(w, req)
+		}
+	}))
+	pair, err := tls.X509KeyPair(serving.CertPEM, serving.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// servingRoots is the pool of the control plane's serving CA, which
+// verifies kube-apiserver.
+func servingRoots(t *testing.T) *x509.CertPool {
+	t.Helper()
+	pem, err := os.ReadFile(cp.ServingCA.CertPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		t.Fatal("no certificate in the serving CA file")
+	}
+	return roots
+}
+
+// get gets url, served with a certificate of the control plane's serving
+// CA, with bearer (none if empty) and certs, and returns the status and
+// body.
+func get(t *testing.T, url, bearer string, certs ...tls.Certificate) (int, string) {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: servingRoots(t), Certificates: certs}}}
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }

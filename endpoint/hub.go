@@ -179,18 +179,23 @@ func (h *Hub) Get(ctx context.Context, op v1alpha1.GetOperation) (json.RawMessag
 }
 
 // decisive reports whether err is the hub's answer to give the kubelet
-// as it is: a refusal (403), an object that does not exist (404), a
-// resourceVersion too old (410). kube-apiserver would give the same
-// answers, and asking it would only add load. Anything else (the hub
-// unreachable, overloaded, failing, or refusing the form of the request)
-// sends the request to kube-apiserver.
+// as it is: a refusal (403) or a resourceVersion too old (410).
+// kube-apiserver would give the same answers, and asking it would only
+// add load. Anything else (the hub unreachable, overloaded, failing, or
+// refusing the form of the request) sends the request to kube-apiserver.
+//
+// A 404 is not the hub's: it answers a get of a missing object with an
+// empty list (serveRead words the 404 itself), and answers 422, not 404,
+// to an operation on a type it does not know. A 404 comes from something
+// between the endpoint and the hub (a wrong path, a replica of an older
+// version without the API, a proxy) and says nothing about the object.
 func decisive(err error) bool {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		return false
 	}
 	switch status.Status().Code {
-	case http.StatusForbidden, http.StatusNotFound, http.StatusGone:
+	case http.StatusForbidden, http.StatusGone:
 		return true
 	}
 	return false

@@ -30,7 +30,8 @@ var (
 	fallbacks = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "hub_fallbacks_total",
 		Help: "Reads the hub would serve that went to kube-apiserver instead, by reason: " +
-			"down (no hub connection), error (the hub failed or refused the form of the request).",
+			"down (no hub connection), not_found (a 404 on the hub's path, which the hub never answers: a wrong address, an old replica, a proxy), " +
+			"error (the hub failed or refused the form of the request).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 	hubConnected = metrics.NewGauge(&metrics.GaugeOpts{
@@ -49,9 +50,23 @@ var (
 	})
 	refused = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "refused_requests_total",
-		Help:           "Requests refused before reaching anything, by reason: unauthenticated (no valid client certificate on the kubelet port; no valid bearer token on the metrics port), forbidden (not this node's identity; a scraper kube-apiserver does not allow to get /metrics).",
+		Help: "Requests refused before reaching anything, by reason: unauthenticated (no valid client certificate on the kubelet port; no valid bearer token on the metrics port), " +
+			"forbidden (not this node's identity; a scraper kube-apiserver does not allow to get /metrics), " +
+			"throttled (a new token on the metrics port past the review rate, answered 429).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
+	readyProbes = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "ready_probes_total",
+		Help: "Requests to kube-apiserver's /readyz that /readyz made while the hub connection was down, by result (ok, error); " +
+			"at most one per 10 s, whatever the rate of /readyz calls.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	scrapeReviews = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "scraper_reviews_total",
+		Help: "Bearer tokens on the metrics port reviewed with kube-apiserver (a TokenReview, and a SubjectAccessReview if it authenticates), " +
+			"by result: allowed, refused (not authenticated or not allowed /metrics), error (kube-apiserver did not answer).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
 
 	registerOnce sync.Once
 )
@@ -60,7 +75,7 @@ var (
 // registry it serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(requests, watches, fallbacks, hubConnected, hubDials, returnsToHub, refused)
+		legacyregistry.MustRegister(requests, watches, fallbacks, hubConnected, hubDials, returnsToHub, refused, readyProbes, scrapeReviews)
 		// How the kubelet's channels fared when a hub replica went:
 		// nodeproxy_watchmux_client_resumes_total{outcome}.
 		watchmux.RegisterClientMetrics()

@@ -1,6 +1,8 @@
 package endpoint
 
 import (
+	"bytes"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -91,7 +93,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs = fss.FlagSet("hub")
 	fs.StringVar(&o.HubURL, "hub-url", o.HubURL,
 		"The hub (nodeproxy serve), reached directly, so that kube-apiserver carries no long-running request for this node. Empty: no hub, everything goes to kube-apiserver.")
-	fs.StringVar(&o.HubCAFile, "hub-ca-file", o.HubCAFile, "CA of the hub's serving certificate. Default: the kubeconfig's CA.")
+	fs.StringVar(&o.HubCAFile, "hub-ca-file", o.HubCAFile,
+		"The CA of the hub's serving certificate, and of nothing else (cert-manager's nodeproxy-ca in the shipped manifests). Required with --hub-url. "+
+			"Not the cluster's CA: on kubeadm clusters it also signs kubelet serving certificates for names a node chooses, so a node could pose as the hub; the endpoint refuses to start with it.")
 	fs.BoolVar(&o.HubThroughAPIServer, "hub-through-apiserver", o.HubThroughAPIServer,
 		"Reach the hub through kube-apiserver's aggregator (bulk.k8s.io) instead of --hub-url: no Service route needed, at the cost of one long-running request per node on kube-apiserver.")
 
@@ -148,6 +152,10 @@ func (o *Options) Validate() error {
 	if o.HubThroughAPIServer && o.HubURL != NewOptions().HubURL && o.HubURL != "" {
 		errs = append(errs, errors.New("--hub-url and --hub-through-apiserver exclude each other"))
 	}
+	if !o.HubThroughAPIServer && o.HubURL != "" && o.HubCAFile == "" {
+		errs = append(errs, errors.New("--hub-ca-file is required with --hub-url: the hub is verified against a CA of its own, "+
+			"not the cluster's (which signs kubelet serving certificates too); or --hub-url= for no hub"))
+	}
 	if err := logsapi.Validate(o.Logs, utilfeature.DefaultFeatureGate, nil); len(err) > 0 {
 		errs = append(errs, err.ToAggregate())
 	}
@@ -170,11 +178,12 @@ func (o *Options) Config() (Config, string, error) {
 	case o.HubThroughAPIServer:
 		cfg.Hub = rest.CopyConfig(upstream)
 	case o.HubURL != "":
+		if err := o.checkHubCA(upstream); err != nil {
+			return Config{}, "", err
+		}
 		cfg.Hub = rest.CopyConfig(upstream)
 		cfg.Hub.Host = o.HubURL
-		if o.HubCAFile != "" {
-			cfg.Hub.CAFile, cfg.Hub.CAData = o.HubCAFile, nil
-		}
+		cfg.Hub.CAFile, cfg.Hub.CAData = o.HubCAFile, nil
 	}
 	if cfg.ServingCertFile == "" {
 		if cfg.ServingCertFile, cfg.ServingKeyFile, err = ensureServingCert(o.CertDir); err != nil {
@@ -220,4 +229,44 @@ func ensureServingCert(dir string) (certFile, keyFile string, err error) {
 		return "", "", err
 	}
 	return certFile, keyFile, nil
+}
+
+// checkHubCA refuses a --hub-ca-file that holds a CA of the cluster: the
+// one kube-apiserver is verified by (the kubeconfig's) or the client CA.
+// Either may sign certificates a node can obtain (kubeadm's cluster CA
+// signs kubelet serving certificates from CSRs whose DNS names the node
+// picks), and the endpoint would take such a certificate for the hub's.
+// Only a CA of the hub's own makes the hub's certificate the hub's.
+func (o *Options) checkHubCA(upstream *rest.Config) error {
+	hub, err := certutil.CertsFromFile(o.HubCAFile)
+	if err != nil {
+		return fmt.Errorf("--hub-ca-file %s: %w", o.HubCAFile, err)
+	}
+	type clusterCA struct {
+		name string
+		load func() ([]*x509.Certificate, error)
+	}
+	cas := []clusterCA{{"--client-ca-file " + o.ClientCAFile, func() ([]*x509.Certificate, error) { return certutil.CertsFromFile(o.ClientCAFile) }}}
+	if upstream.CAFile != "" {
+		cas = append(cas, clusterCA{"--kubeconfig's CA " + upstream.CAFile, func() ([]*x509.Certificate, error) { return certutil.CertsFromFile(upstream.CAFile) }})
+	}
+	if len(upstream.CAData) > 0 {
+		cas = append(cas, clusterCA{"--kubeconfig's CA", func() ([]*x509.Certificate, error) { return certutil.ParseCertsPEM(upstream.CAData) }})
+	}
+	for _, ca := range cas {
+		certs, err := ca.load()
+		if err != nil {
+			continue // not this check's to report: the flag's own use does
+		}
+		for _, h := range hub {
+			for _, c := range certs {
+				if bytes.Equal(h.Raw, c.Raw) {
+					return fmt.Errorf("--hub-ca-file %s holds %q, which is also %s: that CA signs certificates nodes can obtain, "+
+						"so a node could pose as the hub; give the hub a CA of its own (docs/operations.md, \"Installing the node endpoint\")",
+						o.HubCAFile, h.Subject.CommonName, ca.name)
+				}
+			}
+		}
+	}
+	return nil
 }

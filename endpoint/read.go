@@ -176,11 +176,26 @@ func closeChannel(ch *watchmux.SessionChannel) {
 	_ = ch.Close(ctx)
 }
 
+// Reasons a hub-served read went to kube-apiserver, the values of the
+// fallbacks metric's "reason" label.
+const (
+	fallbackDown     = "down"      // no hub connection
+	fallbackNotFound = "not_found" // a 404 on the hub's path, which the hub never answers
+	fallbackError    = "error"     // the hub failed, or refused the form of the request
+)
+
 func (e *Endpoint) noteFallback(err error, r route) {
-	reason := "error"
-	if err == errHubDown {
-		reason = "down"
-	} else {
+	reason := fallbackError
+	switch {
+	case err == errHubDown:
+		reason = fallbackDown
+	case apierrors.IsNotFound(err):
+		reason = fallbackNotFound
+		// Not the hub's answer (see decisive): a misrouted hub address
+		// or an old replica, which the operator must fix. Logged at
+		// the default level; the counter says how often.
+		klog.InfoS("404 on the hub's path, which the hub never answers; asking kube-apiserver", "hub", e.hub.cfg.Host, "resource", r.op.Resource.Resource, "verb", r.verb, "err", err)
+	default:
 		klog.V(2).InfoS("Hub did not answer; asking kube-apiserver", "resource", r.op.Resource.Resource, "verb", r.verb, "err", err)
 	}
 	fallbacks.WithLabelValues(reason).Inc()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 )
 
@@ -27,37 +29,66 @@ import (
 //
 // k8s.io/apiserver's delegating authenticator and authorizer would do
 // this, but they link OpenTelemetry, OpenAPI and CEL (263 more packages)
-// into a binary that runs on every node; two POSTs and an LRU are what is
-// used of them.
+// into a binary that runs on every node; two POSTs and two LRUs are what
+// is used of them. Its token cache (pkg/authentication/token/cache)
+// keeps allowed and refused tokens in one cache, which a flood of bad
+// tokens empties of good ones, and does not bound the reviews: here the
+// two are apart and the reviews of new tokens are rate-limited.
 const (
 	// scrapeAllowTTL and scrapeDenyTTL are how long a token's decision is
 	// kept: a scraper every 15 s costs kube-apiserver two reviews every
 	// two minutes; a grant takes effect within 10 s. Errors are not kept.
 	scrapeAllowTTL = 2 * time.Minute
 	scrapeDenyTTL  = 10 * time.Second
-	// scrapeCacheSize tokens are remembered: a node has a few scrapers.
-	scrapeCacheSize = 64
+	// scrapeAllowSize tokens are remembered as allowed: a node has a few
+	// scrapers. Only an allowed token takes a place there, so no number
+	// of bad tokens evicts a good one.
+	scrapeAllowSize = 64
+	// scrapeDenySize tokens are remembered as refused, apart, so that a
+	// scraper with a bad token costs one review per scrapeDenyTTL. The
+	// review rate bounds how many can arrive in that time (at most
+	// scrapeReviewBurst + scrapeReviewRate*10 = 20); the room is for
+	// that, with margin.
+	scrapeDenySize = 256
+	// scrapeReviewRate and scrapeReviewBurst bound the reviews of tokens
+	// in neither cache: each is a TokenReview (and, if it authenticates,
+	// a SubjectAccessReview) as the node, which anyone who reaches the
+	// port could otherwise make at will with random tokens. A burst of
+	// 10 lets a dozen scrapers start together; past it, one new token a
+	// second is reviewed and the rest are answered 429 with Retry-After,
+	// as kube-apiserver's own flow control answers. Tokens already
+	// allowed are served whatever the rate.
+	scrapeReviewRate  = 1
+	scrapeReviewBurst = 10
 )
+
+// errThrottled is decide's answer to a token it would have to review
+// past the review rate.
+var errThrottled = errors.New("too many tokens to review")
 
 // scrapeDecision is kube-apiserver's answer for one token.
 type scrapeDecision struct {
 	allowed bool
 	// err is the Status to answer when not allowed.
 	err error
-	at  time.Time
 }
 
 type scrapers struct {
-	api       *rest.RESTClient
-	decisions *expirable.LRU[[sha256.Size]byte, scrapeDecision]
-	now       func() time.Time
+	api *rest.RESTClient
+	// allowed and denied remember decisions by the token's SHA-256, never
+	// the token: two caches, so that refused tokens cannot push allowed
+	// ones out.
+	allowed *expirable.LRU[[sha256.Size]byte, scrapeDecision]
+	denied  *expirable.LRU[[sha256.Size]byte, scrapeDecision]
+	reviews flowcontrol.RateLimiter
 }
 
 func newScrapers(api *rest.RESTClient) *scrapers {
 	return &scrapers{
-		api:       api,
-		decisions: expirable.NewLRU[[sha256.Size]byte, scrapeDecision](scrapeCacheSize, nil, scrapeAllowTTL),
-		now:       time.Now,
+		api:     api,
+		allowed: expirable.NewLRU[[sha256.Size]byte, scrapeDecision](scrapeAllowSize, nil, scrapeAllowTTL),
+		denied:  expirable.NewLRU[[sha256.Size]byte, scrapeDecision](scrapeDenySize, nil, scrapeDenyTTL),
+		reviews: flowcontrol.NewTokenBucketRateLimiter(scrapeReviewRate, scrapeReviewBurst),
 	}
 }
 
@@ -71,10 +102,18 @@ func (s *scrapers) wrap(path string, next http.Handler) http.Handler {
 			return
 		}
 		d, err := s.decide(req.Context(), token, path)
+		if errors.Is(err, errThrottled) {
+			refused.WithLabelValues("throttled").Inc()
+			w.Header().Set("Retry-After", "1")
+			writeError(w, req, apierrors.NewTooManyRequests("too many new tokens to review; try again later", 1))
+			return
+		}
 		if err != nil {
-			// Never an allow on error, and nothing kept: the next scrape asks again.
+			// Never an allow on error, and nothing kept: the next scrape
+			// asks again. The caller is not yet known: kube-apiserver's
+			// error goes to the log, not to it.
 			klog.V(2).InfoS("Could not check a scraper's token", "err", err)
-			writeError(w, req, apierrors.NewServiceUnavailable("cannot check the token with kube-apiserver: "+err.Error()))
+			writeError(w, req, apierrors.NewServiceUnavailable("cannot check the token with kube-apiserver"))
 			return
 		}
 		if !d.allowed {
@@ -90,18 +129,31 @@ func (s *scrapers) wrap(path string, next http.Handler) http.Handler {
 	})
 }
 
-// decide returns the cached decision for token, or asks kube-apiserver.
+// decide returns the cached decision for token, or asks kube-apiserver
+// if the review rate allows.
 func (s *scrapers) decide(ctx context.Context, token, path string) (scrapeDecision, error) {
 	key := sha256.Sum256([]byte(token))
-	if d, ok := s.decisions.Get(key); ok && (d.allowed || s.now().Sub(d.at) < scrapeDenyTTL) {
+	if d, ok := s.allowed.Get(key); ok {
 		return d, nil
 	}
-	d, err := s.review(ctx, token, path)
-	if err != nil {
-		return d, err
+	if d, ok := s.denied.Get(key); ok {
+		return d, nil
 	}
-	d.at = s.now()
-	s.decisions.Add(key, d)
+	if !s.reviews.TryAccept() {
+		return scrapeDecision{}, errThrottled
+	}
+	d, err := s.review(ctx, token, path)
+	switch {
+	case err != nil:
+		scrapeReviews.WithLabelValues("error").Inc()
+		return d, err
+	case d.allowed:
+		scrapeReviews.WithLabelValues("allowed").Inc()
+		s.allowed.Add(key, d)
+	default:
+		scrapeReviews.WithLabelValues("refused").Inc()
+		s.denied.Add(key, d)
+	}
 	return d, nil
 }
 

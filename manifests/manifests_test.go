@@ -99,14 +99,14 @@ func TestKustomizationsListEveryFile(t *testing.T) {
 // kube-apiserver dry-run a server-side apply of every object: schemas,
 // defaults and admission as on a cluster, nothing stored. The Prometheus
 // Operator's kinds are served by minimal CRDs installed first
-// (testdata/prometheus-operator-crds.yaml), as on a cluster with the
-// operator.
+// (testdata/prometheus-operator-crds.yaml), and cert-manager's likewise
+// (testdata/cert-manager-crds.yaml), as on a cluster with both.
 func TestEveryKustomizationApplies(t *testing.T) {
 	ctx := context.Background()
 	if err := cp.EnsureNamespace(ctx, "nodeproxy"); err != nil {
 		t.Fatal(err)
 	}
-	if err := cp.ApplyFiles(ctx, "testdata/prometheus-operator-crds.yaml"); err != nil {
+	if err := cp.ApplyFiles(ctx, "testdata/prometheus-operator-crds.yaml", "testdata/cert-manager-crds.yaml"); err != nil {
 		t.Fatal(err)
 	}
 	for dir, want := range kustomizations {
@@ -162,10 +162,13 @@ func deployment(t *testing.T, dir string) appsv1.Deployment {
 
 // TestAPIServiceAvailableFromTheDeploymentsArguments runs the hub with
 // the Deployment's own arguments and registers the base's APIService:
-// kube-apiserver must find it Available. Of the Deployment's arguments,
-// only --secure-port is replaced (by a free port, as 8443 may be taken on
-// the test machine); the harness adds what a pod has without flags: the
-// kubeconfig of its ServiceAccount and a serving certificate.
+// kube-apiserver must find it Available, verifying the hub against the
+// caBundle cert-manager's injector would fill (the harness's serving CA).
+// Of the Deployment's arguments, --secure-port is replaced (by a free
+// port, as 8443 may be taken on the test machine) and the serving
+// certificate's paths are the harness's (the pod's are cert-manager's
+// Secret, mounted); the harness adds what a pod has without flags: the
+// kubeconfig of its ServiceAccount.
 func TestAPIServiceAvailableFromTheDeploymentsArguments(t *testing.T) {
 	d := deployment(t, "base")
 	args := d.Spec.Template.Spec.Containers[0].Args
@@ -174,7 +177,7 @@ func TestAPIServiceAvailableFromTheDeploymentsArguments(t *testing.T) {
 	}
 	var kept []string
 	for _, a := range args[1:] {
-		if !strings.HasPrefix(a, "--secure-port=") {
+		if !strings.HasPrefix(a, "--secure-port=") && !strings.HasPrefix(a, "--tls-cert-file=") && !strings.HasPrefix(a, "--tls-private-key-file=") {
 			kept = append(kept, a)
 		}
 	}

@@ -41,6 +41,12 @@ type Config struct {
 	Image  string
 	Port   int
 	HubURL string
+	// HubCAFile is the hub's own CA certificate as this process reads it
+	// (the DaemonSet mounts the ConfigMap nodeproxy-hub-ca), copied into
+	// CertDir on the node for the endpoint's --hub-ca-file. Required
+	// with HubURL: the endpoint does not verify the hub against the
+	// cluster's CA.
+	HubCAFile string
 
 	// RestartKubelet makes the kubelet read its kubeconfig again.
 	RestartKubelet func(context.Context) error
@@ -92,6 +98,9 @@ func (c *Config) Validate() error {
 	if c.RestartKubelet == nil {
 		errs = append(errs, errors.New("a way to restart the kubelet is required"))
 	}
+	if c.HubURL != "" && c.HubCAFile == "" {
+		errs = append(errs, errors.New("the hub's CA file is required with a hub URL: the endpoint verifies the hub against the hub's own CA"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -100,6 +109,9 @@ func (c *Config) host(p string) string { return filepath.Join(c.Root, p) }
 
 // endpointURL is where the kubelet reaches the endpoint.
 func (c *Config) endpointURL() string { return "https://127.0.0.1:" + strconv.Itoa(c.Port) }
+
+// hubCAFile is the hub's CA on the node, as the endpoint reads it.
+func (c *Config) hubCAFile() string { return filepath.Join(c.CertDir, "hub-ca.crt") }
 
 // caFile is the endpoint's CA, which it writes into CertDir.
 func (c *Config) caFile() string { return filepath.Join(c.CertDir, "ca.crt") }

@@ -123,7 +123,12 @@ func TestInstallOnANode(t *testing.T) {
 		t.Fatal(err)
 	}
 	testserver.InstallRBAC(t, cp, "rbac-webhook.yaml", "rbac-bulk.yaml")
-	hub := testserver.Start(t, cp, testserver.Options{})
+	// The hub has a CA of its own, which the endpoint must be given.
+	hubCA, err := controlplane.NewCA(t.TempDir(), "hub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := testserver.Start(t, cp, testserver.Options{ServingCA: hubCA})
 	hub.WaitReady(t, 90*time.Second)
 	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	name := "installed-node"
@@ -146,6 +151,7 @@ func TestInstallOnANode(t *testing.T) {
 	cfg.KubeletKubeconfig, cfg.DirectKubeconfig = at("/etc/kubernetes/kubelet.conf"), at("/etc/kubernetes/kubelet-direct.conf")
 	cfg.ManifestPath, cfg.CertDir = at("/etc/kubernetes/manifests/nodeproxy-node.yaml"), at("/var/lib/nodeproxy/pki")
 	cfg.ClientCAFile, cfg.NodeName, cfg.Image, cfg.HubURL = cp.ClientCA.CertPath, name, "nodeproxy:test", hub.URL
+	cfg.HubCAFile = hubCA.CertPath
 	ports, err := controlplane.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)

@@ -141,7 +141,19 @@ func (c *Config) ensureFiles() (*clientcmdapi.Config, error) {
 		return nil, fmt.Errorf("%s: the user must name its client certificate by absolute path (the kubelet's rotating kubelet-client-current.pem), got %q",
 			c.DirectKubeconfig, user.ClientCertificate)
 	}
-	manifest, err := c.staticPod(kubeletCertDir(user.ClientCertificate))
+	var hubCA []byte
+	if c.HubURL != "" {
+		// Copied on every pass, so that a new CA reaches the node; the
+		// static pod names its digest, so the kubelet restarts the
+		// endpoint on it (client-go reads a CA file once).
+		if hubCA, err = os.ReadFile(c.HubCAFile); err != nil {
+			return nil, fmt.Errorf("the hub's CA: %w", err)
+		}
+		if _, err := writeIfChanged(c.host(c.hubCAFile()), hubCA, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	manifest, err := c.staticPod(kubeletCertDir(user.ClientCertificate), hubCA)
 	if err != nil {
 		return nil, err
 	}

@@ -59,8 +59,17 @@ func newNode(t *testing.T) *node {
 	n.cfg.RestartKubelet = func(context.Context) error { n.restarts++; return nil }
 	n.cfg.Ready = func(context.Context) error { return n.ready }
 	n.write(t, n.cfg.KubeletKubeconfig, kubeadmKubeletConf)
+	// The ConfigMap nodeproxy-hub-ca as the DaemonSet mounts it.
+	n.cfg.HubCAFile = filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(n.cfg.HubCAFile, []byte(hubCA), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	return n
 }
+
+// hubCA stands for the hub's CA certificate: install copies it, it does
+// not parse it.
+const hubCA = "-----BEGIN CERTIFICATE-----\nhub\n-----END CERTIFICATE-----\n"
 
 func (n *node) write(t *testing.T, path, data string) {
 	t.Helper()
@@ -124,7 +133,8 @@ func TestInstallAndUninstall(t *testing.T) {
 		t.Fatalf("static pod manifest: %v", err)
 	}
 	args := strings.Join(pod.Spec.Containers[0].Args, " ")
-	for _, want := range []string{"--node-name=node-a", "--kubeconfig=/etc/kubernetes/kubelet-direct.conf", "--secure-port=10262", "--cert-dir=/var/lib/nodeproxy/pki"} {
+	for _, want := range []string{"--node-name=node-a", "--kubeconfig=/etc/kubernetes/kubelet-direct.conf", "--secure-port=10262", "--cert-dir=/var/lib/nodeproxy/pki",
+		"--hub-ca-file=/var/lib/nodeproxy/pki/hub-ca.crt"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("static pod args %q lack %q", args, want)
 		}
@@ -152,12 +162,33 @@ func TestInstallAndUninstall(t *testing.T) {
 		t.Errorf("static pod mounts %v: want the kubelet's certificate directory and kept kubeconfig", mounted)
 	}
 
+	// The hub's CA, copied where the endpoint reads it (CertDir, mounted).
+	if got := n.read(t, "/var/lib/nodeproxy/pki/hub-ca.crt"); got != hubCA {
+		t.Errorf("the hub's CA on the node: %q, want %q", got, hubCA)
+	}
+
 	// Again: nothing changes, the kubelet is left alone.
 	if err := Install(ctx, n.cfg); err != nil {
 		t.Fatal(err)
 	}
 	if n.restarts != 1 {
 		t.Errorf("a second install restarted the kubelet (%d restarts)", n.restarts)
+	}
+
+	// A new hub CA reaches the node, and changes the static pod, so that
+	// the kubelet restarts the endpoint with it.
+	before := n.read(t, n.cfg.ManifestPath)
+	if err := os.WriteFile(n.cfg.HubCAFile, []byte(hubCA+hubCA), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Install(ctx, n.cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.read(t, "/var/lib/nodeproxy/pki/hub-ca.crt"); got != hubCA+hubCA {
+		t.Errorf("the new hub CA did not reach the node: %q", got)
+	}
+	if n.read(t, n.cfg.ManifestPath) == before {
+		t.Error("a new hub CA left the static pod as it was: the endpoint would keep the old one")
 	}
 
 	if err := Uninstall(ctx, n.cfg); err != nil {
@@ -251,7 +282,8 @@ func TestBadInput(t *testing.T) {
 		c := DefaultConfig()
 		c.Port, c.KubeletKubeconfig = 0, "relative.conf"
 		err := c.Validate()
-		for _, want := range []string{"node name is required", "image is required", "relative.conf must be an absolute path", "port must be between", "restart the kubelet"} {
+		for _, want := range []string{"node name is required", "image is required", "relative.conf must be an absolute path", "port must be between", "restart the kubelet",
+			"hub's CA file is required"} {
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("validate: %v, want it to name %q", err, want)
 			}

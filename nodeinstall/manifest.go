@@ -1,6 +1,8 @@
 package nodeinstall
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -16,7 +18,11 @@ import (
 // staticPod is the endpoint as the kubelet runs it from its manifest
 // directory. certDir holds the kubelet's client certificate (from the
 // direct kubeconfig), mounted read-only; nothing else of the host is.
-func (c *Config) staticPod(kubeletCertDir string) ([]byte, error) {
+//
+// hubCA is the hub's CA, written to CertDir: its digest is an annotation,
+// so that a new CA changes the manifest and the kubelet restarts the
+// endpoint with it.
+func (c *Config) staticPod(kubeletCertDir string, hubCA []byte) ([]byte, error) {
 	hostPath := func(name, path string, typ corev1.HostPathType) corev1.Volume {
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &typ}}}
 	}
@@ -80,12 +86,22 @@ func (c *Config) staticPod(kubeletCertDir string) ([]byte, error) {
 			},
 		},
 	}
+	if c.HubURL != "" {
+		args := &pod.Spec.Containers[0].Args
+		*args = append(*args, "--hub-ca-file="+c.hubCAFile())
+		sum := sha256.Sum256(hubCA)
+		pod.Annotations = map[string]string{hubCAAnnotation: hex.EncodeToString(sum[:])}
+	}
 	out, err := yaml.Marshal(pod)
 	if err != nil {
 		return nil, fmt.Errorf("static pod manifest: %w", err)
 	}
 	return append([]byte("# Written by nodeproxy node install; removed by nodeproxy node uninstall.\n"), out...), nil
 }
+
+// hubCAAnnotation carries the digest of the hub's CA the endpoint was
+// started with.
+const hubCAAnnotation = "nodeproxy.io/hub-ca-sha256"
 
 // kubeletCertDir is the directory of the client certificate a kubeconfig's
 // current user presents: the kubelet's, which rotates there.

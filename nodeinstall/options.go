@@ -43,7 +43,10 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "The node (from the downward API's spec.nodeName in a DaemonSet).")
 	fs.StringVar(&o.Image, "image", o.Image, "The node endpoint's image, whose entrypoint is nodeproxy-node (make image's nodeproxy-node:dev), that the static pod runs: this DaemonSet's own.")
 	fs.IntVar(&o.Port, "secure-port", o.Port, "The endpoint's port on 127.0.0.1.")
-	fs.StringVar(&o.HubURL, "hub-url", o.HubURL, "The hub, as the endpoint reaches it.")
+	fs.StringVar(&o.HubURL, "hub-url", o.HubURL, "The hub, as the endpoint reaches it. Empty: no hub.")
+	fs.StringVar(&o.HubCAFile, "hub-ca-file", o.HubCAFile,
+		"The hub's own CA certificate, as this process reads it (the ConfigMap nodeproxy-hub-ca, mounted); copied to <cert-dir>/hub-ca.crt on the node "+
+			"for the endpoint's --hub-ca-file. Required with --hub-url.")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", o.ReadyTimeout, "How long install waits for the endpoint before leaving the kubelet as it was.")
 
 	fs = fss.FlagSet("reconcile")

@@ -20,7 +20,12 @@ import (
 // RegisterAPIService registers the APIService in the YAML file at path
 // (one object, as shipped in manifests/), pointed at a server on this
 // machine at port through an ExternalName Service "localhost" in the
-// APIService's service namespace. It returns once the APIService is
+// APIService's service namespace, named <service>-local: kube-apiserver
+// then verifies the server as <service>-local.<namespace>.svc
+// (LocalServiceName), which its serving certificate must name. An
+// APIService that asks cert-manager's CA injector for its caBundle (the
+// shipped one) gets the harness's serving CA, as the injector would put
+// the hub's CA there. It returns once the APIService is
 // Available and kube-apiserver serves the group's OpenAPI (it merges an
 // aggregated server's OpenAPI a little after Available, and kubectl
 // validates against it), after at most a minute. Running it again updates
@@ -61,6 +66,11 @@ func (cp *ControlPlane) registerAPIService(ctx context.Context, path string, por
 	}
 	p := int32(port)
 	want.Spec.Service.Name, want.Spec.Service.Port = svc.Name, &p
+	if _, inject := want.Annotations[injectCAFrom]; inject && len(want.Spec.CABundle) == 0 {
+		if want.Spec.CABundle, err = os.ReadFile(cp.ServingCA.CertPath); err != nil {
+			return err
+		}
+	}
 
 	agg, err := aggregatorclient.NewForConfig(cp.admin)
 	if err != nil {
@@ -107,4 +117,14 @@ func (cp *ControlPlane) registerAPIService(ctx context.Context, path string, por
 		return fmt.Errorf("APIService %s: %s: %w", want.Name, last, err)
 	}
 	return nil
+}
+
+// injectCAFrom is the annotation with which cert-manager's CA injector
+// fills an APIService's caBundle from a Certificate's CA.
+const injectCAFrom = "cert-manager.io/inject-ca-from"
+
+// LocalServiceName is the name kube-apiserver verifies a server
+// registered by RegisterAPIService for Service namespace/name by.
+func LocalServiceName(namespace, name string) string {
+	return name + "-local." + namespace + ".svc"
 }

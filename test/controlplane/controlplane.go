@@ -65,6 +65,11 @@ type ControlPlane struct {
 	ServingCA *CA
 	// ClientCA signs the client certificates kube-apiserver accepts.
 	ClientCA *CA
+	// HubCA, an intermediate of ServingCA, signs the serving
+	// certificates of the hubs StartNodeproxy runs: clients of
+	// ServingCA verify them, and node endpoints are given HubCA alone
+	// (--hub-ca-file), as they must be a CA of the hub's own.
+	HubCA *CA
 	// FrontProxyCA signs FrontProxyClient, the certificate kube-apiserver
 	// presents when it proxies to an aggregated server; such a server
 	// trusts the X-Remote-* headers of requests that carry it.
@@ -158,6 +163,9 @@ func (cp *ControlPlane) writePKI() error {
 		return err
 	}
 	if cp.ClientCA, err = newCA(cp.Dir, "client"); err != nil {
+		return err
+	}
+	if cp.HubCA, err = cp.ServingCA.IntermediateCA(cp.Dir, "hub"); err != nil {
 		return err
 	}
 	if cp.FrontProxyCA, err = newCA(cp.Dir, "front-proxy"); err != nil {

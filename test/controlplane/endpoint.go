@@ -102,7 +102,8 @@ func (cp *ControlPlane) StartNodeEndpoint(ctx context.Context, command []string,
 		"--hub-url="+hubURL,
 	)
 	if hubURL != "" {
-		args = append(args, "--hub-ca-file="+cp.ServingCA.CertPath)
+		// The hub's own CA, which StartNodeproxy's hubs are signed by.
+		args = append(args, "--hub-ca-file="+cp.HubCA.CertPath)
 	}
 	if e.Process, err = StartProcess("endpoint of "+node, command[0], args, filepath.Join(dir, "endpoint.log")); err != nil {
 		return nil, err

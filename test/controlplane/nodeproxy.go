@@ -81,7 +81,7 @@ func (cp *ControlPlane) StartNodeproxy(ctx context.Context, bin string, port int
 // stops the process.
 func (np *Nodeproxy) StartReplica(ctx context.Context, port int, name string) (*Nodeproxy, error) {
 	files := np.Files
-	serving, err := np.cp.ServingCA.ServingCert(np.cp.Dir, name+"-serving")
+	serving, err := np.cp.HubCA.ServingCert(np.cp.Dir, name+"-serving", LocalServiceName("nodeproxy", "nodeproxy"))
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func (np *Nodeproxy) NodeConfig(node string) (*rest.Config, error) {
 
 func (cp *ControlPlane) writeNodeproxyFiles() (*NodeproxyFiles, error) {
 	f := &NodeproxyFiles{CA: cp.ServingCA.CertPath}
-	serving, err := cp.ServingCA.ServingCert(cp.Dir, "nodeproxy-serving")
+	serving, err := cp.HubCA.ServingCert(cp.Dir, "nodeproxy-serving", LocalServiceName("nodeproxy", "nodeproxy"))
 	if err != nil {
 		return nil, err
 	}

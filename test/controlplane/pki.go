@@ -31,6 +31,10 @@ type CA struct {
 	Cert     *x509.Certificate
 	Key      crypto.Signer
 	CertPath string
+	// chain is the CA's own certificate, in PEM, when it is an
+	// intermediate: its leaves carry it, so that clients of the root
+	// verify them.
+	chain []byte
 }
 
 // KeyPair is a certificate and its key, in PEM, with the files that hold
@@ -74,6 +78,45 @@ func newCA(dir, name string) (*CA, error) {
 		return nil, fmt.Errorf("write %s CA: %w", name, err)
 	}
 	return &CA{Cert: c, Key: key, CertPath: path}, nil
+}
+
+// IntermediateCA makes a CA signed by ca, its certificate written to
+// dir/<name>-ca.crt. Its leaves carry its certificate, so that clients
+// trusting ca verify them, while a client given only the intermediate
+// trusts nothing else of ca's: the harness's hubs are signed by one, the
+// "hub's own CA" of the node endpoint's --hub-ca-file.
+func (ca *CA) IntermediateCA(dir, name string) (*CA, error) {
+	key, err := rsa.GenerateKey(rand.Reader, caKeyBits)
+	if err != nil {
+		return nil, fmt.Errorf("generate %s CA key: %w", name, err)
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "nodeproxy-test-" + name},
+		NotBefore:             now.Add(-time.Minute),
+		NotAfter:              now.Add(certValidity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	if err != nil {
+		return nil, fmt.Errorf("sign %s CA: %w", name, err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, name+"-ca.crt")
+	if err := cert.WriteCert(path, certPEM(der)); err != nil {
+		return nil, fmt.Errorf("write %s CA: %w", name, err)
+	}
+	return &CA{Cert: c, Key: key, CertPath: path, chain: certPEM(der)}, nil
 }
 
 // leafSpec says what a leaf certificate is for.
@@ -122,7 +165,7 @@ func (ca *CA) issue(spec leafSpec, dir, file string) (*KeyPair, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode key for %q: %w", spec.commonName, err)
 	}
-	kp := &KeyPair{CertPEM: certPEM(der), KeyPEM: keyPEM}
+	kp := &KeyPair{CertPEM: append(certPEM(der), ca.chain...), KeyPEM: keyPEM}
 	if dir != "" {
 		kp.CertPath = filepath.Join(dir, file+".crt")
 		kp.KeyPath = filepath.Join(dir, file+".key")
@@ -149,6 +192,21 @@ func (ca *CA) ServingCert(dir, file string, dnsNames ...string) (*KeyPair, error
 		dnsNames:   append([]string{"localhost"}, dnsNames...),
 		ips:        []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
 	}, dir, file)
+}
+
+// KubeletServingCert issues what a node can obtain from the cluster's CA
+// on a kubeadm cluster: a kubelet serving certificate
+// (kubernetes.io/kubelet-serving), system:node:<node> in system:nodes,
+// for the DNS names the node asks for, and 127.0.0.1. A hub verified
+// against the cluster's CA could be impersonated with it.
+func (ca *CA) KubeletServingCert(node string, dnsNames ...string) (*KeyPair, error) {
+	return ca.issue(leafSpec{
+		commonName:   "system:node:" + node,
+		organization: []string{"system:nodes"},
+		usages:       []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		dnsNames:     dnsNames,
+		ips:          []net.IP{net.ParseIP("127.0.0.1")},
+	}, "", "")
 }
 
 // ClientCert issues a client certificate for user in groups. Pass dir and

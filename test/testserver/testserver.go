@@ -71,6 +71,10 @@ type Options struct {
 	// Identity is how nodeproxy reaches kube-apiserver; nil means the
 	// nodeproxy ServiceAccount (see InstallRBAC).
 	Identity *rest.Config
+	// ServingCA signs the hub's serving certificate; nil is the control
+	// plane's serving CA, kube-apiserver's. A hub of its own CA is what
+	// the node endpoint's --hub-ca-file must name.
+	ServingCA *controlplane.CA
 	// Configure, if set, changes the options after the flags are parsed:
 	// for what no flag sets, such as the cache's reflector backoff that a
 	// benchmark compares.
@@ -82,7 +86,13 @@ type Options struct {
 func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options) *Server {
 	t.Helper()
 	dir := t.TempDir()
-	serving, err := cp.ServingCA.ServingCert(dir, "serving")
+	// Also the name kube-apiserver verifies when the shipped APIService
+	// is registered in front of it (RegisterAPIService).
+	ca := opts.ServingCA
+	if ca == nil {
+		ca = cp.ServingCA
+	}
+	serving, err := ca.ServingCert(dir, "serving", controlplane.LocalServiceName("nodeproxy", "nodeproxy"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +152,7 @@ func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options) *Server {
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
 	pool := x509.NewCertPool()
-	pool.AddCert(cp.ServingCA.Cert)
+	pool.AddCert(ca.Cert)
 	s := &Server{
 		URL: "https://127.0.0.1:" + strconv.Itoa(port),
 		CA:  pool,
