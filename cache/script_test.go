@@ -26,6 +26,7 @@ import (
 //	add|update ns/name@rv[:node]          a watch event
 //	delete ns/name@rv                     a deletion at rv
 //	bookmark rv=N
+//	restart-log-on-relist                 Options.RestartLogOnRelist from here on
 //	list [ns=NS] [node=N]                 current snapshot
 //	changes since=N                       events a watch from N gets
 //	at rv=N                               the state at N
@@ -72,6 +73,8 @@ func TestScripts(t *testing.T) {
 				err = s.Delete(scriptPod(t, objs[0]))
 			case "bookmark":
 				err = s.Bookmark(args["rv"])
+			case "restart-log-on-relist":
+				s.restartLogOnRelist = true
 			case "list":
 				return listDump(s.Snapshot(), args["ns"], args["node"])
 			case "changes":

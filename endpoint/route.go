@@ -43,8 +43,10 @@ var requestInfo = &apirequest.RequestInfoFactory{
 //   - nodes, list and watch selected by metadata.name=<this node> (its
 //     node informer).
 //
-// A get of the Node stays with kube-apiserver: it precedes every status
-// patch and is cheap there. Anything else a node may not list through
+// A get of the Node stays with kube-apiserver: the kubelet sends one only
+// to retry a node status update that conflicted (its first attempt reads
+// its node informer, which the hub serves), and that retry wants
+// kube-apiserver's latest state. Anything else a node may not list through
 // the hub (pods of another node, every secret) goes to kube-apiserver too,
 // which refuses it as it always has.
 //

@@ -134,6 +134,11 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 			"the log reaches gets 410 Expired and must relist.")
 	fs.IntVar(&o.Cache.EncodedEntries, "cache-encoded-entries", o.Cache.EncodedEntries,
 		"Encoded object versions kept so that an object many nodes read is serialized once.")
+	fs.BoolVar(&o.Cache.RestartLogOnRelist, "cache-relist-expires-watches", o.Cache.RestartLogOnRelist,
+		"When a type must be listed again (kube-apiserver restarted, or compacted past the hub's watch), end every "+
+			"watch channel of the type with 410 Expired, as kube-apiserver's watch contract would, instead of carrying "+
+			"channels on with the difference, which collapses the states in between (docs/api.md). Every client then "+
+			"relists at once: only for clients that must see every version.")
 	fs.DurationVar(&o.CacheMaxWatchOutage, "cache-max-watch-outage", o.CacheMaxWatchOutage,
 		"How long a resource type may be unable to list and watch kube-apiserver before /readyz fails (check cache-watch), "+
 			"so that traffic goes to replicas that can. 0: never.")
