@@ -38,3 +38,33 @@ func (l latestVersions) LatestVersion(ctx context.Context, resource schema.Group
 	}
 	return rv, nil
 }
+
+var _ bulk.SelectedVersions = latestVersions{}
+
+// SelectedVersions lists what a consistent read selects, metadata only,
+// with resourceVersion "" (kube-apiserver serves it from its watch cache
+// once that has caught up with etcd). It is asked only when the cache of
+// the type has not reached kube-apiserver's version within
+// bulk.StoreLagAllowance, which on a quiet type is every read until the
+// next bookmark; the selection is the operation's (one object, for a
+// kubelet's reads), so its cost is the answer's.
+func (l latestVersions) SelectedVersions(ctx context.Context, resource schema.GroupVersionResource, namespace, fieldSelector, labelSelector string) (uint64, []bulk.ObjectVersion, error) {
+	list, err := l.client.Resource(resource).Namespace(namespace).List(ctx, metav1.ListOptions{FieldSelector: fieldSelector, LabelSelector: labelSelector})
+	if err != nil {
+		return 0, nil, fmt.Errorf("list %s in %q with %q, %q: %w", resource.Resource, namespace, fieldSelector, labelSelector, err)
+	}
+	rv, err := strconv.ParseUint(list.ResourceVersion, 10, 64)
+	if err != nil {
+		return 0, nil, fmt.Errorf("list %s: resourceVersion %q: %w", resource.Resource, list.ResourceVersion, err)
+	}
+	out := make([]bulk.ObjectVersion, 0, len(list.Items))
+	for i := range list.Items {
+		m := &list.Items[i]
+		v, err := strconv.ParseUint(m.ResourceVersion, 10, 64)
+		if err != nil {
+			return 0, nil, fmt.Errorf("list %s: %s/%s: resourceVersion %q: %w", resource.Resource, m.Namespace, m.Name, m.ResourceVersion, err)
+		}
+		out = append(out, bulk.ObjectVersion{Namespace: m.Namespace, Name: m.Name, RV: v})
+	}
+	return rv, out, nil
+}
