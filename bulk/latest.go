@@ -10,9 +10,10 @@ import (
 )
 
 // LatestVersions tells which resourceVersion kube-apiserver has reached
-// for a type: the hub asks it whether a resourceVersion a client resumes
-// from, newer than the hub's cache, is one kube-apiserver has handed out.
-// hub implements it with a consistent metadata-only list of
+// for a type: the hub asks it the version a consistent read (resourceVersion
+// "") must be no older than, and whether a resourceVersion a client
+// resumes from, newer than the hub's cache, is one kube-apiserver has
+// handed out. hub implements it with a consistent metadata-only list of
 // one item.
 type LatestVersions interface {
 	// LatestVersion returns a resourceVersion of resource that
