@@ -63,7 +63,7 @@ func (c *Catalog) ServeUncached(u Uncached) { c.uncached = u }
 // AskLatest has consistent reads (resourceVersion "") and resumes ahead
 // of the cache ask v which resourceVersion kube-apiserver has reached.
 // Call it before serving; without it, a consistent read is refused with
-// 504, as kube-apiserver refuses one when it cannot reach etcd.
+// 500 ServerTimeout, as kube-apiserver refuses one when it cannot reach etcd.
 func (c *Catalog) AskLatest(v LatestVersions) {
 	c.latest = nil
 	if v != nil {

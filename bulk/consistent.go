@@ -49,7 +49,8 @@ const (
 	// consistentTooLarge: 504 "Too large resource version" after the
 	// bound; the endpoint asks kube-apiserver instead.
 	consistentTooLarge = "too_large"
-	// consistentUnavailable: kube-apiserver could not be asked; 504.
+	// consistentUnavailable: kube-apiserver could not be asked; 500
+	// ServerTimeout, its own answer when etcd does not answer.
 	consistentUnavailable = "unavailable"
 	// consistentGone: the request ended while it waited.
 	consistentGone = "gone"
@@ -232,7 +233,7 @@ func (q *Query) verb() string {
 }
 
 // storageUnavailable is kube-apiserver's answer to a read it cannot
-// serve because etcd does not answer (storage.InterpretListError): 504
+// serve because etcd does not answer (storage.InterpretListError): 500
 // ServerTimeout, which clients retry. Never the cache's state instead: it
 // may be older than what the client was already shown.
 func storageUnavailable(s *cache.Store, verb string, cause error) error {

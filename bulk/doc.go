@@ -39,7 +39,7 @@
 //   - resourceVersion means what kube-apiserver's watch cache makes it
 //     mean: "" on a list or a streaming list a consistent read, no older
 //     than kube-apiserver's state when the request arrived (ReadConsistent:
-//     one coalesced question per type, 504 when it cannot be asked, never
+//     one coalesced question per type, 500 ServerTimeout when it cannot be asked, never
 //     the cache as it stands); "0" (and "" on a plain watch) the cache's
 //     latest state; N a state at least as new (waiting
 //     up to 3 s for the cache, then 504 "Too large resource version");

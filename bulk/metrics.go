@@ -52,7 +52,7 @@ var (
 		Namespace:      "nodeproxy",
 		Subsystem:      "bulk",
 		Name:           "consistent_reads_total",
-		Help:           "Reads with resourceVersion \"\" (bulk get operations, channels with sendInitialEvents), by resource and result: fresh (the cache had reached kube-apiserver's version), caught_up (it reached it within 3 s), confirmed (a quiet type: the cache held what kube-apiserver listed for the operation), too_large (504 after 3 s), unavailable (504: kube-apiserver could not be asked), gone (the request ended first).",
+		Help:           "Reads with resourceVersion \"\" (bulk get operations, channels with sendInitialEvents), by resource and result: fresh (the cache had reached kube-apiserver's version), caught_up (it reached it within 3 s), confirmed (a quiet type: the cache held what kube-apiserver listed for the operation), too_large (504 after 3 s), unavailable (500 ServerTimeout: kube-apiserver could not be asked), gone (the request ended first).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource", "result"})
 	consistentReadWait = metrics.NewHistogramVec(&metrics.HistogramOpts{
