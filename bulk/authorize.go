@@ -42,8 +42,11 @@ func (c *Catalog) Authorize(ctx context.Context, u user.Info, q *Query) error {
 			reason = "a node may only ask for what it reaches itself"
 		}
 	case isNode:
-		if q.NamesOneObject() {
-			// One named object: the graph's question is "get".
+		if q.NamesOneObject() && !q.watch {
+			// A bulk get of one named object reads what a get would:
+			// the graph's question is "get". A channel stays "watch":
+			// the Node authorizer lets nodes only get claims, volumes,
+			// attachments and resource claims, never watch them.
 			attrs.Verb = "get"
 		}
 		decision, reason, err = c.nodes.Authorize(ctx, attrs)
