@@ -114,11 +114,17 @@ func TestHollowKubelets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The kubelet's own pods and Node come from the hub too.
+	// The kubelet's own pods and Node come from the hub too. A kubelet
+	// whose informer started before its endpoint reached the hub watches
+	// kube-apiserver until the endpoint returns the watch to the hub, so
+	// the count is awaited, not read once.
 	for _, resource := range []string{"pods", "nodes"} {
-		if got := metric(t, kubelets[0].endpoint, `nodeproxy_node_watches{path="hub",resource="`+resource+`"}`); got != fmt.Sprint(hollowNodes) {
-			t.Errorf("%s %s watches on the hub, want one per kubelet (%d)", got, resource, hollowNodes)
-		}
+		testserver.Eventually(t, 30*time.Second, resource+" watches on the hub", func(context.Context) error {
+			if got := metric(t, kubelets[0].endpoint, `nodeproxy_node_watches{path="hub",resource="`+resource+`"}`); got != fmt.Sprint(hollowNodes) {
+				return fmt.Errorf("%s %s watches on the hub, want one per kubelet (%d)", got, resource, hollowNodes)
+			}
+			return nil
+		})
 	}
 	for _, resource := range []string{"secrets", "configmaps"} {
 		b := before.Sum("apiserver_longrunning_requests", "verb", "WATCH", "resource", resource)

@@ -8,6 +8,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
@@ -26,6 +27,11 @@ type upstream struct {
 	// cuttable are the proxied watches the hub could serve, ended when it
 	// comes back so that the kubelet watches again through it.
 	cuttable map[*cutBody]struct{} // guarded by mu
+	// returns counts returnToHub's calls: a watch that was on its way to
+	// kube-apiserver while the hub came back (registered in cuttable only
+	// once kube-apiserver answered, after returnToHub looked) sees it
+	// change and ends itself.
+	returns atomic.Uint64
 }
 
 func newUpstream(cfg *rest.Config) (*upstream, error) {
@@ -77,12 +83,16 @@ func (up *upstream) serve(w http.ResponseWriter, req *http.Request, resource, ve
 	}
 	p := *up.proxy
 	var body *cutBody
+	returns := up.returns.Load()
 	p.ModifyResponse = func(resp *http.Response) error {
 		body = &cutBody{ReadCloser: resp.Body}
 		resp.Body = body
 		up.mu.Lock()
 		up.cuttable[body] = struct{}{}
 		up.mu.Unlock()
+		if up.returns.Load() != returns && body.cut() {
+			returnsToHub.Inc()
+		}
 		return nil
 	}
 	defer func() {
@@ -100,6 +110,7 @@ func (up *upstream) serve(w http.ResponseWriter, req *http.Request, resource, ve
 // and the kubelet watches again from its last resourceVersion, this time
 // through the hub.
 func (up *upstream) returnToHub() {
+	up.returns.Add(1)
 	up.mu.Lock()
 	cut := make([]*cutBody, 0, len(up.cuttable))
 	for b := range up.cuttable {
@@ -107,8 +118,9 @@ func (up *upstream) returnToHub() {
 	}
 	up.mu.Unlock()
 	for _, b := range cut {
-		b.cut()
-		returnsToHub.Inc()
+		if b.cut() {
+			returnsToHub.Inc()
+		}
 	}
 }
 
@@ -122,13 +134,17 @@ type cutBody struct {
 	done bool // guarded by mu
 }
 
-func (b *cutBody) cut() {
+// cut ends the body; it reports whether this call did, so that a watch
+// cut twice is counted once.
+func (b *cutBody) cut() (first bool) {
 	b.once.Do(func() {
+		first = true
 		b.mu.Lock()
 		b.done = true
 		b.mu.Unlock()
 		_ = b.ReadCloser.Close()
 	})
+	return first
 }
 
 func (b *cutBody) Read(p []byte) (int, error) {
