@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
-
-	"github.com/nodeproxy/nodeproxy/cache"
 )
 
 // LatestVersions tells which resourceVersion kube-apiserver has reached
@@ -21,17 +19,6 @@ type LatestVersions interface {
 	// LatestVersion returns a resourceVersion of resource that
 	// kube-apiserver had reached at some moment after the call began.
 	LatestVersion(ctx context.Context, resource schema.GroupVersionResource) (uint64, error)
-}
-
-// Detached is the LatestVersions of a cache nothing lags behind: one
-// built with cache.NewDetached and written directly (benchmarks, unit
-// tests), with no kube-apiserver to ask. Its own version is the latest
-// there is, so a consistent read of it is its current state.
-type Detached struct{ Cache *cache.Cache }
-
-// LatestVersion implements LatestVersions.
-func (d Detached) LatestVersion(_ context.Context, r schema.GroupVersionResource) (uint64, error) {
-	return d.Cache.Store(r).Snapshot().RV, nil
 }
 
 // latestVersionTimeout bounds one question to kube-apiserver. Its answer

@@ -167,9 +167,6 @@ func startInProcess(ctx context.Context, c *workload.Cluster, objectSize int) (*
 		return authorizer.DecisionNoOpinion, "not a node", nil
 	})
 	catalog := bulk.NewCatalog(objects, p.graph, nodeauthorizer.New(p.graph), nobody)
-	// No kube-apiserver: the stores written here are the source, and a
-	// consistent read (resourceVersion "") is their current state.
-	catalog.AskLatest(bulk.Detached{Cache: objects})
 	watcher := bulkwatch.NewWatcher(catalog, p.graph, bulkwatch.DefaultOptions())
 	ctx, cancel := context.WithCancel(ctx)
 	go watcher.Run(ctx)
