@@ -36,7 +36,7 @@ var (
 		Namespace:      "nodeproxy",
 		Subsystem:      "bulk",
 		Name:           "latest_version_requests_total",
-		Help:           "Requests to kube-apiserver for its current resourceVersion of a type (a consistent metadata list of one item), made for consistent reads and for resumes ahead of the cache, one at a time per type (and one queued) whatever the number waiting, by resource and result (ok, error).",
+		Help:           "Requests to kube-apiserver for its current resourceVersion of a type (a consistent metadata list of one item), made for resumes ahead of the cache, one at a time per type whatever the number waiting, by resource and result (ok, error).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource", "result"})
 	latestVersionDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
@@ -48,22 +48,6 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
 
-	consistentReads = metrics.NewCounterVec(&metrics.CounterOpts{
-		Namespace:      "nodeproxy",
-		Subsystem:      "bulk",
-		Name:           "consistent_reads_total",
-		Help:           "Reads with resourceVersion \"\" (bulk get operations, channels with sendInitialEvents), by resource and result: fresh (the cache had reached kube-apiserver's version), caught_up (it reached it within 3 s), confirmed (a quiet type: the cache held what kube-apiserver listed for the operation), too_large (504 after 3 s), unavailable (500 ServerTimeout: kube-apiserver could not be asked), gone (the request ended first).",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"resource", "result"})
-	consistentReadWait = metrics.NewHistogramVec(&metrics.HistogramOpts{
-		Namespace:      "nodeproxy",
-		Subsystem:      "bulk",
-		Name:           "consistent_read_wait_seconds",
-		Help:           "What a read with resourceVersion \"\" waited before it was answered or refused: kube-apiserver's answer, then the cache, by resource.",
-		Buckets:        []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 3, 6},
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"resource"})
-
 	registerOnce sync.Once
 )
 
@@ -72,17 +56,12 @@ var (
 // register their own.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(decisions, versionWaits, latestVersionRequests, latestVersionDuration, consistentReads, consistentReadWait)
+		legacyregistry.MustRegister(decisions, versionWaits, latestVersionRequests, latestVersionDuration)
 	})
 }
 
 func observeVersionWait(s *cache.Store, request, result string) {
 	versionWaits.WithLabelValues(s.Resource.Resource, request, result).Inc()
-}
-
-func observeConsistentRead(s *cache.Store, result string, waited time.Duration) {
-	consistentReads.WithLabelValues(s.Resource.Resource, result).Inc()
-	consistentReadWait.WithLabelValues(s.Resource.Resource).Observe(waited.Seconds())
 }
 
 func observeLatestVersionRequest(resource string, err error, took time.Duration) {

@@ -166,7 +166,7 @@ func quietBelow(t testing.TB, srv *testserver.Server, admin kubernetes.Interface
 			t.Fatal(err)
 		}
 		x := kubeSecretsVersion(t, admin, ns)
-		code, cached, status := bulkGetSecrets(t, srv, ns, "0")
+		code, cached, status := bulkGetSecrets(t, srv, ns, "")
 		if code != http.StatusCreated {
 			t.Fatalf("bulk get: %d %+v", code, status)
 		}

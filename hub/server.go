@@ -64,7 +64,7 @@ func (c *Config) New() (*Server, error) {
 	registerMetrics()
 	// One metadata client for the questions both checks ask kube-apiserver
 	// (the node authorizer's list of a node's pods, the bulk watch's
-	// latest version of a type and the objects a consistent read selects). No client-side rate limit: each check
+	// latest version of a type). No client-side rate limit: each check
 	// bounds its own requests (one in flight per node, at most
 	// --node-refresh-max-concurrent; one per type), and client-go's
 	// default (5/s, burst 10) only added waits for a token
@@ -85,7 +85,6 @@ func (c *Config) New() (*Server, error) {
 	}
 	generic.Handler.NonGoRestfulMux.Handle(authorizer.WebhookPath, &authorizer.Webhook{Authorizer: nodes})
 	catalog := bulk.NewCatalog(objects, g, nodes, c.Generic.Authorization.Authorizer)
-	catalog.AskLatest(latestVersions{client: meta})
 	if c.UncachedTypes {
 		passthrough.RegisterMetrics()
 		uncached, err := passthrough.NewClient(c.Kube)
@@ -97,7 +96,9 @@ func (c *Config) New() (*Server, error) {
 	if err := installBulkAPI(generic, bulkget.NewGetter(catalog), c.BulkGet); err != nil {
 		return nil, err
 	}
-	watcher := bulkwatch.NewWatcher(catalog, g, c.Watcher)
+	watcherOptions := c.Watcher
+	watcherOptions.Latest = latestVersions{client: meta}
+	watcher := bulkwatch.NewWatcher(catalog, g, watcherOptions)
 	watchServer := watchmux.NewServer(watcher, c.Watch)
 	c.router.watch.Store(watchServer)
 

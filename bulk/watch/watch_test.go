@@ -99,8 +99,7 @@ func (r *recorder) wait(t *testing.T, n int) []string {
 
 func watcherFixture(t *testing.T) (*bulktest.Fixture, *Watcher) {
 	t.Helper()
-	f := bulktest.New(t, 64)
-	return f, newTestWatcher(t, f)
+	return watcherFixtureWith(t, nil)
 }
 
 // watcherFixtureWith asks latest (nil: nobody) for kube-apiserver's
@@ -108,18 +107,12 @@ func watcherFixture(t *testing.T) (*bulktest.Fixture, *Watcher) {
 func watcherFixtureWith(t *testing.T, latest bulk.LatestVersions) (*bulktest.Fixture, *Watcher) {
 	t.Helper()
 	f := bulktest.New(t, 64)
-	f.Catalog.AskLatest(latest)
-	return f, newTestWatcher(t, f)
-}
-
-func newTestWatcher(t *testing.T, f *bulktest.Fixture) *Watcher {
-	t.Helper()
-	w := NewWatcher(f.Catalog, f.Graph, Options{BookmarkInterval: 50 * time.Millisecond, ReauthorizeInterval: time.Hour})
+	w := NewWatcher(f.Catalog, f.Graph, Options{BookmarkInterval: 50 * time.Millisecond, ReauthorizeInterval: time.Hour, Latest: latest})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go w.Run(ctx)
 	time.Sleep(20 * time.Millisecond) // the dispatchers take their positions
-	return w
+	return f, w
 }
 
 func open(t *testing.T, w *Watcher, u user.Info, sel v1alpha1.GetOperation) *recorder {
