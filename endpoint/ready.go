@@ -33,17 +33,15 @@ const readyProbeTimeout = 2 * time.Second
 type readiness struct {
 	hub   *Hub // nil: no hub configured
 	api   rest.Interface
-	now   func() time.Time
 	probe sync.Mutex // held while one caller probes; the others wait for its answer
 
-	mu   sync.Mutex
-	at   time.Time // of the last probe; zero before the first, guarded by mu
-	err  error     // the last probe's answer, guarded by mu
-	seen bool      // whether a probe has answered yet, guarded by mu
+	mu  sync.Mutex
+	at  time.Time // of the last probe; zero before the first, guarded by mu
+	err error     // the last probe's answer, guarded by mu
 }
 
 func newReadiness(hub *Hub, api rest.Interface) *readiness {
-	return &readiness{hub: hub, api: api, now: time.Now}
+	return &readiness{hub: hub, api: api}
 }
 
 func (r *readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
@@ -80,8 +78,8 @@ func (r *readiness) apiServerReady() error {
 	}
 	readyProbes.WithLabelValues(result).Inc()
 	r.mu.Lock()
-	changed := !r.seen || (err == nil) != (r.err == nil)
-	r.at, r.err, r.seen = r.now(), err, true
+	changed := r.at.IsZero() || (err == nil) != (r.err == nil)
+	r.at, r.err = time.Now(), err
 	r.mu.Unlock()
 	if changed {
 		if err != nil {
@@ -97,5 +95,5 @@ func (r *readiness) apiServerReady() error {
 func (r *readiness) cached() (fresh bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.seen && r.now().Sub(r.at) < readyProbeInterval, r.err
+	return !r.at.IsZero() && time.Since(r.at) < readyProbeInterval, r.err
 }
