@@ -47,6 +47,11 @@ type Endpoint struct {
 	node     string
 	hub      *Hub // nil: no hub configured
 	upstream *upstream
+	// clients are the hub connections of the node's other clients (nil
+	// without a hub), and clientUpstream their way to kube-apiserver,
+	// each with its own credential.
+	clients        *clientHubs
+	clientUpstream *upstream
 	clientCA *fileContent[*x509.CertPool]
 	serving  *fileContent[*tls.Certificate]
 	handler  http.Handler
@@ -68,7 +73,10 @@ func New(cfg Config) (*Endpoint, error) {
 	RegisterMetrics()
 	e := &Endpoint{node: cfg.NodeName}
 	var err error
-	if e.upstream, err = newUpstream(cfg.APIServer); err != nil {
+	if e.upstream, err = newUpstream(cfg.APIServer, kubelet); err != nil {
+		return nil, fmt.Errorf("kube-apiserver at %s: %w", cfg.APIServer.Host, err)
+	}
+	if e.clientUpstream, err = newUpstream(rest.AnonymousClientConfig(cfg.APIServer), client); err != nil {
 		return nil, fmt.Errorf("kube-apiserver at %s: %w", cfg.APIServer.Host, err)
 	}
 	api := rest.CopyConfig(cfg.APIServer)
@@ -80,7 +88,13 @@ func New(cfg Config) (*Endpoint, error) {
 		if e.hub, err = NewHub(cfg.Hub); err != nil {
 			return nil, err
 		}
-		e.hub.onUp = e.upstream.returnToHub
+		// The hub being reachable again is news for every caller: the
+		// clients' connections are dialed on their next read.
+		e.hub.onUp = func() {
+			e.upstream.returnToHub()
+			e.clientUpstream.returnToHub()
+		}
+		e.clients = newClientHubs(cfg.Hub)
 	}
 	if e.clientCA, err = newFileContent(caPool, cfg.ClientCAFile); err != nil {
 		return nil, fmt.Errorf("client CA: %w", err)
@@ -96,7 +110,7 @@ func New(cfg Config) (*Endpoint, error) {
 	authenticated := http.NewServeMux()
 	authenticated.Handle("/metrics", legacyregistry.Handler())
 	authenticated.HandleFunc("/", e.serveKubelet)
-	mux.Handle("/", newNodeOnly(cfg.NodeName, e.clientCA, authenticated))
+	mux.Handle("/", newCallers(cfg.NodeName, e.clientCA, authenticated, http.HandlerFunc(e.serveClient)))
 	e.handler = mux
 	e.scrapers = newScrapers(e.apiClient)
 	return e, nil
@@ -113,12 +127,39 @@ func (e *Endpoint) serveKubelet(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		info = nil
 	}
-	r, hubServed := hubRoute(req, info, e.node)
-	if hubServed && e.hub != nil && e.serveRead(w, req, r) {
+	r, hubServed := hubRoute(req, info, e.node, kubelet)
+	if hubServed && e.hub != nil && e.serveRead(w, req, r, e.hub) {
 		return
 	}
 	resource, verb := describe(req, info)
 	e.upstream.serve(w, req, resource, verb, hubServed && e.hub != nil && verb == "watch")
+}
+
+// serveClient answers a request of another client of the node, one with
+// a bearer token and no certificate, with that token: from the hub over
+// the client's own connection when it is a read the hub serves and the
+// hub can answer, from kube-apiserver otherwise.
+func (e *Endpoint) serveClient(w http.ResponseWriter, req *http.Request) {
+	info, err := requestInfo.NewRequestInfo(req)
+	if err != nil {
+		info = nil
+	}
+	r, hubServed := hubRoute(req, info, e.node, client)
+	hubServed = hubServed && e.clients != nil
+	if hubServed {
+		hub, release := e.clients.acquire(req)
+		if hub != nil {
+			served := e.serveRead(w, req, r, hub)
+			release()
+			if served {
+				return
+			}
+		} else {
+			e.noteFallback(errHubDown, r)
+		}
+	}
+	resource, verb := describe(req, info)
+	e.clientUpstream.serve(w, req, resource, verb, hubServed && verb == "watch")
 }
 
 // describe names a request for metrics, as kube-apiserver would.
@@ -159,6 +200,7 @@ func (e *Endpoint) Run(ctx context.Context, ln net.Listener) error {
 	defer cancel()
 	if e.hub != nil {
 		wg.Go(func() { e.hub.Run(ctx) })
+		wg.Go(func() { e.clients.run(ctx) })
 	}
 	// Verified by the authenticator, against the CA as it is now.
 	return e.serve(ctx, ln, e.handler, tls.RequestClientCert)

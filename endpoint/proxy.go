@@ -15,13 +15,16 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// upstream is kube-apiserver, reached as the node: a reverse proxy whose
-// transport presents the kubelet's own client certificate, re-read from
-// its file when the kubelet rotates it (client-go's transport does so and
-// closes the connections made with the old one).
+// upstream is kube-apiserver, reached as one kind of caller. For the
+// kubelet, a reverse proxy whose transport presents the kubelet's own
+// client certificate, re-read from its file when the kubelet rotates it
+// (client-go's transport does so and closes the connections made with the
+// old one). For the node's other clients, one that presents no
+// certificate and passes on the caller's own Authorization header.
 type upstream struct {
 	url   *url.URL
 	proxy *httputil.ReverseProxy
+	who   caller
 
 	mu sync.Mutex
 	// cuttable are the proxied watches the hub could serve, ended when it
@@ -34,7 +37,9 @@ type upstream struct {
 	returns atomic.Uint64
 }
 
-func newUpstream(cfg *rest.Config) (*upstream, error) {
+// newUpstream proxies who's requests to kube-apiserver at cfg: the node's
+// credentials for the kubelet; for a client, cfg must carry none.
+func newUpstream(cfg *rest.Config, who caller) (*upstream, error) {
 	u, err := url.Parse(cfg.Host)
 	if err != nil {
 		return nil, err
@@ -46,13 +51,19 @@ func newUpstream(cfg *rest.Config) (*upstream, error) {
 	if err != nil {
 		return nil, err
 	}
-	up := &upstream{url: u, cuttable: map[*cutBody]struct{}{}}
+	if who == client && (cfg.CertFile != "" || len(cfg.CertData) > 0 || cfg.BearerToken != "" || cfg.BearerTokenFile != "" ||
+		cfg.Username != "" || cfg.ExecProvider != nil || cfg.AuthProvider != nil) {
+		return nil, errors.New("the clients' way to kube-apiserver must carry no credential of its own")
+	}
+	up := &upstream{url: u, who: who, cuttable: map[*cutBody]struct{}{}}
 	up.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
-			// The identity upstream is the certificate's, nothing the
-			// caller sends: a token would otherwise be a second identity.
-			pr.Out.Header.Del("Authorization")
+			if who == kubelet {
+				// The identity upstream is the certificate's, nothing the
+				// caller sends: a token would otherwise be a second identity.
+				pr.Out.Header.Del("Authorization")
+			}
 		},
 		Transport:     rt,
 		FlushInterval: -1, // watches: every event as it comes
@@ -70,13 +81,14 @@ func newUpstream(cfg *rest.Config) (*upstream, error) {
 // serve proxies req unchanged. A watch the hub could serve is registered
 // so that returnToHub can end it.
 func (up *upstream) serve(w http.ResponseWriter, req *http.Request, resource, verb string, cuttable bool) {
-	requests.WithLabelValues(pathAPIServer, resource, verb).Inc()
+	m := up.who.metrics()
+	m.requests.WithLabelValues(pathAPIServer, resource, verb).Inc()
 	if verb != "watch" {
 		up.proxy.ServeHTTP(w, req)
 		return
 	}
-	watches.WithLabelValues(pathAPIServer, resource).Inc()
-	defer watches.WithLabelValues(pathAPIServer, resource).Dec()
+	m.watches.WithLabelValues(pathAPIServer, resource).Inc()
+	defer m.watches.WithLabelValues(pathAPIServer, resource).Dec()
 	if !cuttable {
 		up.proxy.ServeHTTP(w, req)
 		return

@@ -27,7 +27,7 @@ func TestWatchOnItsWayWhenTheHubReturnsIsReturnedToo(t *testing.T) {
 		<-r.Context().Done() // a watch: events until the client goes
 	}))
 	defer apiserver.Close()
-	up, err := newUpstream(&rest.Config{Host: apiserver.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	up, err := newUpstream(&rest.Config{Host: apiserver.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}, kubelet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestWatchProxiedWhileTheHubIsUpStays(t *testing.T) {
 		<-r.Context().Done()
 	}))
 	defer apiserver.Close()
-	up, err := newUpstream(&rest.Config{Host: apiserver.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	up, err := newUpstream(&rest.Config{Host: apiserver.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}, kubelet)
 	if err != nil {
 		t.Fatal(err)
 	}
