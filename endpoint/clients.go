@@ -77,6 +77,7 @@ const (
 // of the client hub dials metric's "result" label besides "ok".
 const (
 	clientDialUnauthorized = "unauthorized" // the hub refused the token: kube-apiserver words the 401
+	clientDialForbidden    = "forbidden"    // the client may not use the bulk API: kube-apiserver decides its reads
 	clientDialError        = "error"        // the hub could not be dialed
 	clientDialThrottled    = "throttled"    // past clientDialRate
 	clientDialFull         = "full"         // maxClientHubs connections open
@@ -207,8 +208,11 @@ func (c *clientHubs) acquire(req *http.Request) (*Hub, func()) {
 	close(done)
 	if err != nil {
 		result = clientDialError
-		if apierrors.IsUnauthorized(err) {
+		switch {
+		case apierrors.IsUnauthorized(err):
 			result = clientDialUnauthorized
+		case apierrors.IsForbidden(err):
+			result = clientDialForbidden
 		}
 		klog.V(2).InfoS("Hub refused or unreachable for a client of the node; its reads go to kube-apiserver", "result", result, "retryIn", clientRetryAfter, "err", err)
 		clientDials.WithLabelValues(result).Inc()

@@ -87,7 +87,7 @@ var (
 	clientDials = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "client_hub_dials_total",
 		Help: "Hub connections dialed for the node's other clients, by result: ok; unauthorized (the hub refused the token: " +
-			"kube-apiserver answers the client's reads, and words the 401); error (the hub unreachable); throttled (past the dial rate); " +
+			"kube-apiserver answers the client's reads, and words the 401); forbidden (the client may not use the bulk API); error (the hub unreachable); throttled (past the dial rate); " +
 			"full (too many client connections). Whatever the result but ok, the reads go to kube-apiserver with the client's own credential.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
