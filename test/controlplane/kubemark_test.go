@@ -31,10 +31,7 @@ const kubeletTimeout = 3 * time.Minute
 // an update of the Secret, and the pod's deletion completes.
 func TestHollowKubeletRunsPodWithSecretAndConfigMap(t *testing.T) {
 	ctx := context.Background()
-	paths, err := EnsureTools(ctx, os.Stderr, "kubemark")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := kubemarkBinary(t)
 	admin := clientFor(t, cp.AdminConfig())
 	dir := t.TempDir()
 	const node, ns = "hollow-0", "hollow-kubelet"
@@ -60,7 +57,7 @@ func TestHollowKubeletRunsPodWithSecretAndConfigMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	h, err := StartHollowKubelet(ctx, paths["kubemark"], HollowKubeletOptions{Name: node, Kubeconfig: kubeconfig, Dir: dir})
+	h, err := StartHollowKubelet(ctx, bin, HollowKubeletOptions{Name: node, Kubeconfig: kubeconfig, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
