@@ -1,20 +1,17 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"k8s.io/client-go/rest"
+
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
 )
 
 // Usage is what a process has consumed so far.
@@ -69,84 +66,17 @@ func ReadUsage(pid int) (Usage, error) {
 	return u, nil
 }
 
-// Metrics are one scrape of a /metrics endpoint, by family name.
-type Metrics map[string]*dto.MetricFamily
-
-// Sum adds the family's samples (gauges and counters) whose labels
-// include every pair of match.
-func (m Metrics) Sum(name string, match ...string) float64 {
-	var sum float64
-	f := m[name]
-	if f == nil {
-		return 0
-	}
-next:
-	for _, s := range f.GetMetric() {
-		for i := 0; i+1 < len(match); i += 2 {
-			found := false
-			for _, l := range s.GetLabel() {
-				if l.GetName() == match[i] && l.GetValue() == match[i+1] {
-					found = true
-				}
-			}
-			if !found {
-				continue next
-			}
-		}
-		switch {
-		case s.Gauge != nil:
-			sum += s.GetGauge().GetValue()
-		case s.Counter != nil:
-			sum += s.GetCounter().GetValue()
-		case s.Untyped != nil:
-			sum += s.GetUntyped().GetValue()
-		}
-	}
-	return sum
-}
+// Metrics are one scrape of a /metrics endpoint: the harness's, which
+// its own tests read too.
+type Metrics = controlplane.Metrics
 
 // Scrape reads url's Prometheus text exposition with client.
 func Scrape(ctx context.Context, client *http.Client, url string) (Metrics, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("scrape %s: %s: %s", url, resp.Status, body)
-	}
-	m, err := parseMetrics(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", url, err)
-	}
-	return m, nil
+	return controlplane.Scrape(ctx, client, url)
 }
 
-// ScrapeAPIServer reads kube-apiserver's /metrics through client, which
-// keeps the path a kubeconfig's server may carry (a proxy's
-// https://host/k8s/clusters/c-1) and its credentials.
+// ScrapeAPIServer reads kube-apiserver's /metrics through client (see
+// controlplane.ScrapeAPIServer).
 func ScrapeAPIServer(ctx context.Context, client rest.Interface) (Metrics, error) {
-	raw, err := client.Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("scrape kube-apiserver's /metrics: %w", err)
-	}
-	m, err := parseMetrics(bytes.NewReader(raw))
-	if err != nil {
-		return nil, fmt.Errorf("scrape kube-apiserver's /metrics: %w", err)
-	}
-	return m, nil
-}
-
-func parseMetrics(r io.Reader) (Metrics, error) {
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(r)
-	if err != nil {
-		return nil, err
-	}
-	return Metrics(families), nil
+	return controlplane.ScrapeAPIServer(ctx, client)
 }

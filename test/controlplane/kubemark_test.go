@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
 
@@ -33,10 +31,7 @@ const kubeletTimeout = 3 * time.Minute
 // an update of the Secret, and the pod's deletion completes.
 func TestHollowKubeletRunsPodWithSecretAndConfigMap(t *testing.T) {
 	ctx := context.Background()
-	paths, err := EnsureTools(ctx, os.Stderr, "kubemark")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := kubemarkBinary(t)
 	admin := clientFor(t, cp.AdminConfig())
 	dir := t.TempDir()
 	const node, ns = "hollow-0", "hollow-kubelet"
@@ -57,12 +52,12 @@ func TestHollowKubeletRunsPodWithSecretAndConfigMap(t *testing.T) {
 		}
 		_ = admin.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{})
 	})
-	watchesBefore, err := longrunningRequests(ctx, admin)
+	watchesBefore, err := ReadLongRunningRequests(ctx, admin.CoreV1().RESTClient())
 	if err != nil {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	h, err := StartHollowKubelet(ctx, paths["kubemark"], HollowKubeletOptions{Name: node, Kubeconfig: kubeconfig, Dir: dir})
+	h, err := StartHollowKubelet(ctx, bin, HollowKubeletOptions{Name: node, Kubeconfig: kubeconfig, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,24 +166,16 @@ func TestHollowKubeletRunsPodWithSecretAndConfigMap(t *testing.T) {
 	// its uses (the Watch change detection strategy, its default); those
 	// are the long-running requests a proxy must carry per node.
 	waitKubelet(t, h, "watches of the pod's Secret and ConfigMap", func(ctx context.Context) error {
-		now, err := longrunningRequests(ctx, admin)
+		now, err := ReadLongRunningRequests(ctx, admin.CoreV1().RESTClient())
 		if err != nil {
 			return err
 		}
 		for _, resource := range []string{"secrets", "configmaps"} {
-			key := "WATCH " + resource
-			if now[key] <= watchesBefore[key] {
-				return fmt.Errorf("%s: %d long-running, %d before the kubelet started", key, now[key], watchesBefore[key])
+			if n, before := now.Count("WATCH", resource), watchesBefore.Count("WATCH", resource); n <= before {
+				return fmt.Errorf("WATCH %s: %d long-running, %d before the kubelet started", resource, n, before)
 			}
 		}
-		var diff []string
-		for key, n := range now {
-			if n != watchesBefore[key] {
-				diff = append(diff, fmt.Sprintf("%s %+d", key, n-watchesBefore[key]))
-			}
-		}
-		slices.Sort(diff)
-		t.Logf("apiserver_longrunning_requests since the kubelet started: %s", strings.Join(diff, ", "))
+		t.Logf("apiserver_longrunning_requests since the kubelet started: %s", now.Minus(watchesBefore))
 		return nil
 	})
 
@@ -270,41 +257,4 @@ func vmRSS(pid int) (string, error) {
 		return "", err
 	}
 	return "", fmt.Errorf("no VmRSS in /proc/%d/status", pid)
-}
-
-// longrunningRequests reads kube-apiserver's apiserver_longrunning_requests
-// gauge, keyed "<verb> <resource>[/<subresource>]" and summed over the
-// other labels.
-func longrunningRequests(ctx context.Context, client kubernetes.Interface) (map[string]int, error) {
-	body, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("kube-apiserver metrics: %w", err)
-	}
-	out := map[string]int{}
-	for _, line := range strings.Split(string(body), "\n") {
-		rest, ok := strings.CutPrefix(line, "apiserver_longrunning_requests{")
-		if !ok {
-			continue
-		}
-		labelText, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
-		}
-		labels := map[string]string{}
-		for _, kv := range strings.Split(labelText, ",") {
-			if k, v, ok := strings.Cut(kv, "="); ok {
-				labels[k] = strings.Trim(v, `"`)
-			}
-		}
-		var n float64
-		if _, err := fmt.Sscan(value, &n); err != nil {
-			return nil, fmt.Errorf("metric line %q: %w", line, err)
-		}
-		key := labels["verb"] + " " + labels["resource"]
-		if labels["subresource"] != "" {
-			key += "/" + labels["subresource"]
-		}
-		out[key] += int(n)
-	}
-	return out, nil
 }

@@ -40,6 +40,15 @@ type Process struct {
 // until the child has exited: the runtime can then never retire that thread
 // under a live child.
 func StartProcess(name, bin string, args []string, logPath string) (*Process, error) {
+	return StartProcessTee(name, bin, args, logPath, nil)
+}
+
+// StartProcessTee is StartProcess with the output also written to also
+// (if not nil) as it arrives, for callers that read what the program
+// reports while it runs (a hollow proxy's log lines). also is written from
+// one goroutine, in order, and must not block: a child whose output is
+// not drained stalls.
+func StartProcessTee(name, bin string, args []string, logPath string, also io.Writer) (*Process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open %s log: %w", name, err)
@@ -47,6 +56,9 @@ func StartProcess(name, bin string, args []string, logPath string) (*Process, er
 	p := &Process{name: name, logPath: logPath, tail: newTailBuffer(40), done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout = io.MultiWriter(logFile, p.tail)
+	if also != nil {
+		p.cmd.Stdout = io.MultiWriter(logFile, p.tail, also)
+	}
 	p.cmd.Stderr = p.cmd.Stdout
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	started := make(chan error, 1)
