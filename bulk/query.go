@@ -33,7 +33,10 @@ type Query struct {
 	fieldSelector fields.Selector // as given
 	// fieldRequirements are fieldSelector's, for authorization.
 	fieldRequirements fields.Requirements
-	attrs             authorizer.AttributesRecord
+	// refusal is kube-apiserver's refusal of the first field it would
+	// not know (fields.go): the operation is a 400, not a 422.
+	refusal string
+	attrs   authorizer.AttributesRecord
 
 	rv    uint64 // 0: any
 	rvSet bool

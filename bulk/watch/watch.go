@@ -102,6 +102,10 @@ func (w *Watcher) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 		return nil, &apierrors.NewInternalError(errors.New("no user in the request context")).ErrStatus
 	}
 	q, errs, err := w.catalog.ParseWatch(sel)
+	if st, refused := err.(apierrors.APIStatus); refused {
+		status := st.Status()
+		return nil, &status
+	}
 	if err != nil {
 		return nil, &apierrors.NewInternalError(fmt.Errorf("look up the channel's resource type: %w", err)).ErrStatus
 	}

@@ -226,7 +226,7 @@ func TestWatchRefusesBadSelectors(t *testing.T) {
 		sel  v1alpha1.GetOperation
 		want string
 	}{
-		{"unknown resource", bulktest.FieldOp("services", "a", ""), "selector.resource: Unsupported value"},
+		{"unknown resource", bulktest.FieldOp("endpoints", "a", ""), "selector.resource: Unsupported value"},
 		{"paging", bulktest.GetOp("secrets", "a", metav1.ListOptions{Limit: 5}), "selector.options.limit: Forbidden"},
 		{"reachableFrom", bulktest.FieldOp("secrets", "", bulk.ReachableFromField+"=node-a"), "is for bulk get"},
 		{"exact", bulktest.GetOp("secrets", "a", metav1.ListOptions{ResourceVersion: "5", ResourceVersionMatch: metav1.ResourceVersionMatchExact}), "selector.options.resourceVersionMatch: Unsupported value"},
@@ -237,6 +237,17 @@ func TestWatchRefusesBadSelectors(t *testing.T) {
 				t.Fatalf("got %+v, want 422 with %q", refused, tc.want)
 			}
 		})
+	}
+}
+
+// TestWatchRefusesFieldsKubeAPIServerDoesNotKnow: 400 in kube-apiserver's
+// words, nothing added, as a watch on kube-apiserver would be refused.
+func TestWatchRefusesFieldsKubeAPIServerDoesNotKnow(t *testing.T) {
+	_, w := watcherFixture(t)
+	sel := bulktest.FieldOp("secrets", "a", "spec.nodeName=n")
+	_, refused := w.Open(request.WithUser(context.Background(), bulktest.Admin), &sel, newRecorder())
+	if refused == nil || refused.Code != 400 || refused.Reason != metav1.StatusReasonBadRequest || refused.Message != "field label not supported: spec.nodeName" {
+		t.Fatalf("got %+v, want 400 field label not supported: spec.nodeName", refused)
 	}
 }
 
