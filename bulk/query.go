@@ -117,6 +117,16 @@ func (q *Query) Path() *field.Path {
 	return operationsPath.Index(q.index)
 }
 
+// GraphDecided reports whether a node's access to q's type is decided by
+// the graph (the objects its pods reference, its pods, its Node): the
+// node authorizer's "no" is then final, and a lost edge ends the node's
+// channel at once. The cluster-wide types are not: a node's access to
+// them is the system:node role's, then RBAC's, and changes without the
+// graph hearing of it.
+func (q *Query) GraphDecided() bool {
+	return q.kind != 0 || q.store != nil && q.store.Resource.Resource == "nodes"
+}
+
 // NamesOneObject reports whether q selects one object by name, in a
 // namespace or of a cluster-scoped type: a lookup rather than a scan, a
 // "get" to the node authorizer, and an object whose access can be lost.

@@ -334,3 +334,53 @@ func TestResourceVersionsAndPages(t *testing.T) {
 		t.Errorf("a future version: %v; want 504 Too large resource version", err)
 	}
 }
+
+// TestNodeDecidedAsNodeThenRBAC: a node identity is decided as
+// kube-apiserver's chain Node,RBAC decides it. The system:node role's
+// static rules allow services without asking anyone; endpointslices, on
+// which the Node authorizer has no opinion, are the delegated
+// authorizer's to allow or refuse; a type the graph decides is refused by
+// the graph alone, never asked of the delegated authorizer.
+func TestNodeDecidedAsNodeThenRBAC(t *testing.T) {
+	f := newFixture(t, 64)
+	slices := v1alpha1.GetOperation{Resource: metav1.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"},
+		Options: metav1.ListOptions{LabelSelector: "!service.kubernetes.io/headless"}}
+	f.Asked()
+
+	if _, err := f.get(t, bulktest.NodeA, bulktest.FieldOp("services", "", "spec.clusterIP!=None")); err != nil {
+		t.Errorf("services for a node: %v", err)
+	}
+	if asked := f.Asked(); len(asked) != 0 {
+		t.Errorf("services were asked of the delegated authorizer: %v", asked)
+	}
+
+	f.Allow(func(a authorizer.Attributes) bool { return a.GetResource() == "endpointslices" })
+	if _, err := f.get(t, bulktest.NodeA, slices); err != nil {
+		t.Errorf("endpointslices RBAC allows: %v", err)
+	}
+	asked := f.Asked()
+	if len(asked) != 1 || asked[0].GetUser().GetName() != bulktest.NodeA.Name || asked[0].GetVerb() != "list" {
+		t.Fatalf("asked %v; want the node's list of endpointslices", asked)
+	}
+	if reqs, _ := asked[0].GetLabelSelector(); len(reqs) != 1 || reqs[0].Key() != "service.kubernetes.io/headless" {
+		t.Errorf("asked without the label selector: %v", reqs)
+	}
+	f.Allow(func(authorizer.Attributes) bool { return false })
+	if _, err := f.get(t, bulktest.NodeA, slices); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "RBAC says no") {
+		t.Errorf("endpointslices RBAC refuses: %v; want 403 with its reason", err)
+	}
+	f.Fail(errors.New("kube-apiserver unreachable"))
+	if _, err := f.get(t, bulktest.NodeA, slices); !apierrors.IsInternalError(err) {
+		t.Errorf("endpointslices with the delegated authorizer failing: %v; want 500, never an allow", err)
+	}
+	f.Fail(nil)
+
+	f.Allow(func(authorizer.Attributes) bool { return true })
+	f.Asked()
+	if _, err := f.get(t, bulktest.NodeA, bulktest.FieldOp("secrets", "a", "metadata.name=s1")); !apierrors.IsForbidden(err) {
+		t.Errorf("a secret node-a does not reach, RBAC allowing everything: %v; want 403", err)
+	}
+	if asked := f.Asked(); len(asked) != 0 {
+		t.Errorf("the graph's refusal was asked of the delegated authorizer: %v", asked)
+	}
+}

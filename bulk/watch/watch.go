@@ -136,10 +136,11 @@ func (w *Watcher) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 		}
 		return nil, &apierrors.NewInternalError(err).ErrStatus
 	}
-	if !isNode {
+	if !isNode || !q.GraphDecided() {
 		// Other users' rights live in RBAC (or whatever kube-apiserver
-		// delegates to), which tells nobody when it changes: ask again
-		// from time to time.
+		// delegates to), and so do a node's beyond its graph (an
+		// endpointslice, a servicecidr), which tell nobody when they
+		// change: ask again from time to time.
 		w.reauthorizer.add(s, u)
 		sink.OnClose(func() { w.reauthorizer.remove(s) })
 	}

@@ -300,3 +300,25 @@ func TestOtherUsersChannelsAreAuthorizedAgain(t *testing.T) {
 		t.Errorf("%d channels left to authorize again, want 1", n)
 	}
 }
+
+// TestNodeChannelsRBACDecidesAreAuthorizedAgain: a node's channel on a
+// type the graph does not decide (endpointslices) lives as long as the
+// delegated authorizer allows it, as another user's does.
+func TestNodeChannelsRBACDecidesAreAuthorizedAgain(t *testing.T) {
+	f, w := watcherFixture(t)
+	f.Allow(func(a authorizer.Attributes) bool { return a.GetResource() == "endpointslices" })
+	sel := v1alpha1.GetOperation{Resource: metav1.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}}
+	slices := open(t, w, bulktest.NodeA, sel)
+	services := open(t, w, bulktest.NodeA, bulktest.GetOp("services", "", metav1.ListOptions{}))
+	w.reauthorizer.round(context.Background())
+	f.Allow(func(authorizer.Attributes) bool { return false })
+	w.reauthorizer.round(context.Background())
+	if got := slices.wait(t, 1); !strings.HasPrefix(got[0], "ERROR 403 access lost") {
+		t.Errorf("after RBAC stopped allowing it: %v", got)
+	}
+	services.mu.Lock()
+	defer services.mu.Unlock()
+	if services.closed {
+		t.Errorf("the services channel, which the system:node role allows, was closed: %v", services.events)
+	}
+}
