@@ -48,7 +48,7 @@ func newCallers(node string, clientCA *fileContent[*x509.CertPool], kubelet, cli
 func (n *callers) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	resp, ok, err := n.authn.AuthenticateRequest(req)
 	if err == nil && !ok {
-		if _, hasToken := bearerToken(req); hasToken {
+		if keyOf(req).id != "" {
 			n.client.ServeHTTP(w, req)
 			return
 		}

@@ -52,9 +52,9 @@ type Endpoint struct {
 	// each with its own credential.
 	clients        *clientHubs
 	clientUpstream *upstream
-	clientCA *fileContent[*x509.CertPool]
-	serving  *fileContent[*tls.Certificate]
-	handler  http.Handler
+	clientCA       *fileContent[*x509.CertPool]
+	serving        *fileContent[*tls.Certificate]
+	handler        http.Handler
 	// apiClient asks kube-apiserver's /readyz when the hub is down, and
 	// reviews scrapers' tokens.
 	apiClient *rest.RESTClient
@@ -90,11 +90,12 @@ func New(cfg Config) (*Endpoint, error) {
 		}
 		// The hub being reachable again is news for every caller: the
 		// clients' connections are dialed on their next read.
+		e.clients = newClientHubs(cfg.Hub, func(id string) { e.clientUpstream.returnToHubFor(&id) })
 		e.hub.onUp = func() {
 			e.upstream.returnToHub()
+			e.clients.forgetFailures()
 			e.clientUpstream.returnToHub()
 		}
-		e.clients = newClientHubs(cfg.Hub)
 	}
 	if e.clientCA, err = newFileContent(caPool, cfg.ClientCAFile); err != nil {
 		return nil, fmt.Errorf("client CA: %w", err)
@@ -132,7 +133,7 @@ func (e *Endpoint) serveKubelet(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	resource, verb := describe(req, info)
-	e.upstream.serve(w, req, resource, verb, hubServed && e.hub != nil && verb == "watch")
+	e.upstream.serve(w, req, resource, verb, hubServed && e.hub != nil && verb == "watch", "")
 }
 
 // serveClient answers a request of another client of the node, one with
@@ -146,8 +147,9 @@ func (e *Endpoint) serveClient(w http.ResponseWriter, req *http.Request) {
 	}
 	r, hubServed := hubRoute(req, info, e.node, client)
 	hubServed = hubServed && e.clients != nil
+	key := keyOf(req)
 	if hubServed {
-		hub, release := e.clients.acquire(req)
+		hub, release := e.clients.acquire(req.Context(), key)
 		if hub != nil {
 			served := e.serveRead(w, req, r, hub)
 			release()
@@ -159,7 +161,7 @@ func (e *Endpoint) serveClient(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	resource, verb := describe(req, info)
-	e.clientUpstream.serve(w, req, resource, verb, hubServed && verb == "watch")
+	e.clientUpstream.serve(w, req, resource, verb, hubServed && verb == "watch", key.id)
 }
 
 // describe names a request for metrics, as kube-apiserver would.

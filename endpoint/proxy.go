@@ -28,8 +28,10 @@ type upstream struct {
 
 	mu sync.Mutex
 	// cuttable are the proxied watches the hub could serve, ended when it
-	// comes back so that the kubelet watches again through it.
-	cuttable map[*cutBody]struct{} // guarded by mu
+	// comes back so that the caller watches again through it; each with
+	// the key of the caller's hub connection (clientKey; "" for the
+	// kubelet's, the node's own).
+	cuttable map[*cutBody]string // guarded by mu
 	// returns counts returnToHub's calls: a watch that was on its way to
 	// kube-apiserver while the hub came back (registered in cuttable only
 	// once kube-apiserver answered, after returnToHub looked) sees it
@@ -55,7 +57,7 @@ func newUpstream(cfg *rest.Config, who caller) (*upstream, error) {
 		cfg.Username != "" || cfg.ExecProvider != nil || cfg.AuthProvider != nil) {
 		return nil, errors.New("the clients' way to kube-apiserver must carry no credential of its own")
 	}
-	up := &upstream{url: u, who: who, cuttable: map[*cutBody]struct{}{}}
+	up := &upstream{url: u, who: who, cuttable: map[*cutBody]string{}}
 	up.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
@@ -78,9 +80,10 @@ func newUpstream(cfg *rest.Config, who caller) (*upstream, error) {
 	return up, nil
 }
 
-// serve proxies req unchanged. A watch the hub could serve is registered
-// so that returnToHub can end it.
-func (up *upstream) serve(w http.ResponseWriter, req *http.Request, resource, verb string, cuttable bool) {
+// serve proxies req unchanged. A watch the hub could serve (cuttable) is
+// registered under key, the caller's hub connection, so that returnToHub
+// can end it.
+func (up *upstream) serve(w http.ResponseWriter, req *http.Request, resource, verb string, cuttable bool, key string) {
 	m := up.who.metrics()
 	m.requests.WithLabelValues(pathAPIServer, resource, verb).Inc()
 	if verb != "watch" {
@@ -100,7 +103,7 @@ func (up *upstream) serve(w http.ResponseWriter, req *http.Request, resource, ve
 		body = &cutBody{ReadCloser: resp.Body}
 		resp.Body = body
 		up.mu.Lock()
-		up.cuttable[body] = struct{}{}
+		up.cuttable[body] = key
 		up.mu.Unlock()
 		if up.returns.Load() != returns && body.cut() {
 			returnsToHub.Inc()
@@ -121,12 +124,19 @@ func (up *upstream) serve(w http.ResponseWriter, req *http.Request, resource, ve
 // kube-apiserver ends a watch at its timeout: the stream simply stops,
 // and the kubelet watches again from its last resourceVersion, this time
 // through the hub.
-func (up *upstream) returnToHub() {
+func (up *upstream) returnToHub() { up.returnToHubFor(nil) }
+
+// returnToHubFor ends the proxied watches of the hub connection key alone
+// (nil: every one). A watch on its way while it runs is ended too, of any
+// key: it watches again, at worst through kube-apiserver again.
+func (up *upstream) returnToHubFor(key *string) {
 	up.returns.Add(1)
 	up.mu.Lock()
 	cut := make([]*cutBody, 0, len(up.cuttable))
-	for b := range up.cuttable {
-		cut = append(cut, b)
+	for b, k := range up.cuttable {
+		if key == nil || *key == k {
+			cut = append(cut, b)
+		}
 	}
 	up.mu.Unlock()
 	for _, b := range cut {
