@@ -28,10 +28,11 @@ import (
 // kube-apiserver while a dial runs in the background. A dial that fails
 // (the hub unreachable, the token refused) sends the token's reads to
 // kube-apiserver, which answers a bad token with its own 401; the dial is
-// tried again in the background after a backoff (clientRetry), and once
-// it succeeds the token's proxied watches are ended (returned), so that
-// the client watches again, from its last resourceVersion, through the
-// hub. A rotated token (projected ServiceAccount tokens are replaced
+// tried again in the background after a backoff (clientRetry). Each time
+// a token's connection is up (its first dial, a redial after a failure,
+// its session's own redial after the hub went), the token's proxied
+// watches are ended (returned), so that the client watches again, from
+// its last resourceVersion, through the hub. A rotated token (projected ServiceAccount tokens are replaced
 // about hourly) is a new connection for the client's new requests; the
 // old one keeps the watches opened with it until they end, and is closed
 // once idle. A watch that ends because its connection did (the token
@@ -46,8 +47,8 @@ type clientHubs struct {
 	cfg     *rest.Config // the hub's address and CA, no credential
 	limiter flowcontrol.RateLimiter
 	now     func() time.Time
-	// connected is told the key of each connection a background redial
-	// made, whose proxied watches may now come back.
+	// connected is told the key of a connection each time it is up (the
+	// first time included): the watches proxied meanwhile may come back.
 	connected func(id string)
 
 	mu sync.Mutex
@@ -170,7 +171,7 @@ func (c *clientHubs) sweep(all bool) {
 			}
 			done := make(chan struct{})
 			c.dialing[id] = done
-			go c.redial(c.ctx, clientKey{token: ch.token, id: id}, done)
+			go c.dial(c.ctx, clientKey{token: ch.token, id: id}, done)
 		case ch.hub != nil && (all || ch.active == 0 && now.Sub(ch.lastUsed) >= clientIdleTimeout):
 			delete(c.byToken, id)
 			closing = append(closing, ch.hub)
@@ -180,15 +181,6 @@ func (c *clientHubs) sweep(all bool) {
 	c.mu.Unlock()
 	for _, h := range closing {
 		h.close()
-	}
-}
-
-// redial dials a failed token again; on success its proxied watches may
-// come back to the hub.
-func (c *clientHubs) redial(ctx context.Context, key clientKey, done chan struct{}) {
-	h := c.dial(ctx, key, done)
-	if h != nil {
-		c.connected(key.id)
 	}
 }
 
@@ -284,7 +276,7 @@ func (c *clientHubs) acquire(ctx context.Context, key clientKey) (*Hub, func()) 
 // the failure; done is closed (and dropped from dialing) when it is
 // recorded. It returns the hub, nil on failure.
 func (c *clientHubs) dial(ctx context.Context, key clientKey, done chan struct{}) *Hub {
-	h, err := dialHub(ctx, c.cfg, key.token)
+	h, err := dialHub(ctx, c.cfg, key.token, func() { c.connected(key.id) })
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.dialing, key.id)
@@ -322,15 +314,21 @@ func (c *clientHubs) release(id string) {
 }
 
 // dialHub connects to the hub at cfg with token as the credential, once,
-// synchronously.
-func dialHub(ctx context.Context, cfg *rest.Config, token string) (*Hub, error) {
+// synchronously; the session then redials by itself, and calls up each
+// time it has a connection up.
+func dialHub(ctx context.Context, cfg *rest.Config, token string, up func()) (*Hub, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.BearerToken = token
 	h, err := NewHub(cfg)
 	if err != nil {
 		return nil, err
 	}
-	s, err := watchmux.NewSession(ctx, h.cfg, watchmux.WithResumeTimeout(hubResumeTimeout))
+	s, err := watchmux.NewSession(ctx, h.cfg, watchmux.WithResumeTimeout(hubResumeTimeout),
+		watchmux.WithConnectionObserver(func(connected bool) {
+			if connected {
+				up()
+			}
+		}))
 	if err != nil {
 		return nil, err
 	}

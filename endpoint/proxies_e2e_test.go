@@ -105,7 +105,12 @@ func TestHollowProxies(t *testing.T) {
 				onHub := metric(t, nodes[0], `nodeproxy_node_client_watches{path="hub",resource="`+resource+`"}`)
 				proxied := metric(t, nodes[0], `nodeproxy_node_client_watches{path="apiserver",resource="`+resource+`"}`)
 				if onHub != fmt.Sprint(hollowProxies) || proxied != "0" {
-					return fmt.Errorf("%s on the hub, %s on kube-apiserver, want one per proxy (%d) on the hub", onHub, proxied, hollowProxies)
+					dials := ""
+					for _, r := range []string{"ok", "error", "forbidden", "unauthorized", "throttled", "full"} {
+						dials += r + "=" + metric(t, nodes[0], `nodeproxy_node_client_hub_dials_total{result="`+r+`"}`) + " "
+					}
+					return fmt.Errorf("%s on the hub, %s on kube-apiserver, want one per proxy (%d) on the hub; dials %s; returned %s; connections %s", onHub, proxied, hollowProxies,
+						dials, metric(t, nodes[0], "nodeproxy_node_watches_returned_to_hub_total"), metric(t, nodes[0], "nodeproxy_node_client_hub_connections"))
 				}
 				return nil
 			})
