@@ -164,16 +164,41 @@ func (e *Endpoint) serveClient(w http.ResponseWriter, req *http.Request) {
 	e.clientUpstream.serve(w, req, resource, verb, hubServed && verb == "watch", key.id)
 }
 
-// describe names a request for metrics, as kube-apiserver would.
+// describe names a request for metrics, as kube-apiserver would, within
+// fixed sets: a resource or subresource outside metricResources and
+// metricSubresources is "other". The path is the caller's to choose (a
+// local process with any token reaches the endpoint), and an unbounded
+// label is a memory leak in every scraper.
 func describe(req *http.Request, info *apirequest.RequestInfo) (resource, verb string) {
 	if info == nil || !info.IsResourceRequest {
 		return "", metricVerb(strings.ToLower(req.Method))
 	}
-	if info.Subresource != "" {
-		return info.Resource + "/" + info.Subresource, metricVerb(info.Verb)
+	resource = info.Resource
+	if !metricResources.Has(resource) {
+		resource = "other"
 	}
-	return info.Resource, metricVerb(info.Verb)
+	if info.Subresource != "" {
+		sub := info.Subresource
+		if !metricSubresources.Has(sub) {
+			sub = "other"
+		}
+		return resource + "/" + sub, metricVerb(info.Verb)
+	}
+	return resource, metricVerb(info.Verb)
 }
+
+// metricResources are the resources node clients (the kubelet,
+// kube-proxy) read and write, as metric label values.
+var metricResources = sets.New(
+	"pods", "nodes", "secrets", "configmaps", "services", "endpoints", "endpointslices", "servicecidrs",
+	"runtimeclasses", "csidrivers", "csinodes", "leases", "events", "persistentvolumeclaims", "persistentvolumes",
+	"serviceaccounts", "namespaces", "certificatesigningrequests", "volumeattachments", "resourceslices",
+	"resourceclaims", "tokenreviews", "subjectaccessreviews", "selfsubjectreviews", "storageclasses",
+	"clustertrustbundles", "podcertificaterequests",
+)
+
+// metricSubresources likewise.
+var metricSubresources = sets.New("status", "token", "eviction", "binding", "log", "exec", "attach", "portforward", "proxy")
 
 // metricVerbs are the verbs a request metric names: kube-apiserver's
 // (its metrics' validRequestMethods, lower-cased as RequestInfo words
