@@ -2,7 +2,10 @@ package endpoint_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/nodeproxy/nodeproxy/test/forwarder"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
 // asClient is how a client of the node other than the kubelet reaches
@@ -153,3 +159,152 @@ func TestClientsOfTheNodeAreServedAsThemselves(t *testing.T) {
 		t.Errorf("the made-up token's dial was not counted as unauthorized")
 	}
 }
+
+// TestClientTokenRotationLosesNoEvent: a client's watch through the hub
+// outlives the token it was opened with. The client's token is replaced
+// (as the kubelet rotates a projected ServiceAccount token), the old one
+// then stops being valid, and the hub restarts: the old connection cannot
+// come back with the old token, so its channel ends, and the client
+// watches again with the new token, over a new connection, from its last
+// resourceVersion. Every change made before and after is seen, in order,
+// once.
+func TestClientTokenRotationLosesNoEvent(t *testing.T) {
+	ctx := context.Background()
+	hub := startHub(t)
+	hubAddr := strings.TrimPrefix(hub.URL, "https://")
+	// A Service's stand-in, which can drop every connection to the hub.
+	fwd, err := forwarder.Start(hubAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fwd.Close() })
+	n := startNode(t, "node-rotation", "https://"+fwd.Addr())
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = proxierToken(t, "rotation", "kube-proxy", true)
+	// The first token is bound to a Secret: deleting it ends the token's
+	// validity, as expiry would.
+	if _, err := admin.CoreV1().Secrets("rotation").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "first-token-holder"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := admin.CoreV1().Secrets("rotation").Get(ctx, "first-token-holder", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := admin.CoreV1().ServiceAccounts("rotation").CreateToken(ctx, "kube-proxy", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: holder.Name, UID: holder.UID},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := admin.CoreV1().ServiceAccounts("rotation").CreateToken(ctx, "kube-proxy", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var token atomic.Value
+	token.Store(first.Status.Token)
+	cfg := &rest.Config{Host: n.kubelet.Host, TLSClientConfig: rest.TLSClientConfig{CAData: n.kubelet.CAData}}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			req = req.Clone(req.Context())
+			req.Header.Set("Authorization", "Bearer "+token.Load().(string))
+			return rt.RoundTrip(req)
+		})
+	})
+	client := kubernetes.NewForConfigOrDie(cfg)
+
+	// A reflector-like watcher: resumes from its last resourceVersion
+	// whenever its watch ends, as client-go's reflector does.
+	byName := fields.OneTermEqualSelector("metadata.name", n.name).String()
+	seen := make(chan string, 100)
+	watchCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: byName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		rv := list.ResourceVersion
+		for watchCtx.Err() == nil {
+			w, err := client.CoreV1().Nodes().Watch(watchCtx, metav1.ListOptions{FieldSelector: byName, ResourceVersion: rv})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for ev := range w.ResultChan() {
+				if node, ok := ev.Object.(*corev1.Node); ok && ev.Type == watch.Modified {
+					rv = node.ResourceVersion
+					seen <- node.Labels["n"]
+				}
+			}
+		}
+	}()
+	testserver.Eventually(t, 30*time.Second, "the watch on the hub", func(context.Context) error {
+		if got := metric(t, n, `nodeproxy_node_client_watches{path="hub",resource="nodes"}`); got != "1" {
+			return fmt.Errorf("%s client watches of nodes on the hub", got)
+		}
+		return nil
+	})
+	label := func(i int) {
+		t.Helper()
+		patch := fmt.Appendf(nil, `{"metadata":{"labels":{"n":"%d"}}}`, i)
+		if _, err := admin.CoreV1().Nodes().Patch(ctx, n.name, "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= 3; i++ {
+		label(i)
+	}
+	// Rotation: new requests carry the second token, and the first is no
+	// longer valid, to kube-apiserver and to the hub (whose cache of
+	// token reviews keeps a good answer for 10 s).
+	token.Store(second.Status.Token)
+	if err := admin.CoreV1().Secrets("rotation").Delete(ctx, holder.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testserver.Eventually(t, time.Minute, "the hub refusing the first token", func(context.Context) error {
+		if code, _ := get(t, hub.URL+"/apis/bulk.k8s.io/v1alpha1", first.Status.Token); code != http.StatusUnauthorized {
+			return fmt.Errorf("the hub answers the first token %d", code)
+		}
+		return nil
+	})
+	// Every connection to the hub drops: the first token's cannot be made
+	// again, its channel ends, and the client watches again with the
+	// second. Changes are made meanwhile.
+	dialed := metric(t, n, `nodeproxy_node_client_hub_dials_total{result="ok"}`)
+	fwd.Cut(hubAddr)
+	for i := 4; i <= 6; i++ {
+		label(i)
+	}
+	for want := 1; want <= 6; want++ {
+		select {
+		case got := <-seen:
+			if got != fmt.Sprint(want) {
+				t.Fatalf("change %d seen as %s: lost or repeated", want, got)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("change %d never seen", want)
+		}
+	}
+	select {
+	case got := <-seen:
+		t.Fatalf("a change seen again: %s", got)
+	case <-time.After(2 * time.Second):
+	}
+	testserver.Eventually(t, time.Minute, "the watch back on the hub", func(context.Context) error {
+		onHub := metric(t, n, `nodeproxy_node_client_watches{path="hub",resource="nodes"}`)
+		// The endpoints of a test binary count into one registry: the
+		// second token's connection is one more than before the cut.
+		ok := metric(t, n, `nodeproxy_node_client_hub_dials_total{result="ok"}`)
+		if onHub != "1" || ok == dialed {
+			return fmt.Errorf("%s client watches of nodes on the hub; dials ok %s (%s before the cut)", onHub, ok, dialed)
+		}
+		return nil
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
