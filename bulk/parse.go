@@ -224,7 +224,7 @@ func (q *Query) parseSelectors(in *metav1.ListOptions, options func() *field.Pat
 func (q *Query) parseFields(sel fields.Selector, raw string, options func() *field.Path) field.ErrorList {
 	path := func() *field.Path { return options().Child("fieldSelector") }
 	var errs field.ErrorList
-	selectable := selectableFields[q.store.Resource.Resource]
+	ofType := selectableFields[q.store.Resource.Resource]
 	q.fieldRequirements = sel.Requirements()
 	for _, r := range q.fieldRequirements {
 		equal := r.Operator == selection.Equals || r.Operator == selection.DoubleEquals
@@ -239,16 +239,16 @@ func (q *Query) parseFields(sel fields.Selector, raw string, options func() *fie
 			q.reachableFrom = r.Value
 			continue
 		}
-		f, known := selectable.known[r.Field]
+		f, known := ofType.known[r.Field]
 		switch {
 		case !known:
 			// kube-apiserver stops at the first field it does not know.
 			if q.refusal == "" {
-				q.refusal = selectable.refuse(r.Field)
+				q.refusal = ofType.refuse(r.Field)
 			}
 			continue
-		case !selectable.evaluated[f]:
-			errs = append(errs, field.NotSupported(path(), r.Field, supportedFields(selectable)))
+		case !ofType.evaluated[f]:
+			errs = append(errs, field.NotSupported(path(), r.Field, supportedFields(ofType)))
 			continue
 		}
 		r.Field = f

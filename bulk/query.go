@@ -117,6 +117,25 @@ func (q *Query) Path() *field.Path {
 	return operationsPath.Index(q.index)
 }
 
+// Selection is what a watch channel's query selects, as a comparable
+// value: two queries of one type with equal Selections match the same
+// objects, so a dispatcher evaluates them once per change. Selectors
+// written differently (terms in another order) are not recognised as
+// equal; they are merely evaluated apart.
+type Selection struct{ namespace, fields, labels string }
+
+// Selection is q's; see the type.
+func (q *Query) Selection() Selection {
+	s := Selection{namespace: q.namespace}
+	if q.fieldSelector != nil {
+		s.fields = q.fieldSelector.String()
+	}
+	if q.labels != nil {
+		s.labels = q.labels.String()
+	}
+	return s
+}
+
 // GraphDecided reports whether a node's access to q's type is decided by
 // the graph (the objects its pods reference, its pods, its Node): the
 // node authorizer's "no" is then final, and a lost edge ends the node's

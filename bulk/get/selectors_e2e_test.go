@@ -99,9 +99,9 @@ var refusedCases = []selectorCase{
 
 // TestSelectorsAsKubeAPIServerEvaluatesThem creates services, endpoint
 // slices, runtime classes, CSI drivers and a service CIDR, then asks
-// kube-apiserver and the hub the same lists: the hub must select the same
-// objects, at a state at least as new as kube-apiserver's answer, and
-// refuse what kube-apiserver refuses with its status and its words.
+// kube-apiserver and the hub the same lists, once the hub holds every
+// object made: the hub must select the same objects, in the same order,
+// and refuse what kube-apiserver refuses with its status and its words.
 func TestSelectorsAsKubeAPIServerEvaluatesThem(t *testing.T) {
 	srv := bulke2e.StartNodeproxy(t, cp, npPort)
 	ctx := context.Background()

@@ -117,7 +117,9 @@ func TestKubeProxyServiceAccountAsRBACDecides(t *testing.T) {
 		}
 		// Deleted once the channels have ended, not before: its DELETED
 		// would come before their ERROR.
-		outer.Cleanup(func() { _ = admin.NetworkingV1().ServiceCIDRs().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+		outer.Cleanup(func() {
+			_ = admin.NetworkingV1().ServiceCIDRs().Delete(context.Background(), ns, metav1.DeleteOptions{})
+		})
 		// The first event of each is the one object selected: the
 		// others, made before it, were not.
 		expect(t, servicesCh, watch.Added, "web")

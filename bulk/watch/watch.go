@@ -31,8 +31,9 @@ const DefaultBookmarkInterval = time.Minute
 // channel to its type's dispatcher. A node's channel on a named object is
 // also registered for revocation: when the graph says the node no longer
 // reaches the object, the channel ends with ERROR 403. Channels of other
-// users are authorized again every ReauthorizeInterval and end with ERROR
-// 403 once refused.
+// users, and a node's on the types the graph does not decide, are
+// authorized again every ReauthorizeInterval and end with ERROR 403 once
+// refused.
 type Watcher struct {
 	catalog      *bulk.Catalog
 	latest       *bulk.LatestChecker // nil: kube-apiserver is never asked
@@ -46,8 +47,9 @@ type Options struct {
 	// BookmarkInterval is how often channels that allow bookmarks get
 	// one.
 	BookmarkInterval time.Duration
-	// ReauthorizeInterval is how often the channels of users other than
-	// nodes are authorized again.
+	// ReauthorizeInterval is how often the channels RBAC decides (those
+	// of users other than nodes, and a node's on the types the graph does
+	// not decide) are authorized again.
 	ReauthorizeInterval time.Duration
 	// Latest asks kube-apiserver which resourceVersion it has reached for
 	// a type, for channels that resume from a version this replica's

@@ -322,3 +322,40 @@ func TestNodeChannelsRBACDecidesAreAuthorizedAgain(t *testing.T) {
 		t.Errorf("the services channel, which the system:node role allows, was closed: %v", services.events)
 	}
 }
+
+// TestChannelsOfOneSelectionEachGetTheirOwn: channels sharing a selection
+// are matched as one group, yet each starts where it started, and one
+// closing leaves the others fed; a channel of another namespace gets
+// nothing of this one's.
+func TestChannelsOfOneSelectionEachGetTheirOwn(t *testing.T) {
+	f, w := watcherFixture(t)
+	sel := func(ns, rv string) v1alpha1.GetOperation {
+		return bulktest.GetOp("secrets", ns, metav1.ListOptions{LabelSelector: "name notin (hidden)", FieldSelector: "metadata.name!=other", ResourceVersion: rv})
+	}
+	s1 := bulktest.Secret("a", "s1")
+	f.Add(t, s1)
+	early := open(t, w, bulktest.Admin, sel("a", s1.ResourceVersion))
+	elsewhere := open(t, w, bulktest.Admin, sel("b", s1.ResourceVersion))
+	s2 := bulktest.Secret("a", "s2")
+	f.Add(t, s2)
+	late := open(t, w, bulktest.Admin, sel("a", s2.ResourceVersion))
+	f.Add(t, bulktest.Secret("a", "hidden"))
+	f.Add(t, bulktest.Secret("a", "other"))
+	f.Add(t, bulktest.Secret("a", "s3"))
+	if got := early.wait(t, 2); strings.Join(got, ",") != "ADDED s2,ADDED s3" {
+		t.Errorf("the early channel got %v", got)
+	}
+	if got := late.wait(t, 1); strings.Join(got, ",") != "ADDED s3" {
+		t.Errorf("the late channel got %v", got)
+	}
+	early.Close(&metav1.Status{Code: 499, Message: "client went"})
+	f.Add(t, bulktest.Secret("a", "s4"))
+	if got := late.wait(t, 2); strings.Join(got, ",") != "ADDED s3,ADDED s4" {
+		t.Errorf("the late channel, after the early one closed, got %v", got)
+	}
+	elsewhere.mu.Lock()
+	defer elsewhere.mu.Unlock()
+	if len(elsewhere.events) != 0 {
+		t.Errorf("namespace b's channel got %v", elsewhere.events)
+	}
+}
