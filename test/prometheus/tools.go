@@ -23,7 +23,11 @@ type Binaries struct {
 func Tools() (Binaries, error) {
 	var b Binaries
 	var missing []string
-	for name, dst := range map[string]*string{"prometheus": &b.Prometheus, "promtool": &b.Promtool} {
+	for _, tool := range []struct {
+		name string
+		dst  *string
+	}{{"prometheus", &b.Prometheus}, {"promtool", &b.Promtool}} {
+		name, dst := tool.name, tool.dst
 		path, err := exec.LookPath(name)
 		if err != nil {
 			missing = append(missing, name)
