@@ -4,10 +4,16 @@
 // node endpoint and kube-apiserver with the shipped scrape settings, then
 // evaluates every alert and every dashboard query on what it scraped.
 //
-//	manifests/overlays/prometheus/prometheusrule.yaml --Rules-->  groups file --promtool check/test rules
-//	manifests/overlays/prometheus/servicemonitor.yaml --ServiceMonitorJob--+
-//	manifests/node/prometheus-scrape-config.yaml ------NodeScrapeJob-------+--> prometheus.yml --Start--> Server
-//	manifests/overlays/prometheus/grafana-dashboard.json --DashboardQueries--> Server.Query
+//	overlays/prometheus/prometheusrule.yaml ---Rules------------> rule file --> promtool check/test rules
+//	                                                                  |
+//	overlays/prometheus/servicemonitor.yaml ---ServiceMonitorJob--+   v
+//	overlays/prometheus/node-scrape-config.yaml --ScrapeConfigJob-+-> prometheus.yml --Start--> Server
+//	overlays/prometheus/grafana-dashboard.json --DashboardQueries--> Server.Query
+//	an alert's expression --Selectors--> the series it reads --> Server.Query
+//
+// (paths under manifests/). Service discovery is the one part of the
+// shipped scrape settings replaced, by a static target carrying the
+// labels discovery would give it.
 //
 // The binaries are the Debian package prometheus's (/usr/bin/prometheus,
 // /usr/bin/promtool); without them every caller fails, naming the
