@@ -55,6 +55,13 @@ var troubleOnly = map[string]string{
 	`apiserver_authorization_webhook_evaluations_total{name="nodeproxy",result!="success"}`:           "webhook calls that failed",
 }
 
+// latencyAlerts alert on a latency threshold that a loaded 2-core test
+// machine can pass with no fault in the system (a p99 of a few dozen
+// cache writes at startup, one of them preempted): on the running system
+// they must evaluate without error and read series that exist, but may
+// be pending.
+var latencyAlerts = map[string]bool{"NodeproxyCacheWritesSlow": true}
+
 // TestPrometheusScrapesTheHubAndANodeEndpoint runs a real Prometheus
 // with the shipped scrape settings (the ServiceMonitor's for the hub,
 // node-scrape-config.yaml for the node endpoint's metrics port: HTTPS, a
@@ -63,7 +70,7 @@ var troubleOnly = map[string]string{
 // with the shipped rules loaded, after a node has read and watched
 // through them. Then, on what it scraped:
 //   - every rule evaluates without error, and no alert is pending or
-//     firing on this healthy system;
+//     firing on this healthy system (latencyAlerts excepted);
 //   - every dashboard query parses and returns series;
 //   - every alert expression parses and returns nothing, and every
 //     series it reads exists, with every label it matches on; so a
@@ -186,7 +193,7 @@ func TestPrometheusScrapesTheHubAndANodeEndpoint(t *testing.T) {
 				if r.Health != "ok" {
 					return fmt.Errorf("%s: health %q %s", r.Name, r.Health, r.LastError)
 				}
-				if r.State != "inactive" {
+				if r.State != "inactive" && !latencyAlerts[r.Name] {
 					return fmt.Errorf("%s is %s on a healthy system", r.Name, r.State)
 				}
 			}
@@ -224,7 +231,7 @@ func TestPrometheusScrapesTheHubAndANodeEndpoint(t *testing.T) {
 				t.Errorf("%s: %s: %v", a.Name, a.Expr, err)
 				continue
 			}
-			if len(got) != 0 {
+			if len(got) != 0 && !latencyAlerts[a.Name] {
 				t.Errorf("%s fires on a healthy system: %v", a.Name, got)
 			}
 			selectors := prometheus.Selectors(a.Expr)
