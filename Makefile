@@ -1,5 +1,8 @@
 # nodeproxy's developer entry points. Every target works on a fresh
-# machine with only Go and make: what it needs beyond that it builds.
+# machine with only Go and make: what it needs beyond that it builds,
+# except that `make test` runs the real Prometheus and promtool, from the
+# Debian package prometheus (.ci/run installs it; without it those tests
+# fail, naming the package).
 
 GO      ?= go
 # -race on every test: nodeproxy is concurrent by design. The timeout

@@ -42,7 +42,7 @@ var kustomizations = map[string][]string{
 	"podapi-handover":                {"ClusterRole/nodeproxy:podapi-handover", "ClusterRoleBinding/nodeproxy:podapi-handover"},
 	"overlays/authorization-webhook": {"Deployment/nodeproxy", "ClusterRole/nodeproxy:authorize", "ConfigMap/nodeproxy-kube-apiserver-files"},
 	"overlays/prometheus": {"Deployment/nodeproxy", "ServiceMonitor/nodeproxy", "PrometheusRule/nodeproxy",
-		"ClusterRole/nodeproxy:metrics-reader", "ConfigMap/nodeproxy-grafana-dashboard"},
+		"ClusterRole/nodeproxy:metrics-reader", "ConfigMap/nodeproxy-grafana-dashboard", "Secret/nodeproxy-node-scrape-config"},
 	"overlays/production":     {"Deployment/nodeproxy", "PodDisruptionBudget/nodeproxy"},
 	"overlays/uncached-types": {"Deployment/nodeproxy", "ClusterRole/nodeproxy:uncached-types", "ClusterRoleBinding/nodeproxy:uncached-types"},
 	// The kube-proxy component on kube-proxy as kubeadm deploys it.
@@ -73,6 +73,7 @@ func TestKustomizationsListEveryFile(t *testing.T) {
 			Resources          []string
 			Patches            []struct{ Path string }
 			ConfigMapGenerator []struct{ Files []string }
+			SecretGenerator    []struct{ Files []string }
 		}
 		if err := sigsyaml.Unmarshal(raw, &k); err != nil {
 			t.Fatalf("%s: %v", dir, err)
@@ -81,7 +82,7 @@ func TestKustomizationsListEveryFile(t *testing.T) {
 		for _, p := range k.Patches {
 			listed = append(listed, p.Path)
 		}
-		for _, g := range k.ConfigMapGenerator {
+		for _, g := range append(k.ConfigMapGenerator, k.SecretGenerator...) {
 			for _, f := range g.Files {
 				listed = append(listed, f[strings.Index(f, "=")+1:]) // key=file
 			}
@@ -105,8 +106,12 @@ func TestKustomizationsListEveryFile(t *testing.T) {
 // (testdata/cert-manager-crds.yaml), as on a cluster with both.
 func TestEveryKustomizationApplies(t *testing.T) {
 	ctx := context.Background()
-	if err := cp.EnsureNamespace(ctx, "nodeproxy"); err != nil {
-		t.Fatal(err)
+	// monitoring: kube-prometheus's, where the Prometheus overlay puts
+	// the node endpoints' scrape configuration for Prometheus to load.
+	for _, ns := range []string{"nodeproxy", "monitoring"} {
+		if err := cp.EnsureNamespace(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := cp.ApplyFiles(ctx, "testdata/prometheus-operator-crds.yaml", "testdata/cert-manager-crds.yaml"); err != nil {
 		t.Fatal(err)
