@@ -12,35 +12,50 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 )
 
-// nodeOnly lets through only the node this endpoint stands for: a client
-// certificate chained to the cluster's client CA, naming
-// system:node:<node> in group system:nodes, as kube-apiserver's x509
-// authenticator and the Node authorizer read it. Without that certificate
-// any local process could act as the node: there is no other way in.
-type nodeOnly struct {
-	node  string
-	authn *x509request.Authenticator
-	next  http.Handler
+// callers sorts requests by who sent them. The node this endpoint stands
+// for presents a client certificate chained to the cluster's client CA,
+// naming system:node:<node> in group system:nodes, as kube-apiserver's
+// x509 authenticator and the Node authorizer read it: its requests go to
+// node, which acts as the node. Any other certificate is 403: the
+// endpoint cannot act as it, and will not act as the node for it.
+//
+// A request without a certificate but with a bearer token (kube-proxy's
+// ServiceAccount token) goes to client, which carries that token and
+// nothing else: to the hub, which authenticates it, and to
+// kube-apiserver. The endpoint never checks such a token itself, and
+// never lends it the node's identity; a token neither accepts is their
+// 401. A request with neither is 401 here.
+type callers struct {
+	node            string
+	authn           *x509request.Authenticator
+	kubelet, client http.Handler
 }
 
-func newNodeOnly(node string, clientCA *fileContent[*x509.CertPool], next http.Handler) *nodeOnly {
+func newCallers(node string, clientCA *fileContent[*x509.CertPool], kubelet, client http.Handler) *callers {
 	verify := func() (x509.VerifyOptions, bool) {
 		opts := x509request.DefaultVerifyOptions()
 		opts.Roots = clientCA.get()
 		return opts, true
 	}
-	return &nodeOnly{
-		node:  node,
-		authn: x509request.NewDynamic(verify, x509request.CommonNameUserConversion),
-		next:  next,
+	return &callers{
+		node:    node,
+		authn:   x509request.NewDynamic(verify, x509request.CommonNameUserConversion),
+		kubelet: kubelet,
+		client:  client,
 	}
 }
 
-func (n *nodeOnly) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+func (n *callers) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	resp, ok, err := n.authn.AuthenticateRequest(req)
+	if err == nil && !ok {
+		if keyOf(req).id != "" {
+			n.client.ServeHTTP(w, req)
+			return
+		}
+	}
 	if err != nil || !ok {
 		refused.WithLabelValues("unauthenticated").Inc()
-		msg := "a client certificate signed by the cluster's client CA is required"
+		msg := "the node's client certificate, signed by the cluster's client CA, or a bearer token is required"
 		if err != nil {
 			msg += ": " + err.Error()
 		}
@@ -55,7 +70,7 @@ func (n *nodeOnly) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			fmt.Errorf("this endpoint serves only system:node:%s (group %s), not %q %v", n.node, user.NodesGroup, u.GetName(), u.GetGroups())))
 		return
 	}
-	n.next.ServeHTTP(w, req)
+	n.kubelet.ServeHTTP(w, req)
 }
 
 var schemaEndpoint = schema.GroupResource{Group: "nodeproxy.io", Resource: "node-endpoint"}

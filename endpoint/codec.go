@@ -14,11 +14,16 @@ import (
 	"k8s.io/klog/v2"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	nodev1 "k8s.io/api/node/v1"
+	storagev1 "k8s.io/api/storage/v1"
 )
 
-// The endpoint serves core/v1 only. Its scheme holds those types, Status
-// and the watch event, rather than client-go's scheme of every API group:
-// the endpoint runs on every node, and what it links it keeps in memory.
+// The endpoint's scheme holds the groups whose reads the hub may answer
+// (core/v1, and the cluster-wide types of clusterWide), Status and the
+// watch event, rather than client-go's scheme of every API group: the
+// endpoint runs on every node, and what it links it keeps in memory.
 var (
 	scheme       = runtime.NewScheme()
 	codecFactory = serializer.NewCodecFactory(scheme)
@@ -31,7 +36,11 @@ var (
 )
 
 func init() {
-	utilruntime.Must(corev1.AddToScheme(scheme))
+	for _, add := range []func(*runtime.Scheme) error{
+		corev1.AddToScheme, discoveryv1.AddToScheme, networkingv1.AddToScheme, nodev1.AddToScheme, storagev1.AddToScheme,
+	} {
+		utilruntime.Must(add(scheme))
+	}
 	// Status, ListOptions (and its query parameters), WatchEvent under v1.
 	metav1.AddToGroupVersion(scheme, coreV1)
 }
@@ -40,6 +49,11 @@ func init() {
 // kube-apiserver answers a get or a list. An Accept header the endpoint
 // cannot honour is 406.
 func writeObject(w http.ResponseWriter, req *http.Request, status int, obj runtime.Object) {
+	writeObjectIn(w, req, status, obj, coreV1)
+}
+
+// writeObjectIn is writeObject for an object of group version gv.
+func writeObjectIn(w http.ResponseWriter, req *http.Request, status int, obj runtime.Object, gv schema.GroupVersion) {
 	_, info, err := negotiation.NegotiateOutputMediaType(req, codecs, negotiation.DefaultEndpointRestrictions)
 	if err != nil {
 		info = jsonInfo()
@@ -48,7 +62,10 @@ func writeObject(w http.ResponseWriter, req *http.Request, status int, obj runti
 	w.Header().Set("Content-Type", info.MediaType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	if err := codecs.EncoderForVersion(info.Serializer, coreV1).Encode(obj, w); err != nil {
+	if status == http.StatusNotAcceptable {
+		gv = coreV1 // the Status
+	}
+	if err := codecs.EncoderForVersion(info.Serializer, gv).Encode(obj, w); err != nil {
 		klog.V(2).InfoS("Writing a response to the kubelet", "err", err)
 	}
 }

@@ -5,9 +5,9 @@ import (
 	"testing"
 )
 
-// TestMetricVerbsAreBounded: the verb label of the request metrics is one
-// of a fixed set whatever method the caller sends, so that the series do
-// not grow with the methods a caller invents.
+// TestMetricVerbsAreBounded: the verb and resource labels of the request
+// metrics are of fixed sets whatever method and path the caller sends, so
+// that the series do not grow with what a caller invents.
 func TestMetricVerbsAreBounded(t *testing.T) {
 	for _, tc := range []struct {
 		method, url, resource, verb string
@@ -22,6 +22,11 @@ func TestMetricVerbsAreBounded(t *testing.T) {
 		{"FLOOD-1", "/version", "", "other"},
 		{"FLOOD-2", "/api/v1/namespaces/ns/secrets/s", "secrets", "other"},
 		{"TRACE", "/healthz", "", "other"},
+		// Resources and subresources of the caller's invention.
+		{"GET", "/api/v1/namespaces/ns/flood-1", "other", "list"},
+		{"GET", "/apis/example.com/v1/widgets?watch=true", "other", "watch"},
+		{"GET", "/api/v1/namespaces/ns/pods/p/flood-2", "pods/other", "get"},
+		{"GET", "/api/v1/namespaces/ns/pods/p/log", "pods/log", "get"},
 	} {
 		req := httptest.NewRequest(tc.method, tc.url, nil)
 		info, err := requestInfo.NewRequestInfo(req)

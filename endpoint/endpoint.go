@@ -47,9 +47,14 @@ type Endpoint struct {
 	node     string
 	hub      *Hub // nil: no hub configured
 	upstream *upstream
-	clientCA *fileContent[*x509.CertPool]
-	serving  *fileContent[*tls.Certificate]
-	handler  http.Handler
+	// clients are the hub connections of the node's other clients (nil
+	// without a hub), and clientUpstream their way to kube-apiserver,
+	// each with its own credential.
+	clients        *clientHubs
+	clientUpstream *upstream
+	clientCA       *fileContent[*x509.CertPool]
+	serving        *fileContent[*tls.Certificate]
+	handler        http.Handler
 	// apiClient asks kube-apiserver's /readyz when the hub is down, and
 	// reviews scrapers' tokens.
 	apiClient *rest.RESTClient
@@ -68,7 +73,10 @@ func New(cfg Config) (*Endpoint, error) {
 	RegisterMetrics()
 	e := &Endpoint{node: cfg.NodeName}
 	var err error
-	if e.upstream, err = newUpstream(cfg.APIServer); err != nil {
+	if e.upstream, err = newUpstream(cfg.APIServer, kubelet); err != nil {
+		return nil, fmt.Errorf("kube-apiserver at %s: %w", cfg.APIServer.Host, err)
+	}
+	if e.clientUpstream, err = newUpstream(rest.AnonymousClientConfig(cfg.APIServer), client); err != nil {
 		return nil, fmt.Errorf("kube-apiserver at %s: %w", cfg.APIServer.Host, err)
 	}
 	api := rest.CopyConfig(cfg.APIServer)
@@ -80,7 +88,14 @@ func New(cfg Config) (*Endpoint, error) {
 		if e.hub, err = NewHub(cfg.Hub); err != nil {
 			return nil, err
 		}
-		e.hub.onUp = e.upstream.returnToHub
+		// The hub being reachable again is news for every caller: the
+		// clients' connections are dialed on their next read.
+		e.clients = newClientHubs(cfg.Hub, func(id string) { e.clientUpstream.returnToHubFor(&id) })
+		e.hub.onUp = func() {
+			e.upstream.returnToHub()
+			e.clients.forgetFailures()
+			e.clientUpstream.returnToHub()
+		}
 	}
 	if e.clientCA, err = newFileContent(caPool, cfg.ClientCAFile); err != nil {
 		return nil, fmt.Errorf("client CA: %w", err)
@@ -96,7 +111,7 @@ func New(cfg Config) (*Endpoint, error) {
 	authenticated := http.NewServeMux()
 	authenticated.Handle("/metrics", legacyregistry.Handler())
 	authenticated.HandleFunc("/", e.serveKubelet)
-	mux.Handle("/", newNodeOnly(cfg.NodeName, e.clientCA, authenticated))
+	mux.Handle("/", newCallers(cfg.NodeName, e.clientCA, authenticated, http.HandlerFunc(e.serveClient)))
 	e.handler = mux
 	e.scrapers = newScrapers(e.apiClient)
 	return e, nil
@@ -113,24 +128,77 @@ func (e *Endpoint) serveKubelet(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		info = nil
 	}
-	r, hubServed := hubRoute(req, info, e.node)
-	if hubServed && e.hub != nil && e.serveRead(w, req, r) {
+	r, hubServed := hubRoute(req, info, e.node, kubelet)
+	if hubServed && e.hub != nil && e.serveRead(w, req, r, e.hub) {
 		return
 	}
 	resource, verb := describe(req, info)
-	e.upstream.serve(w, req, resource, verb, hubServed && e.hub != nil && verb == "watch")
+	e.upstream.serve(w, req, resource, verb, hubServed && e.hub != nil && verb == "watch", "")
 }
 
-// describe names a request for metrics, as kube-apiserver would.
+// serveClient answers a request of another client of the node, one with
+// a bearer token and no certificate, with that token: from the hub over
+// the client's own connection when it is a read the hub serves and the
+// hub can answer, from kube-apiserver otherwise.
+func (e *Endpoint) serveClient(w http.ResponseWriter, req *http.Request) {
+	info, err := requestInfo.NewRequestInfo(req)
+	if err != nil {
+		info = nil
+	}
+	r, hubServed := hubRoute(req, info, e.node, client)
+	hubServed = hubServed && e.clients != nil
+	key := keyOf(req)
+	if hubServed {
+		hub, release := e.clients.acquire(req.Context(), key)
+		if hub != nil {
+			served := e.serveRead(w, req, r, hub)
+			release()
+			if served {
+				return
+			}
+		} else {
+			e.noteFallback(errHubDown, r)
+		}
+	}
+	resource, verb := describe(req, info)
+	e.clientUpstream.serve(w, req, resource, verb, hubServed && verb == "watch", key.id)
+}
+
+// describe names a request for metrics, as kube-apiserver would, within
+// fixed sets: a resource or subresource outside metricResources and
+// metricSubresources is "other". The path is the caller's to choose (a
+// local process with any token reaches the endpoint), and an unbounded
+// label is a memory leak in every scraper.
 func describe(req *http.Request, info *apirequest.RequestInfo) (resource, verb string) {
 	if info == nil || !info.IsResourceRequest {
 		return "", metricVerb(strings.ToLower(req.Method))
 	}
-	if info.Subresource != "" {
-		return info.Resource + "/" + info.Subresource, metricVerb(info.Verb)
+	resource = info.Resource
+	if !metricResources.Has(resource) {
+		resource = "other"
 	}
-	return info.Resource, metricVerb(info.Verb)
+	if info.Subresource != "" {
+		sub := info.Subresource
+		if !metricSubresources.Has(sub) {
+			sub = "other"
+		}
+		return resource + "/" + sub, metricVerb(info.Verb)
+	}
+	return resource, metricVerb(info.Verb)
 }
+
+// metricResources are the resources node clients (the kubelet,
+// kube-proxy) read and write, as metric label values.
+var metricResources = sets.New(
+	"pods", "nodes", "secrets", "configmaps", "services", "endpoints", "endpointslices", "servicecidrs",
+	"runtimeclasses", "csidrivers", "csinodes", "leases", "events", "persistentvolumeclaims", "persistentvolumes",
+	"serviceaccounts", "namespaces", "certificatesigningrequests", "volumeattachments", "resourceslices",
+	"resourceclaims", "tokenreviews", "subjectaccessreviews", "selfsubjectreviews", "storageclasses",
+	"clustertrustbundles", "podcertificaterequests",
+)
+
+// metricSubresources likewise.
+var metricSubresources = sets.New("status", "token", "eviction", "binding", "log", "exec", "attach", "portforward", "proxy")
 
 // metricVerbs are the verbs a request metric names: kube-apiserver's
 // (its metrics' validRequestMethods, lower-cased as RequestInfo words
@@ -159,6 +227,7 @@ func (e *Endpoint) Run(ctx context.Context, ln net.Listener) error {
 	defer cancel()
 	if e.hub != nil {
 		wg.Go(func() { e.hub.Run(ctx) })
+		wg.Go(func() { e.clients.run(ctx) })
 	}
 	// Verified by the authenticator, against the CA as it is now.
 	return e.serve(ctx, ln, e.handler, tls.RequestClientCert)

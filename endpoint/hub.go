@@ -122,6 +122,16 @@ func (h *Hub) connection(up bool) {
 	}
 }
 
+// close ends the session, if any, and its channels.
+func (h *Hub) close() {
+	h.mu.Lock()
+	s := h.session
+	h.mu.Unlock()
+	if s != nil {
+		_ = s.Close()
+	}
+}
+
 // Connected reports whether the bulk watch connection is up.
 func (h *Hub) Connected() bool {
 	return h.connected() != nil

@@ -26,8 +26,8 @@ const hollowNodes = 2
 // TestHollowKubelets runs real kubelet code (kubemark --morph=kubelet)
 // behind node endpoints: pods with secret and configmap volumes and an
 // environment variable from the secret run; their files come only
-// through the endpoints; kube-apiserver carries no secrets or configmaps
-// watch for them; a secret's update reaches the files, also while the hub
+// through the endpoints; kube-apiserver carries no secrets, configmaps,
+// services, runtimeclasses or csidrivers watch for them; a secret's update reaches the files, also while the hub
 // is down (through kube-apiserver) and after it is back (through the hub
 // again); and a deleted pod takes its node's access to the secret with it.
 func TestHollowKubelets(t *testing.T) {
@@ -110,15 +110,12 @@ func TestHollowKubelets(t *testing.T) {
 		eventuallyFile(t, k.ConfigMapVolumeFile(k.pod.UID, "settings", "mode"), "a")
 	}
 
-	after, err := bench.ScrapeAPIServer(ctx, admin.CoreV1().RESTClient())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The kubelet's own pods and Node come from the hub too. A kubelet
-	// whose informer started before its endpoint reached the hub watches
-	// kube-apiserver until the endpoint returns the watch to the hub, so
-	// the count is awaited, not read once.
-	for _, resource := range []string{"pods", "nodes"} {
+	// The kubelet's own pods and Node come from the hub too, and so do
+	// the cluster-wide types it watches. A kubelet whose informer started
+	// before its endpoint reached the hub watches kube-apiserver until the
+	// endpoint returns the watch to the hub, so the count is awaited, not
+	// read once.
+	for _, resource := range []string{"pods", "nodes", "services", "runtimeclasses", "csidrivers"} {
 		testserver.Eventually(t, 30*time.Second, resource+" watches on the hub", func(context.Context) error {
 			if got := metric(t, kubelets[0].endpoint, `nodeproxy_node_watches{path="hub",resource="`+resource+`"}`); got != fmt.Sprint(hollowNodes) {
 				return fmt.Errorf("%s %s watches on the hub, want one per kubelet (%d)", got, resource, hollowNodes)
@@ -126,7 +123,11 @@ func TestHollowKubelets(t *testing.T) {
 			return nil
 		})
 	}
-	for _, resource := range []string{"secrets", "configmaps"} {
+	after, err := bench.ScrapeAPIServer(ctx, admin.CoreV1().RESTClient())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, resource := range []string{"secrets", "configmaps", "services", "runtimeclasses", "csidrivers"} {
 		b := before.Sum("apiserver_longrunning_requests", "verb", "WATCH", "resource", resource)
 		a := after.Sum("apiserver_longrunning_requests", "verb", "WATCH", "resource", resource)
 		if a > b {

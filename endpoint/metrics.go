@@ -27,6 +27,17 @@ var (
 		Help:           "Open watches of the local kubelet, by the path that serves them (hub: a channel of the bulk watch; apiserver: proxied).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"path", "resource"})
+	clientRequests = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "client_requests_total",
+		Help: "Requests of the node's other clients (kube-proxy), each with its own credential, by the path that answered them (hub, apiserver), " +
+			"the resource (empty for non-resource paths) and the verb.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"path", "resource", "verb"})
+	clientWatches = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "client_watches",
+		Help:           "Open watches of the node's other clients, by the path that serves them (hub: a channel of the client's own hub connection; apiserver: proxied).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"path", "resource"})
 	fallbacks = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "hub_fallbacks_total",
 		Help: "Reads the hub would serve that went to kube-apiserver instead, by reason: " +
@@ -50,7 +61,7 @@ var (
 	})
 	refused = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "refused_requests_total",
-		Help: "Requests refused before reaching anything, by reason: unauthenticated (no valid client certificate on the kubelet port; no valid bearer token on the metrics port), " +
+		Help: "Requests refused before reaching anything, by reason: unauthenticated (neither a valid client certificate nor a bearer token on the kubelet port; no valid bearer token on the metrics port), " +
 			"forbidden (not this node's identity; a scraper kube-apiserver does not allow to get /metrics), " +
 			"throttled (a new token on the metrics port past the review rate, answered 429).",
 		StabilityLevel: metrics.ALPHA,
@@ -68,14 +79,41 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
 
+	clientConnections = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "client_hub_connections",
+		Help:           "Open hub connections of the node's other clients (kube-proxy), one per bearer token, each carrying that client's own credential.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	clientDials = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "client_hub_dials_total",
+		Help: "Hub connections dialed for the node's other clients, by result: ok; unauthorized (the hub refused the token: " +
+			"kube-apiserver answers the client's reads, and words the 401); forbidden (the client may not use the bulk API); error (the hub unreachable); throttled (past the dial rate); " +
+			"full (too many client connections). Whatever the result but ok, the reads go to kube-apiserver with the client's own credential.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+
 	registerOnce sync.Once
 )
+
+// callerMetrics are the request metrics of one kind of caller.
+type callerMetrics struct {
+	requests *metrics.CounterVec
+	watches  *metrics.GaugeVec
+}
+
+func (who caller) metrics() callerMetrics {
+	if who == client {
+		return callerMetrics{clientRequests, clientWatches}
+	}
+	return callerMetrics{requests, watches}
+}
 
 // RegisterMetrics registers the endpoint's metrics with the legacy
 // registry it serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(requests, watches, fallbacks, hubConnected, hubDials, returnsToHub, refused, readyProbes, scrapeReviews)
+		legacyregistry.MustRegister(requests, watches, fallbacks, hubConnected, hubDials, returnsToHub, refused, readyProbes, scrapeReviews,
+			clientRequests, clientWatches, clientConnections, clientDials)
 		// How the kubelet's channels fared when a hub replica went:
 		// nodeproxy_watchmux_client_resumes_total{outcome}.
 		watchmux.RegisterClientMetrics()

@@ -15,18 +15,23 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// upstream is kube-apiserver, reached as the node: a reverse proxy whose
-// transport presents the kubelet's own client certificate, re-read from
-// its file when the kubelet rotates it (client-go's transport does so and
-// closes the connections made with the old one).
+// upstream is kube-apiserver, reached as one kind of caller. For the
+// kubelet, a reverse proxy whose transport presents the kubelet's own
+// client certificate, re-read from its file when the kubelet rotates it
+// (client-go's transport does so and closes the connections made with the
+// old one). For the node's other clients, one that presents no
+// certificate and passes on the caller's own Authorization header.
 type upstream struct {
 	url   *url.URL
 	proxy *httputil.ReverseProxy
+	who   caller
 
 	mu sync.Mutex
 	// cuttable are the proxied watches the hub could serve, ended when it
-	// comes back so that the kubelet watches again through it.
-	cuttable map[*cutBody]struct{} // guarded by mu
+	// comes back so that the caller watches again through it; each with
+	// the key of the caller's hub connection (clientKey; "" for the
+	// kubelet's, the node's own).
+	cuttable map[*cutBody]string // guarded by mu
 	// returns counts returnToHub's calls: a watch that was on its way to
 	// kube-apiserver while the hub came back (registered in cuttable only
 	// once kube-apiserver answered, after returnToHub looked) sees it
@@ -34,7 +39,9 @@ type upstream struct {
 	returns atomic.Uint64
 }
 
-func newUpstream(cfg *rest.Config) (*upstream, error) {
+// newUpstream proxies who's requests to kube-apiserver at cfg: the node's
+// credentials for the kubelet; for a client, cfg must carry none.
+func newUpstream(cfg *rest.Config, who caller) (*upstream, error) {
 	u, err := url.Parse(cfg.Host)
 	if err != nil {
 		return nil, err
@@ -46,13 +53,19 @@ func newUpstream(cfg *rest.Config) (*upstream, error) {
 	if err != nil {
 		return nil, err
 	}
-	up := &upstream{url: u, cuttable: map[*cutBody]struct{}{}}
+	if who == client && (cfg.CertFile != "" || len(cfg.CertData) > 0 || cfg.BearerToken != "" || cfg.BearerTokenFile != "" ||
+		cfg.Username != "" || cfg.ExecProvider != nil || cfg.AuthProvider != nil) {
+		return nil, errors.New("the clients' way to kube-apiserver must carry no credential of its own")
+	}
+	up := &upstream{url: u, who: who, cuttable: map[*cutBody]string{}}
 	up.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
-			// The identity upstream is the certificate's, nothing the
-			// caller sends: a token would otherwise be a second identity.
-			pr.Out.Header.Del("Authorization")
+			if who == kubelet {
+				// The identity upstream is the certificate's, nothing the
+				// caller sends: a token would otherwise be a second identity.
+				pr.Out.Header.Del("Authorization")
+			}
 		},
 		Transport:     rt,
 		FlushInterval: -1, // watches: every event as it comes
@@ -67,16 +80,18 @@ func newUpstream(cfg *rest.Config) (*upstream, error) {
 	return up, nil
 }
 
-// serve proxies req unchanged. A watch the hub could serve is registered
-// so that returnToHub can end it.
-func (up *upstream) serve(w http.ResponseWriter, req *http.Request, resource, verb string, cuttable bool) {
-	requests.WithLabelValues(pathAPIServer, resource, verb).Inc()
+// serve proxies req unchanged. A watch the hub could serve (cuttable) is
+// registered under key, the caller's hub connection, so that returnToHub
+// can end it.
+func (up *upstream) serve(w http.ResponseWriter, req *http.Request, resource, verb string, cuttable bool, key string) {
+	m := up.who.metrics()
+	m.requests.WithLabelValues(pathAPIServer, resource, verb).Inc()
 	if verb != "watch" {
 		up.proxy.ServeHTTP(w, req)
 		return
 	}
-	watches.WithLabelValues(pathAPIServer, resource).Inc()
-	defer watches.WithLabelValues(pathAPIServer, resource).Dec()
+	m.watches.WithLabelValues(pathAPIServer, resource).Inc()
+	defer m.watches.WithLabelValues(pathAPIServer, resource).Dec()
 	if !cuttable {
 		up.proxy.ServeHTTP(w, req)
 		return
@@ -88,7 +103,7 @@ func (up *upstream) serve(w http.ResponseWriter, req *http.Request, resource, ve
 		body = &cutBody{ReadCloser: resp.Body}
 		resp.Body = body
 		up.mu.Lock()
-		up.cuttable[body] = struct{}{}
+		up.cuttable[body] = key
 		up.mu.Unlock()
 		if up.returns.Load() != returns && body.cut() {
 			returnsToHub.Inc()
@@ -109,12 +124,19 @@ func (up *upstream) serve(w http.ResponseWriter, req *http.Request, resource, ve
 // kube-apiserver ends a watch at its timeout: the stream simply stops,
 // and the kubelet watches again from its last resourceVersion, this time
 // through the hub.
-func (up *upstream) returnToHub() {
+func (up *upstream) returnToHub() { up.returnToHubFor(nil) }
+
+// returnToHubFor ends the proxied watches of the hub connection key alone
+// (nil: every one). A watch on its way while it runs is ended too, of any
+// key: it watches again, at worst through kube-apiserver again.
+func (up *upstream) returnToHubFor(key *string) {
 	up.returns.Add(1)
 	up.mu.Lock()
 	cut := make([]*cutBody, 0, len(up.cuttable))
-	for b := range up.cuttable {
-		cut = append(cut, b)
+	for b, k := range up.cuttable {
+		if key == nil || *key == k {
+			cut = append(cut, b)
+		}
 	}
 	up.mu.Unlock()
 	for _, b := range cut {

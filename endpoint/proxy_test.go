@@ -27,7 +27,7 @@ func TestWatchOnItsWayWhenTheHubReturnsIsReturnedToo(t *testing.T) {
 		<-r.Context().Done() // a watch: events until the client goes
 	}))
 	defer apiserver.Close()
-	up, err := newUpstream(&rest.Config{Host: apiserver.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	up, err := newUpstream(&rest.Config{Host: apiserver.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}, kubelet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestWatchOnItsWayWhenTheHubReturnsIsReturnedToo(t *testing.T) {
 	defer func() { cancel(); <-done }() // a watch still proxied must not outlive the test
 	go func() {
 		defer close(done)
-		up.serve(rec, req.WithContext(ctx), "secrets", "watch", true)
+		up.serve(rec, req.WithContext(ctx), "secrets", "watch", true, "")
 	}()
 	<-arrived
 	up.returnToHub() // the hub is back while kube-apiserver has not answered yet
@@ -68,7 +68,7 @@ func TestWatchProxiedWhileTheHubIsUpStays(t *testing.T) {
 		<-r.Context().Done()
 	}))
 	defer apiserver.Close()
-	up, err := newUpstream(&rest.Config{Host: apiserver.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	up, err := newUpstream(&rest.Config{Host: apiserver.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}, kubelet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestWatchProxiedWhileTheHubIsUpStays(t *testing.T) {
 	ctx, cancel := contextWithTimeout(req, 500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	up.serve(httptest.NewRecorder(), req.WithContext(ctx), "secrets", "watch", true)
+	up.serve(httptest.NewRecorder(), req.WithContext(ctx), "secrets", "watch", true, "")
 	if ctx.Err() == nil {
 		t.Fatalf("the watch ended after %v while the client still held it", time.Since(start))
 	}

@@ -28,16 +28,16 @@ const minWatchTimeout = 30 * time.Minute
 // serveRead answers r from the hub. It returns false, having written
 // nothing, when the hub cannot answer (down, failing, or unable to serve
 // this form of the request); the caller then proxies the request.
-func (e *Endpoint) serveRead(w http.ResponseWriter, req *http.Request, r route) bool {
+func (e *Endpoint) serveRead(w http.ResponseWriter, req *http.Request, r route, hub *Hub) bool {
 	if r.verb == "watch" {
-		return e.serveWatch(w, req, r)
+		return e.serveWatch(w, req, r, hub)
 	}
-	raw, err := e.hub.Get(req.Context(), r.op)
+	raw, err := hub.Get(req.Context(), r.op)
 	if err != nil && !decisive(err) {
 		e.noteFallback(err, r)
 		return false
 	}
-	requests.WithLabelValues(pathHub, r.op.Resource.Resource, r.verb).Inc()
+	r.who.metrics().requests.WithLabelValues(pathHub, r.op.Resource.Resource, r.verb).Inc()
 	if err != nil {
 		writeError(w, req, err)
 		return true
@@ -57,7 +57,7 @@ func (e *Endpoint) serveRead(w http.ResponseWriter, req *http.Request, r route) 
 		}
 		obj = items[0]
 	}
-	writeObject(w, req, http.StatusOK, obj)
+	writeObjectIn(w, req, http.StatusOK, obj, r.groupVersion())
 	return true
 }
 
@@ -75,7 +75,7 @@ func (e *Endpoint) serveRead(w http.ResponseWriter, req *http.Request, r route) 
 // k8s.io/apiserver's own WatchServer is not used: its watch-list hook is
 // unexported and must be set for streaming lists. What it does is this
 // loop; the framing and encoding are the library's.
-func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route) bool {
+func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route, hub *Hub) bool {
 	info, err := negotiation.NegotiateOutputMediaTypeStream(req, codecs, negotiation.DefaultEndpointRestrictions)
 	if err != nil {
 		return false // kube-apiserver words the 406
@@ -84,19 +84,20 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route)
 	if !ok {
 		return false
 	}
-	ch, err := e.hub.Watch(req.Context(), r.op)
+	ch, err := hub.Watch(req.Context(), r.op)
 	if err != nil && !decisive(err) {
 		e.noteFallback(err, r)
 		return false
 	}
 	resource := r.op.Resource.Resource
-	requests.WithLabelValues(pathHub, resource, r.verb).Inc()
+	m := r.who.metrics()
+	m.requests.WithLabelValues(pathHub, resource, r.verb).Inc()
 	if err != nil {
 		writeError(w, req, err)
 		return true
 	}
-	watches.WithLabelValues(pathHub, resource).Inc()
-	defer watches.WithLabelValues(pathHub, resource).Dec()
+	m.watches.WithLabelValues(pathHub, resource).Inc()
+	defer m.watches.WithLabelValues(pathHub, resource).Dec()
 	open := true
 	defer func() {
 		if open {
@@ -113,7 +114,7 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route)
 	frames := info.StreamSerializer.Framer.NewFrameWriter(w)
 	enc := restclientwatch.NewEncoder(
 		streaming.NewEncoder(frames, codecs.EncoderForVersion(info.StreamSerializer.Serializer, coreV1)),
-		codecs.EncoderForVersion(info.Serializer, coreV1))
+		codecs.EncoderForVersion(info.Serializer, r.groupVersion()))
 
 	timeout := watchTimeout(r)
 	timer := time.NewTimer(timeout)

@@ -186,7 +186,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&o.Watcher.BookmarkInterval, "watch-bookmark-interval", o.Watcher.BookmarkInterval,
 		"How often channels that asked for bookmarks (allowWatchBookmarks) get one.")
 	fs.DurationVar(&o.Watcher.ReauthorizeInterval, "watch-reauthorize-interval", o.Watcher.ReauthorizeInterval,
-		"How often the open channels of users other than nodes are authorized again (a node's channels end the moment the graph says it lost access); "+
+		"How often the open channels RBAC decides (of users other than nodes, and of nodes on types the graph does not decide, such as endpointslices) are authorized again (a node's channels on the graph's types end the moment the graph says it lost access); "+
 			"a channel no longer allowed ends with ERROR 403.")
 
 	fs = fss.FlagSet("lifecycle")

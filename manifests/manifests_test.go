@@ -45,6 +45,8 @@ var kustomizations = map[string][]string{
 		"ClusterRole/nodeproxy:metrics-reader", "ConfigMap/nodeproxy-grafana-dashboard", "Secret/nodeproxy-node-scrape-config"},
 	"overlays/production":     {"Deployment/nodeproxy", "PodDisruptionBudget/nodeproxy"},
 	"overlays/uncached-types": {"Deployment/nodeproxy", "ClusterRole/nodeproxy:uncached-types", "ClusterRoleBinding/nodeproxy:uncached-types"},
+	// The kube-proxy component on kube-proxy as kubeadm deploys it.
+	"testdata/kube-proxy": {"ConfigMap/kube-proxy", "DaemonSet/kube-proxy", "ClusterRole/nodeproxy:bulk-clients", "ClusterRoleBinding/nodeproxy:bulk-kube-proxy"},
 }
 
 func TestEveryKustomizationIsTested(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	clientwebsocket "k8s.io/client-go/transport/websocket"
+	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 )
@@ -149,6 +150,12 @@ func Dial(ctx context.Context, cfg *rest.Config, opts ...DialOption) (*Client, e
 	}
 	ws, err := clientwebsocket.Negotiate(rt, holder, req, v1alpha1.WatchSubprotocol)
 	if err != nil {
+		// client-go keeps the server's Status in an error that does not
+		// unwrap; the caller needs it (a 401 or 403 is an answer).
+		var refused *httpstream.UpgradeFailureError
+		if errors.As(err, &refused) && refused.Cause != nil {
+			err = refused.Cause
+		}
 		return nil, fmt.Errorf("bulk watch upgrade at %s: %w", u, err)
 	}
 	c := &Client{

@@ -166,7 +166,9 @@ func newSession(ctx context.Context, dial func(context.Context) (*Client, error)
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{dial: dial, o: o, done: make(chan struct{}), changed: make(chan struct{})}
+	// conn is set before run starts, so that the session is Connected as
+	// soon as NewSession returns: its first dial has succeeded.
+	s := &Session{dial: dial, o: o, conn: c, done: make(chan struct{}), changed: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	context.AfterFunc(ctx, s.cancel)
 	go s.run(c)

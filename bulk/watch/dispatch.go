@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apiwatch "k8s.io/apimachinery/pkg/watch"
 
+	"github.com/nodeproxy/nodeproxy/bulk"
 	"github.com/nodeproxy/nodeproxy/cache"
 )
 
@@ -35,12 +36,17 @@ type dispatcher struct {
 	// resourceVersion and that position.
 	ready chan struct{}
 
-	mu      sync.Mutex
-	pos     uint64                             // guarded by mu: dispatched up to here
-	byName  map[objectKey]map[*stream]struct{} // guarded by mu
-	byNode  map[string]map[*stream]struct{}    // guarded by mu
-	scan    map[*stream]struct{}               // guarded by mu: everything else
-	marking map[*stream]struct{}               // guarded by mu: want bookmarks
+	mu     sync.Mutex
+	pos    uint64                             // guarded by mu: dispatched up to here
+	byName map[objectKey]map[*stream]struct{} // guarded by mu
+	byNode map[string]map[*stream]struct{}    // guarded by mu
+	// scan holds everything else by namespace ("": every namespace, or
+	// a cluster-scoped type), then grouped by what it selects: a change
+	// is matched once per group, not once per channel (5,000 kubelets
+	// watching services with one selector are one group), and channels
+	// of other namespaces are not visited.
+	scan    map[string]map[bulk.Selection]*group // guarded by mu
+	marking map[*stream]struct{}                 // guarded by mu: want bookmarks
 
 	// gone holds channels closed since the last batch. Closing happens on
 	// whatever goroutine closed the channel, possibly the dispatcher's
@@ -51,11 +57,19 @@ type dispatcher struct {
 
 type objectKey struct{ namespace, name string }
 
+// group is the channels of one Selection: q and graph are its first
+// channel's, and decide for all of them.
+type group struct {
+	q       *bulk.Query
+	graph   bulk.Reachability
+	streams map[*stream]struct{}
+}
+
 func newDispatcher(s *cache.Store, enc *cache.Encoder, bookmarkInterval time.Duration) *dispatcher {
 	return &dispatcher{
 		store: s, encoder: enc, interval: bookmarkInterval, ready: make(chan struct{}),
 		byName: map[objectKey]map[*stream]struct{}{}, byNode: map[string]map[*stream]struct{}{},
-		scan: map[*stream]struct{}{}, marking: map[*stream]struct{}{},
+		scan: map[string]map[bulk.Selection]*group{}, marking: map[*stream]struct{}{},
 	}
 }
 
@@ -102,7 +116,8 @@ func (d *dispatcher) dispatch(snap *cache.Snapshot) {
 
 // fanOutLocked hands e to the channels that may select it: those naming
 // the object, those of the pod's node (before and after a move), and those
-// that scan. Each channel is in one index, so none gets e twice.
+// that scan its namespace or every namespace, a group of one selection at
+// a time. Each channel is in one index, so none gets e twice.
 //
 // The object is encoded at most once per change, here, whatever the number
 // of channels: an update of an object 2,000 nodes watch costs one lookup
@@ -123,8 +138,25 @@ func (d *dispatcher) fanOutLocked(e *cache.Event) {
 			s.deliver(enc)
 		}
 	}
-	for s := range d.scan {
-		s.deliver(enc)
+	d.fanOutGroupsLocked(enc, d.scan[""])
+	if o.Namespace != "" { // an object never changes namespace
+		d.fanOutGroupsLocked(enc, d.scan[o.Namespace])
+	}
+}
+
+// fanOutGroupsLocked matches e once per group, and sends what it is to
+// the group's channels.
+func (d *dispatcher) fanOutGroupsLocked(e *encodedEvent, groups map[bulk.Selection]*group) {
+	for _, g := range groups {
+		t, ok := eventFor(e, g.q, g.graph)
+		if !ok {
+			continue
+		}
+		for s := range g.streams {
+			if s.wants(e) {
+				s.send(e, t)
+			}
+		}
 	}
 }
 
@@ -186,7 +218,18 @@ func (d *dispatcher) register(s *stream, from uint64, resumed bool) (string, err
 	case s.q.Node() != "":
 		addTo(d.byNode, s.q.Node(), s)
 	default:
-		d.scan[s] = struct{}{}
+		groups, ok := d.scan[s.q.Namespace()]
+		if !ok {
+			groups = map[bulk.Selection]*group{}
+			d.scan[s.q.Namespace()] = groups
+		}
+		key := s.q.Selection()
+		g, ok := groups[key]
+		if !ok {
+			g = &group{q: s.q, graph: s.graph, streams: map[*stream]struct{}{}}
+			groups[key] = g
+		}
+		g.streams[s] = struct{}{}
 	}
 	if s.q.Bookmarks() {
 		d.marking[s] = struct{}{}
@@ -223,7 +266,18 @@ func (d *dispatcher) sweepLocked() {
 func (d *dispatcher) removeLocked(s *stream) {
 	removeFrom(d.byName, objectKey{s.q.Namespace(), s.q.Name()}, s)
 	removeFrom(d.byNode, s.q.Node(), s)
-	delete(d.scan, s)
+	if groups, ok := d.scan[s.q.Namespace()]; ok {
+		key := s.q.Selection()
+		if g, ok := groups[key]; ok {
+			delete(g.streams, s)
+			if len(g.streams) == 0 {
+				delete(groups, key)
+			}
+		}
+		if len(groups) == 0 {
+			delete(d.scan, s.q.Namespace())
+		}
+	}
 	delete(d.marking, s)
 }
 
@@ -249,8 +303,12 @@ func (d *dispatcher) expireAllLocked(msg string) {
 			all = append(all, s)
 		}
 	}
-	for s := range d.scan {
-		all = append(all, s)
+	for _, groups := range d.scan {
+		for _, g := range groups {
+			for s := range g.streams {
+				all = append(all, s)
+			}
+		}
 	}
 	for _, s := range all {
 		d.removeLocked(s)

@@ -18,15 +18,16 @@ import (
 // nodes are authorized again.
 const DefaultReauthorizeInterval = time.Minute
 
-// reauthorizer asks the delegated authorizer again, every interval,
-// whether each open channel of a user other than a node may still watch
-// what it selects, and closes with ERROR 403 those it no longer may: an
+// reauthorizer asks again, every interval, whether each open channel of a
+// user other than a node, or of a node on a type the graph does not
+// decide (its rights there are RBAC's), may still watch what it selects,
+// and closes with ERROR 403 those it no longer may: an
 // RBAC binding removed reaches open channels within the interval plus the
 // authorization cache's TTL. (kube-apiserver authorizes a watch only when
 // it starts; its watches end after 30-60 minutes and are authorized again
 // when the client reopens them. nodeproxy's channels have no such end.)
-// A node's channels need none of this: the graph's changes close them the
-// moment access is lost (revocations).
+// A node's channels on the graph's types need none of this: the graph's
+// changes close them the moment access is lost (revocations).
 //
 // One goroutine asks, one channel at a time: a round over many channels
 // takes longer than the interval rather than sending kube-apiserver a

@@ -28,22 +28,39 @@ type stream struct {
 // kube-apiserver does for a watch with selectors: an object entering the
 // selection is ADDED, leaving it DELETED.
 func (s *stream) deliver(e *encodedEvent) {
-	if e.RV <= s.after || s.dead.Load() {
+	if !s.wants(e) {
 		return
 	}
-	was := e.Prev != nil && s.q.Matches(e.Prev, s.graph)
-	is := e.Type != apiwatch.Deleted && s.q.Matches(e.Object, s.graph)
-	var t apiwatch.EventType
+	if t, ok := eventFor(e, s.q, s.graph); ok {
+		s.send(e, t)
+	}
+}
+
+// wants reports whether e is news to this channel: after what it has
+// seen, and the channel still open.
+func (s *stream) wants(e *encodedEvent) bool {
+	return e.RV > s.after && !s.dead.Load()
+}
+
+// eventFor is the event a change is to a watch selecting q: ADDED when the
+// object enters the selection, MODIFIED while in it, DELETED when it
+// leaves it or is deleted; false when the change is none of its business.
+func eventFor(e *encodedEvent, q *bulk.Query, g bulk.Reachability) (apiwatch.EventType, bool) {
+	was := e.Prev != nil && q.Matches(e.Prev, g)
+	is := e.Type != apiwatch.Deleted && q.Matches(e.Object, g)
 	switch {
 	case e.Type == apiwatch.Deleted && was, was && !is:
-		t = apiwatch.Deleted
+		return apiwatch.Deleted, true
 	case was && is:
-		t = apiwatch.Modified
+		return apiwatch.Modified, true
 	case is:
-		t = apiwatch.Added
-	default:
-		return
+		return apiwatch.Added, true
 	}
+	return "", false
+}
+
+// send sends e as t, closing the channel if its object cannot be encoded.
+func (s *stream) send(e *encodedEvent, t apiwatch.EventType) {
 	b, err := e.bytes()
 	if err != nil {
 		klog.ErrorS(err, "Encoding an object for a bulk watch")

@@ -31,8 +31,9 @@ const DefaultBookmarkInterval = time.Minute
 // channel to its type's dispatcher. A node's channel on a named object is
 // also registered for revocation: when the graph says the node no longer
 // reaches the object, the channel ends with ERROR 403. Channels of other
-// users are authorized again every ReauthorizeInterval and end with ERROR
-// 403 once refused.
+// users, and a node's on the types the graph does not decide, are
+// authorized again every ReauthorizeInterval and end with ERROR 403 once
+// refused.
 type Watcher struct {
 	catalog      *bulk.Catalog
 	latest       *bulk.LatestChecker // nil: kube-apiserver is never asked
@@ -46,8 +47,9 @@ type Options struct {
 	// BookmarkInterval is how often channels that allow bookmarks get
 	// one.
 	BookmarkInterval time.Duration
-	// ReauthorizeInterval is how often the channels of users other than
-	// nodes are authorized again.
+	// ReauthorizeInterval is how often the channels RBAC decides (those
+	// of users other than nodes, and a node's on the types the graph does
+	// not decide) are authorized again.
 	ReauthorizeInterval time.Duration
 	// Latest asks kube-apiserver which resourceVersion it has reached for
 	// a type, for channels that resume from a version this replica's
@@ -102,6 +104,10 @@ func (w *Watcher) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 		return nil, &apierrors.NewInternalError(errors.New("no user in the request context")).ErrStatus
 	}
 	q, errs, err := w.catalog.ParseWatch(sel)
+	if st, refused := err.(apierrors.APIStatus); refused {
+		status := st.Status()
+		return nil, &status
+	}
 	if err != nil {
 		return nil, &apierrors.NewInternalError(fmt.Errorf("look up the channel's resource type: %w", err)).ErrStatus
 	}
@@ -132,10 +138,11 @@ func (w *Watcher) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 		}
 		return nil, &apierrors.NewInternalError(err).ErrStatus
 	}
-	if !isNode {
+	if !isNode || !q.GraphDecided() {
 		// Other users' rights live in RBAC (or whatever kube-apiserver
-		// delegates to), which tells nobody when it changes: ask again
-		// from time to time.
+		// delegates to), and so do a node's beyond its graph (an
+		// endpointslice, a servicecidr), which tell nobody when they
+		// change: ask again from time to time.
 		w.reauthorizer.add(s, u)
 		sink.OnClose(func() { w.reauthorizer.remove(s) })
 	}
