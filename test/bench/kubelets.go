@@ -119,46 +119,6 @@ func runKubelets(ctx context.Context, env *Env, t Target) (*Result, error) {
 	return r, nil
 }
 
-// hollowNode is one node of a side: its kubelet, and its endpoint when
-// fronted.
-type hollowNode struct {
-	name     string
-	kubelet  *controlplane.HollowKubelet
-	endpoint *controlplane.NodeEndpoint
-}
-
-func (n *hollowNode) stop() {
-	if n.kubelet != nil {
-		n.kubelet.Stop()
-	}
-	if n.endpoint != nil {
-		n.endpoint.Process.Stop()
-	}
-}
-
-// mountedFile is one secret's file in one pod.
-type mountedFile struct {
-	path   string
-	secret string
-}
-
-// endpointUsage reads every node endpoint's usage; none when the nodes
-// have no endpoints.
-func endpointUsage(nodes []*hollowNode) ([]Usage, error) {
-	var out []Usage
-	for _, n := range nodes {
-		if n.endpoint == nil {
-			continue
-		}
-		u, err := ReadUsage(n.endpoint.Process.Pid())
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, u)
-	}
-	return out, nil
-}
-
 // kubeletWatches is kube-apiserver's count of secrets and configmaps
 // watches now.
 func kubeletWatches(ctx context.Context, t Target) (float64, error) {
