@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/nodeproxy/nodeproxy/test/controlplane"
@@ -142,27 +141,7 @@ func serverUsage(t Target) (api, hub Usage, err error) {
 
 // requestFigures name the requests the objects added to kube-apiserver's
 // rounds, on either side, by verb and resource: where its CPU for them
-// goes. A request is named on both sides when either side adds one or
-// more of it a round; less is noise.
+// goes.
 func requestFigures(direct, fronted requestCounts) []Figure {
-	keys := map[string]bool{}
-	for _, c := range []requestCounts{direct, fronted} {
-		for k, n := range c {
-			if math.Abs(n) >= 1 {
-				keys[k] = true
-			}
-		}
-	}
-	var out []Figure
-	for _, side := range []struct {
-		way    string
-		counts requestCounts
-	}{{"direct", direct}, {"behind endpoints", fronted}} {
-		for _, k := range side.counts.sortedKeys() {
-			if keys[k] {
-				out = append(out, Figure{"kube-apiserver requests for the objects a round, " + side.way + ": " + k, side.counts[k], ""})
-			}
-		}
-	}
-	return out
+	return sideBySide("kube-apiserver requests for the objects a round", direct, fronted)
 }

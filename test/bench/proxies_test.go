@@ -1,0 +1,78 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestProxiesScenario runs the proxies scenario small: two nodes, each a
+// hollow kubelet and a hollow proxy, straight on kube-apiserver and then
+// behind node endpoints run from the binary under test, two Services
+// churning for three seconds, one pair of rounds, five seconds counted
+// after each restart of kube-apiserver.
+func TestProxiesScenario(t *testing.T) {
+	env := &Env{Proxies: ProxyLoad{Nodes: 2, Services: 2, Churn: 3 * time.Second, Interval: time.Second, Pairs: 1, RestartWindow: 5 * time.Second}}
+	r, err := runProxies(context.Background(), env, localTarget(t, startNodeproxy(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	figures := map[string]float64{}
+	for _, f := range r.Figures {
+		figures[f.Name] = f.Value
+	}
+	figure := func(name string) float64 {
+		v, ok := figures[name]
+		if !ok {
+			t.Fatalf("no figure %q in %+v", name, r.Figures)
+		}
+		return v
+	}
+	// Each proxy watches services, endpointslices and servicecidrs, and
+	// each kubelet services too.
+	const direct = "long-running requests on kube-apiserver from the nodes, direct: "
+	for what, want := range map[string]float64{"WATCH endpointslices": 2, "WATCH servicecidrs": 2, "WATCH services": 4} {
+		if got := figure(direct + what); got != want {
+			t.Errorf("%s%s: %v, want %v", direct, what, got, want)
+		}
+	}
+	if d, f := figure("long-running requests on kube-apiserver from the nodes, direct"), figure("long-running requests on kube-apiserver from the nodes, behind endpoints"); f >= d {
+		t.Errorf("behind endpoints the nodes hold %v long-running requests on kube-apiserver, direct %v", f, d)
+	}
+	// The kubelet's own pods and Node come from the hub.
+	for name := range figures {
+		if strings.HasPrefix(name, "long-running requests on kube-apiserver from the nodes, behind endpoints: ") &&
+			(strings.HasSuffix(name, " pods") || strings.HasSuffix(name, " nodes")) && figures[name] > 0 {
+			t.Errorf("%s: %v, want 0", name, figures[name])
+		}
+	}
+	for _, name := range []string{
+		"kube-apiserver CPU a churn round, watched slices, direct", "kube-apiserver CPU a churn round, watched slices, behind endpoints",
+		"kube-apiserver RSS, peak during the churn, direct", "kube-apiserver RSS, peak during the churn, behind endpoints",
+		"kube-apiserver requests in the 5s after its restart is ready, direct", "of them lists and watches, direct",
+		"kube-apiserver requests in the 5s after its restart is ready, behind endpoints",
+		"first change after the restart, until every proxy saw it, direct", "first change after the restart, until every proxy saw it, behind endpoints",
+	} {
+		if got := figure(name); got <= 0 {
+			t.Errorf("%s not measured: %v", name, got)
+		}
+	}
+	// Three probes a round reach each of two proxies; the change after
+	// the restart reaches both.
+	want := map[string]int{
+		"new EndpointSlice during the churn to the proxy's log line read by the bench, direct":           6,
+		"new EndpointSlice during the churn to the proxy's log line read by the bench, behind endpoints": 6,
+		"first EndpointSlice after kube-apiserver's restart to the proxy's log line, direct":             2,
+		"first EndpointSlice after kube-apiserver's restart to the proxy's log line, behind endpoints":   2,
+	}
+	for _, l := range r.Latencies {
+		if l.Count != want[l.Name] || l.P50 <= 0 {
+			t.Errorf("%s: %d samples, p50 %v µs; want %d samples", l.Name, l.Count, l.P50, want[l.Name])
+		}
+		delete(want, l.Name)
+	}
+	if len(want) > 0 {
+		t.Errorf("latencies missing: %v", want)
+	}
+}
