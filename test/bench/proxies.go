@@ -71,9 +71,9 @@ func runProxies(ctx context.Context, env *Env, t Target) (*Result, error) {
 	if err := grantKubeProxy(ctx, t.Local.ControlPlane); err != nil {
 		return nil, err
 	}
-	// What holds watches before any node runs: the hub's informers (and
-	// whatever else the harness runs). After each restart of
-	// kube-apiserver the scenario waits for them to be back.
+	// What holds watches before any node runs: kube-apiserver's own
+	// informers and the hub's. After each restart of kube-apiserver the
+	// scenario waits for them to be back.
 	hubOwn, err := controlplane.ReadLongRunningRequests(ctx, admin.CoreV1().RESTClient())
 	if err != nil {
 		return nil, err
@@ -114,8 +114,8 @@ func proxyFigures(l ProxyLoad, direct, fronted proxySide) ([]Figure, []Latency) 
 	figures := []Figure{
 		{"hollow kubelets, and as many hollow proxies", float64(l.Nodes), ""},
 		{fmt.Sprintf("EndpointSlices changed every %s for %s a churn round", l.Interval, l.Churn), float64(l.Services), ""},
-		{"long-running requests on kube-apiserver without the nodes (the hub's own), direct", float64(direct.withoutNodes.Count("", "")), ""},
-		{"long-running requests on kube-apiserver without the nodes (the hub's own), behind endpoints", float64(fronted.withoutNodes.Count("", "")), ""},
+		{"long-running requests on kube-apiserver without the nodes (its own informers' and the hub's), direct", float64(direct.withoutNodes.Count("", "")), ""},
+		{"long-running requests on kube-apiserver without the nodes (its own informers' and the hub's), behind endpoints", float64(fronted.withoutNodes.Count("", "")), ""},
 		{"long-running requests on kube-apiserver from the nodes, direct", float64(direct.fromNodes.Count("", "")), ""},
 		{"long-running requests on kube-apiserver from the nodes, behind endpoints", float64(fronted.fromNodes.Count("", "")), ""},
 	}

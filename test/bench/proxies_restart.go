@@ -17,8 +17,8 @@ type restartResult struct {
 	// its /readyz answering ok.
 	readyTook time.Duration
 	// requests are what kube-apiserver served in the window after it was
-	// ready, from its apiserver_request_total: the nodes' relists, the
-	// hub's, and everything else, the bench's one create included.
+	// ready (requestsServed): the nodes' relists, the hub's, and
+	// everything else, the bench's one create included.
 	requests requestCounts
 	// arrivals are, for every proxy, from just before the first change
 	// after ready (a new EndpointSlice) to the proxy's log line for it,
@@ -69,7 +69,7 @@ func (s *proxyRun) restartAPIServer(ctx context.Context, hubOwn controlplane.Lon
 		<-seen
 		return r, err
 	}
-	r.requests = requestsIn(after).minus(requestsIn(before))
+	r.requests = requestsServed(before, after)
 	if err := <-seen; err != nil {
 		return r, err
 	}
@@ -77,6 +77,20 @@ func (s *proxyRun) restartAPIServer(ctx context.Context, hubOwn controlplane.Lon
 	s.env.progressf("proxies (%s): %.0f requests in the %s after ready (%.0f lists and watches); every proxy saw the next change %.2fs after it was made",
 		s.way, r.requests.total(), l.RestartWindow, r.requests.reads(), maxDuration(r.arrivals).Seconds())
 	return r, waitWatchesBack(ctx, s.admin, hubOwn)
+}
+
+// requestsServed are the requests kube-apiserver served between two
+// scrapes: apiserver_request_total counts a request when it ends, so a
+// watch still open at the second scrape is counted from
+// apiserver_longrunning_requests instead, as the open ones grew.
+func requestsServed(before, after Metrics) requestCounts {
+	out := requestsIn(after).minus(requestsIn(before))
+	for k, n := range controlplane.LongRunningIn(after).Minus(controlplane.LongRunningIn(before)).ByVerbResource() {
+		if n > 0 {
+			out[k] += float64(n)
+		}
+	}
+	return out
 }
 
 func maxDuration(ds []time.Duration) time.Duration {

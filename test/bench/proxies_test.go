@@ -21,6 +21,10 @@ func TestProxiesScenario(t *testing.T) {
 	figures := map[string]float64{}
 	for _, f := range r.Figures {
 		figures[f.Name] = f.Value
+		t.Logf("%s: %v %s", f.Name, f.Value, f.Unit)
+	}
+	for _, l := range r.Latencies {
+		t.Logf("%s: p50 %.0f µs, p99 %.0f µs, %d samples", l.Name, l.P50, l.P99, l.Count)
 	}
 	figure := func(name string) float64 {
 		v, ok := figures[name]
