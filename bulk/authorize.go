@@ -16,10 +16,18 @@ import (
 // Authorize decides one operation of a cached type for u: nil, 403, or,
 // when the authorizer failed, 500 (never an allow on error). A bulk get
 // is allowed only if every operation is; a watch channel is decided when
-// it opens, and again as long as it is open. Node identities are decided by the
-// graph alone: asking kube-apiserver would come back to nodeproxy's own
-// webhook, and a "no" from the graph is final. Everyone else is asked of
-// kube-apiserver as the list it amounts to.
+// it opens, and again as long as it is open.
+//
+// Node identities are decided as kube-apiserver's chain Node,RBAC decides
+// them. On the types the graph decides (GraphDecided) the node authorizer
+// alone: asking kube-apiserver would come back to nodeproxy's own webhook
+// for the same answer, and a "no" from the graph is final. On the
+// cluster-wide types the node authorizer's static rules (the system:node
+// role's: services, runtimeclasses, csidrivers) allow what they allow;
+// where they have no opinion (endpointslices, servicecidrs) the delegated
+// authorizer is asked, as RBAC would be after the Node authorizer.
+// Everyone else is asked of kube-apiserver (delegated, cached per
+// identity and attributes) as the list it amounts to.
 func (c *Catalog) Authorize(ctx context.Context, u user.Info, q *Query) error {
 	// The attributes live in the query, which is on the heap already:
 	// built on the stack they would escape through the interface, one
@@ -50,6 +58,9 @@ func (c *Catalog) Authorize(ctx context.Context, u user.Info, q *Query) error {
 			attrs.Verb = "get"
 		}
 		decision, reason, err = c.nodes.Authorize(ctx, attrs)
+		if decision == authorizer.DecisionNoOpinion && err == nil && !q.GraphDecided() {
+			decision, reason, err = c.delegated.Authorize(ctx, attrs)
+		}
 	default:
 		decision, reason, err = c.delegated.Authorize(ctx, attrs)
 	}

@@ -79,13 +79,17 @@ func (c *Catalog) Reachability() Reachability { return c.graph }
 func (c *Catalog) Uncached() Uncached { return c.uncached }
 
 // Parse validates every operation of spec and returns them as queries,
-// or every problem found, each naming its operation, or the first
-// failure to look a type up (not the caller's fault: not a 422).
+// or every problem found, each naming its operation (422), or an error:
+// a 400 Bad Request (an apierrors.APIStatus) for field selectors
+// kube-apiserver would refuse, in its words (fields.go), or the first
+// failure to look a type up (not the caller's fault: a 500).
 func (c *Catalog) Parse(spec *v1alpha1.BulkGetOperationSpec) ([]*Query, field.ErrorList, error) {
 	return parse(spec, c.Store, c.uncached)
 }
 
-// ParseWatch validates the selector of a bulk watch channel.
+// ParseWatch validates the selector of a bulk watch channel, with the
+// errors of Parse; a 400 carries kube-apiserver's words alone, as a
+// channel is one watch.
 func (c *Catalog) ParseWatch(sel *v1alpha1.GetOperation) (*Query, field.ErrorList, error) {
 	return parseWatch(sel, c.Store, c.uncached)
 }

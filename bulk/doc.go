@@ -32,9 +32,13 @@
 //     caller, when it is read.
 //   - Never an allow on error: an authorizer that fails refuses with 500,
 //     which a client retries, never with an allow.
-//   - A node identity is decided by the graph alone (asking kube-apiserver
-//     would come back to nodeproxy's own webhook); everyone else is asked
-//     as the list or watch the operation amounts to, with its selectors.
+//   - A node identity is decided as kube-apiserver's chain Node,RBAC
+//     decides it: on the types the graph decides, by the graph alone
+//     (asking kube-apiserver would come back to nodeproxy's own webhook),
+//     its "no" final; on the cluster-wide types by the Node authorizer's
+//     static rules, then, where they have no opinion, by the delegated
+//     authorizer. Everyone else is asked as the list or watch the
+//     operation amounts to, with its selectors.
 //   - resourceVersion means what kube-apiserver's watch cache makes it
 //     mean: unset or "0" the latest state; N a state at least as new (waiting
 //     up to 3 s for the cache, then 504 "Too large resource version");

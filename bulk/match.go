@@ -14,16 +14,7 @@ func (q *Query) Matches(o *cache.Object, g Reachability) bool {
 		return false
 	}
 	for _, r := range q.fields {
-		var v string
-		switch r.Field {
-		case fieldName:
-			v = o.Name
-		case fieldNamespace:
-			v = o.Namespace
-		case fieldNodeName:
-			v = o.NodeName
-		}
-		if (r.Operator == selection.NotEquals) == (v == r.Value) {
+		if (r.Operator == selection.NotEquals) == (fieldValue(o, r.Field) == r.Value) {
 			return false
 		}
 	}

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	listvalidation "k8s.io/apimachinery/pkg/apis/meta/internalversion/validation"
@@ -34,13 +36,6 @@ const MaxOperations = 1000
 // the node. It is not a field of any object, hence the group prefix.
 const ReachableFromField = v1alpha1.GroupName + "/reachableFrom"
 
-// Field selectors nodeproxy evaluates, besides ReachableFromField.
-const (
-	fieldName      = "metadata.name"
-	fieldNamespace = "metadata.namespace"
-	fieldNodeName  = "spec.nodeName"
-)
-
 // graphKinds maps cached types to the graph's kinds for ReachableFromField.
 var graphKinds = map[string]graph.Kind{
 	"pods":                   graph.Pod,
@@ -56,7 +51,14 @@ var graphKinds = map[string]graph.Kind{
 func parseWatch(sel *v1alpha1.GetOperation, stores func(metav1.GroupVersionResource) *cache.Store, uncached Uncached) (*Query, field.ErrorList, error) {
 	q := &Query{watch: true}
 	errs := q.parse(sel, stores, uncached)
-	return q, errs, q.lookupErr
+	if q.lookupErr != nil {
+		return nil, nil, q.lookupErr
+	}
+	if q.refusal != "" {
+		// A channel is one watch: kube-apiserver's very words.
+		return nil, nil, apierrors.NewBadRequest(q.refusal)
+	}
+	return q, errs, nil
 }
 
 // parse is Catalog.Parse with its lookups: stores for the cached types,
@@ -68,7 +70,10 @@ func parse(spec *v1alpha1.BulkGetOperationSpec, stores func(metav1.GroupVersionR
 	if len(spec.Operations) > MaxOperations {
 		return nil, field.ErrorList{field.TooMany(operationsPath, len(spec.Operations), MaxOperations)}, nil
 	}
-	var errs field.ErrorList
+	var (
+		errs    field.ErrorList
+		refused []string
+	)
 	queries := make([]Query, len(spec.Operations))
 	out := make([]*Query, len(spec.Operations))
 	for i := range spec.Operations {
@@ -78,7 +83,16 @@ func parse(spec *v1alpha1.BulkGetOperationSpec, stores func(metav1.GroupVersionR
 		if q.lookupErr != nil {
 			return nil, nil, q.lookupErr
 		}
+		if q.refusal != "" {
+			refused = append(refused, q.Path().Child("options", "fieldSelector").String()+": "+q.refusal)
+		}
 		out[i] = q
+	}
+	if len(refused) > 0 {
+		// kube-apiserver converts field selectors before it validates
+		// anything else: its 400 comes first, with its words, each
+		// naming its operation.
+		return nil, nil, apierrors.NewBadRequest(strings.Join(refused, "; "))
 	}
 	if len(errs) > 0 {
 		return nil, errs, nil
@@ -210,11 +224,11 @@ func (q *Query) parseSelectors(in *metav1.ListOptions, options func() *field.Pat
 func (q *Query) parseFields(sel fields.Selector, raw string, options func() *field.Path) field.ErrorList {
 	path := func() *field.Path { return options().Child("fieldSelector") }
 	var errs field.ErrorList
+	selectable := selectableFields[q.store.Resource.Resource]
 	q.fieldRequirements = sel.Requirements()
 	for _, r := range q.fieldRequirements {
 		equal := r.Operator == selection.Equals || r.Operator == selection.DoubleEquals
-		switch r.Field {
-		case ReachableFromField:
+		if r.Field == ReachableFromField {
 			if !equal || r.Value == "" {
 				errs = append(errs, field.Invalid(path(), raw, ReachableFromField+" takes one node name, with ="))
 				continue
@@ -224,22 +238,25 @@ func (q *Query) parseFields(sel fields.Selector, raw string, options func() *fie
 			}
 			q.reachableFrom = r.Value
 			continue
-		case fieldName:
-			if equal {
-				q.name = pickEqual(q.name, r.Value)
+		}
+		f, known := selectable.known[r.Field]
+		switch {
+		case !known:
+			// kube-apiserver stops at the first field it does not know.
+			if q.refusal == "" {
+				q.refusal = selectable.refuse(r.Field)
 			}
-		case fieldNamespace:
-		case fieldNodeName:
-			if q.store.Resource.Resource != "pods" {
-				errs = append(errs, field.NotSupported(path(), r.Field, supportedFields(q.store)))
-				continue
-			}
-			if equal {
-				q.node = pickEqual(q.node, r.Value)
-			}
-		default:
-			errs = append(errs, field.NotSupported(path(), r.Field, supportedFields(q.store)))
 			continue
+		case !selectable.evaluated[f]:
+			errs = append(errs, field.NotSupported(path(), r.Field, supportedFields(selectable)))
+			continue
+		}
+		r.Field = f
+		switch {
+		case f == fieldName && equal:
+			q.name = pickEqual(q.name, r.Value)
+		case f == fieldNodeName && equal:
+			q.node = pickEqual(q.node, r.Value)
 		}
 		q.fields = append(q.fields, r)
 	}
@@ -299,10 +316,10 @@ func servedResources() []string {
 	return out
 }
 
-func supportedFields(s *cache.Store) []string {
-	out := []string{fieldName, fieldNamespace, ReachableFromField}
-	if s.Resource.Resource == "pods" {
-		out = append(out, fieldNodeName)
+func supportedFields(s selectable) []string {
+	out := []string{ReachableFromField}
+	for f := range s.evaluated {
+		out = append(out, f)
 	}
 	slices.Sort(out)
 	return out

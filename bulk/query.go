@@ -33,7 +33,10 @@ type Query struct {
 	fieldSelector fields.Selector // as given
 	// fieldRequirements are fieldSelector's, for authorization.
 	fieldRequirements fields.Requirements
-	attrs             authorizer.AttributesRecord
+	// refusal is kube-apiserver's refusal of the first field it would
+	// not know (fields.go): the operation is a 400, not a 422.
+	refusal string
+	attrs   authorizer.AttributesRecord
 
 	rv    uint64 // 0: any
 	rvSet bool
@@ -112,6 +115,16 @@ func (q *Query) Path() *field.Path {
 		return selectorPath
 	}
 	return operationsPath.Index(q.index)
+}
+
+// GraphDecided reports whether a node's access to q's type is decided by
+// the graph (the objects its pods reference, its pods, its Node): the
+// node authorizer's "no" is then final, and a lost edge ends the node's
+// channel at once. The cluster-wide types are not: a node's access to
+// them is the system:node role's, then RBAC's, and changes without the
+// graph hearing of it.
+func (q *Query) GraphDecided() bool {
+	return q.kind != 0 || q.store != nil && q.store.Resource.Resource == "nodes"
 }
 
 // NamesOneObject reports whether q selects one object by name, in a

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	nodev1 "k8s.io/api/node/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -34,11 +37,18 @@ var (
 	core    = func(c kubernetes.Interface) rest.Interface { return c.CoreV1().RESTClient() }
 	storage = func(c kubernetes.Interface) rest.Interface { return c.StorageV1().RESTClient() }
 	dra     = func(c kubernetes.Interface) rest.Interface { return c.ResourceV1().RESTClient() }
+	disco   = func(c kubernetes.Interface) rest.Interface { return c.DiscoveryV1().RESTClient() }
+	network = func(c kubernetes.Interface) rest.Interface { return c.NetworkingV1().RESTClient() }
+	nodeAPI = func(c kubernetes.Interface) rest.Interface { return c.NodeV1().RESTClient() }
 )
 
-// served are the types nodeproxy serves to nodes; graphOnly the ones it
-// watches only to keep the authorization graph current (who a volume
-// attachment or a resource slice belongs to).
+// served are the types nodeproxy serves: what kubelets read through the
+// graph (pods down to serviceaccounts, and their Node), then the
+// cluster-wide types every kubelet and kube-proxy watches whole (services,
+// endpointslices, servicecidrs, runtimeclasses, csidrivers), each at the
+// version kube-apiserver 1.36 serves by default and its clients ask for.
+// graphOnly are the ones it watches only to keep the authorization graph
+// current (who a volume attachment or a resource slice belongs to).
 var (
 	served = []resource{
 		{corev1.SchemeGroupVersion.WithResource("pods"), "Pod", true, true, &corev1.Pod{}, core},
@@ -48,6 +58,11 @@ var (
 		{corev1.SchemeGroupVersion.WithResource("persistentvolumes"), "PersistentVolume", false, false, &corev1.PersistentVolume{}, core},
 		{corev1.SchemeGroupVersion.WithResource("serviceaccounts"), "ServiceAccount", true, false, &corev1.ServiceAccount{}, core},
 		{corev1.SchemeGroupVersion.WithResource("nodes"), "Node", false, false, &corev1.Node{}, core},
+		{corev1.SchemeGroupVersion.WithResource("services"), "Service", true, false, &corev1.Service{}, core},
+		{discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), "EndpointSlice", true, false, &discoveryv1.EndpointSlice{}, disco},
+		{networkingv1.SchemeGroupVersion.WithResource("servicecidrs"), "ServiceCIDR", false, false, &networkingv1.ServiceCIDR{}, network},
+		{nodev1.SchemeGroupVersion.WithResource("runtimeclasses"), "RuntimeClass", false, false, &nodev1.RuntimeClass{}, nodeAPI},
+		{storagev1.SchemeGroupVersion.WithResource("csidrivers"), "CSIDriver", false, false, &storagev1.CSIDriver{}, storage},
 	}
 	graphOnly = []resource{
 		{storagev1.SchemeGroupVersion.WithResource("volumeattachments"), "VolumeAttachment", false, false, &storagev1.VolumeAttachment{}, storage},

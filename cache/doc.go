@@ -1,7 +1,9 @@
 // Package cache holds nodeproxy's one per-cluster copy of the objects
-// kubelets read: pods, secrets, configmaps, persistentvolumeclaims,
-// persistentvolumes, serviceaccounts and nodes (and, for the
-// authorization graph only, volumeattachments and resourceslices).
+// nodes read: pods, secrets, configmaps, persistentvolumeclaims,
+// persistentvolumes, serviceaccounts and nodes; the cluster-wide types
+// kubelets and kube-proxy watch whole: services, endpointslices,
+// servicecidrs, runtimeclasses and csidrivers (and, for the authorization
+// graph only, volumeattachments and resourceslices).
 //
 //	kube-apiserver --list/watch (one per type)--> Reflector --> Store
 //	                                                             |  1. handlers (the graph)

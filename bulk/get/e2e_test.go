@@ -150,7 +150,7 @@ func TestBulkGetEndToEnd(t *testing.T) {
 
 	t.Run("bad input gets a Status naming the operation and the problem", func(t *testing.T) {
 		e := bulke2e.Direct(t, srv, nodeA)
-		code, out, status := e.Post(t, bulke2e.Request(bulke2e.Op("secrets", ns, "metadata.name=secret-a"), bulke2e.Op("services", ns, "")))
+		code, out, status := e.Post(t, bulke2e.Request(bulke2e.Op("secrets", ns, "metadata.name=secret-a"), bulke2e.Op("endpoints", ns, "")))
 		if code != http.StatusUnprocessableEntity || out != nil {
 			t.Fatalf("unknown resource: %d %v", code, out)
 		}

@@ -52,6 +52,10 @@ func (g *Getter) Get(ctx context.Context, u user.Info, spec *v1alpha1.BulkGetOpe
 // it is built or written.
 func (g *Getter) Answer(ctx context.Context, u user.Info, spec *v1alpha1.BulkGetOperationSpec, maxBytes int64) (*Answer, error) {
 	queries, errs, err := g.catalog.Parse(spec)
+	if _, refused := err.(apierrors.APIStatus); refused {
+		observeRequest(outcomeInvalid)
+		return nil, err
+	}
 	if err != nil {
 		observeRequest(outcomeError)
 		return nil, apierrors.NewInternalError(fmt.Errorf("look up the operations' resource types: %w", err))

@@ -217,15 +217,14 @@ func TestBadInputNamesTheOperation(t *testing.T) {
 	}{
 		{"no operations", nil, "spec.operations: Required value"},
 		{"too many", many, "spec.operations: Too many: 1001: must have at most 1000 items"},
-		{"unknown resource", []v1alpha1.GetOperation{bulktest.FieldOp("secrets", "a", ""), bulktest.FieldOp("services", "a", "")}, `spec.operations[1].resource: Unsupported value`},
+		{"unknown resource", []v1alpha1.GetOperation{bulktest.FieldOp("secrets", "a", ""), bulktest.FieldOp("endpoints", "a", "")}, `spec.operations[1].resource: Unsupported value`},
 		{"graph-only resource", []v1alpha1.GetOperation{{Resource: metav1.GroupVersionResource{Group: "storage.k8s.io", Version: "v1", Resource: "volumeattachments"}}}, `spec.operations[0].resource: Unsupported value`},
 		{"wrong version", []v1alpha1.GetOperation{{Resource: metav1.GroupVersionResource{Version: "v2", Resource: "secrets"}}}, `spec.operations[0].resource: Unsupported value`},
 		{"namespace on a cluster-scoped type", []v1alpha1.GetOperation{bulktest.FieldOp("nodes", "a", "")}, "spec.operations[0].namespace: Invalid value: \"a\": must be empty: nodes are cluster-scoped"},
 		{"bad namespace", []v1alpha1.GetOperation{bulktest.FieldOp("secrets", "Not_A_Namespace", "")}, "spec.operations[0].namespace: Invalid value"},
 		{"malformed field selector", []v1alpha1.GetOperation{bulktest.FieldOp("secrets", "a", "metadata.name")}, "spec.operations[0].options.fieldSelector: Invalid value"},
 		{"malformed label selector", []v1alpha1.GetOperation{bulktest.GetOp("secrets", "a", metav1.ListOptions{LabelSelector: "a in (b"})}, "spec.operations[0].options.labelSelector: Invalid value"},
-		{"unsupported field", []v1alpha1.GetOperation{bulktest.FieldOp("secrets", "a", "type=Opaque")}, `spec.operations[0].options.fieldSelector: Unsupported value: "type"`},
-		{"nodeName on secrets", []v1alpha1.GetOperation{bulktest.FieldOp("secrets", "a", "spec.nodeName=n")}, `spec.operations[0].options.fieldSelector: Unsupported value: "spec.nodeName"`},
+		{"a field kube-apiserver selects on but nodeproxy does not", []v1alpha1.GetOperation{bulktest.FieldOp("pods", "a", "status.phase=Running")}, `spec.operations[0].options.fieldSelector: Unsupported value: "status.phase"`},
 		{"reachableFrom with !=", []v1alpha1.GetOperation{bulktest.FieldOp("secrets", "", bulk.ReachableFromField+"!=n")}, "takes one node name"},
 		{"watch", []v1alpha1.GetOperation{bulktest.GetOp("secrets", "a", metav1.ListOptions{Watch: true})}, "spec.operations[0].options.watch: Forbidden"},
 		{"bookmarks", []v1alpha1.GetOperation{bulktest.GetOp("secrets", "a", metav1.ListOptions{AllowWatchBookmarks: true})}, "spec.operations[0].options.allowWatchBookmarks: Forbidden"},
@@ -242,6 +241,35 @@ func TestBadInputNamesTheOperation(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %q lacks %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestFieldsKubeAPIServerDoesNotKnowAreBadRequests: a field the type's
+// conversion in kube-apiserver does not know is its 400, in its words,
+// each naming its operation, and before any 422.
+func TestFieldsKubeAPIServerDoesNotKnowAreBadRequests(t *testing.T) {
+	f := newFixture(t, 64)
+	for _, tc := range []struct {
+		name string
+		ops  []v1alpha1.GetOperation
+		want string
+	}{
+		{"nodeName on secrets", []v1alpha1.GetOperation{bulktest.FieldOp("secrets", "a", "spec.nodeName=n")},
+			`spec.operations[0].options.fieldSelector: field label not supported: spec.nodeName`},
+		{"a type without a conversion of its own", []v1alpha1.GetOperation{bulktest.FieldOp("configmaps", "a", ""), bulktest.FieldOp("configmaps", "a", "data.x=y")},
+			`spec.operations[1].options.fieldSelector: "data.x" is not a known field selector: only "metadata.name", "metadata.namespace"`},
+		{"two operations, and a 422 besides", []v1alpha1.GetOperation{bulktest.FieldOp("secrets", "Not_A_Namespace", "spec.x=1,spec.y=2"), bulktest.FieldOp("nodes", "", "metadata.namespace=x")},
+			`spec.operations[0].options.fieldSelector: field label not supported: spec.x; spec.operations[1].options.fieldSelector: field label not supported: metadata.namespace`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := f.get(t, bulktest.Admin, tc.ops...)
+			if !apierrors.IsBadRequest(err) || out != nil {
+				t.Fatalf("got %v, %v; want 400 and nothing else", out, err)
+			}
+			if err.Error() != tc.want {
+				t.Errorf("error %q, want %q", err, tc.want)
 			}
 		})
 	}
@@ -304,5 +332,55 @@ func TestResourceVersionsAndPages(t *testing.T) {
 	_, err = f.get(t, bulktest.Admin, bulktest.GetOp("secrets", "a", metav1.ListOptions{ResourceVersion: strconv.FormatUint(now+1000, 10)}))
 	if !apierrors.IsTimeout(err) || !strings.Contains(err.Error(), "Too large resource version") {
 		t.Errorf("a future version: %v; want 504 Too large resource version", err)
+	}
+}
+
+// TestNodeDecidedAsNodeThenRBAC: a node identity is decided as
+// kube-apiserver's chain Node,RBAC decides it. The system:node role's
+// static rules allow services without asking anyone; endpointslices, on
+// which the Node authorizer has no opinion, are the delegated
+// authorizer's to allow or refuse; a type the graph decides is refused by
+// the graph alone, never asked of the delegated authorizer.
+func TestNodeDecidedAsNodeThenRBAC(t *testing.T) {
+	f := newFixture(t, 64)
+	slices := v1alpha1.GetOperation{Resource: metav1.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"},
+		Options: metav1.ListOptions{LabelSelector: "!service.kubernetes.io/headless"}}
+	f.Asked()
+
+	if _, err := f.get(t, bulktest.NodeA, bulktest.FieldOp("services", "", "spec.clusterIP!=None")); err != nil {
+		t.Errorf("services for a node: %v", err)
+	}
+	if asked := f.Asked(); len(asked) != 0 {
+		t.Errorf("services were asked of the delegated authorizer: %v", asked)
+	}
+
+	f.Allow(func(a authorizer.Attributes) bool { return a.GetResource() == "endpointslices" })
+	if _, err := f.get(t, bulktest.NodeA, slices); err != nil {
+		t.Errorf("endpointslices RBAC allows: %v", err)
+	}
+	asked := f.Asked()
+	if len(asked) != 1 || asked[0].GetUser().GetName() != bulktest.NodeA.Name || asked[0].GetVerb() != "list" {
+		t.Fatalf("asked %v; want the node's list of endpointslices", asked)
+	}
+	if reqs, _ := asked[0].GetLabelSelector(); len(reqs) != 1 || reqs[0].Key() != "service.kubernetes.io/headless" {
+		t.Errorf("asked without the label selector: %v", reqs)
+	}
+	f.Allow(func(authorizer.Attributes) bool { return false })
+	if _, err := f.get(t, bulktest.NodeA, slices); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "RBAC says no") {
+		t.Errorf("endpointslices RBAC refuses: %v; want 403 with its reason", err)
+	}
+	f.Fail(errors.New("kube-apiserver unreachable"))
+	if _, err := f.get(t, bulktest.NodeA, slices); !apierrors.IsInternalError(err) {
+		t.Errorf("endpointslices with the delegated authorizer failing: %v; want 500, never an allow", err)
+	}
+	f.Fail(nil)
+
+	f.Allow(func(authorizer.Attributes) bool { return true })
+	f.Asked()
+	if _, err := f.get(t, bulktest.NodeA, bulktest.FieldOp("secrets", "a", "metadata.name=s1")); !apierrors.IsForbidden(err) {
+		t.Errorf("a secret node-a does not reach, RBAC allowing everything: %v; want 403", err)
+	}
+	if asked := f.Asked(); len(asked) != 0 {
+		t.Errorf("the graph's refusal was asked of the delegated authorizer: %v", asked)
 	}
 }

@@ -10,7 +10,7 @@
 //	                                                    streams --Sink.Send--> watchmux sinks
 //	                                                       ^
 //	graph changes --observer--> revocations --ERROR 403----'  (a node's named channels)
-//	reauthorizer, every interval --ERROR 403---------------'  (other users' channels)
+//	reauthorizer, every interval --ERROR 403---------------'  (channels RBAC decides)
 //
 // Open validates and authorizes a selector (package bulk), holds a
 // channel from a resourceVersion the cache has not reached until it does
@@ -29,7 +29,8 @@
 //     the graph says the node no longer reaches the object: it is
 //     registered before it is authorized, and the graph's observer runs
 //     with the graph's write lock held.
-//   - Channels of other users are authorized again every
+//   - Channels of other users, and a node's channels on types the graph
+//     does not decide (bulk.Query.GraphDecided), are authorized again every
 //     ReauthorizeInterval and end with ERROR 403 once refused; an
 //     authorizer error keeps them until the next round.
 //   - An event is encoded once per change, not once per channel: every

@@ -102,6 +102,10 @@ func (w *Watcher) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 		return nil, &apierrors.NewInternalError(errors.New("no user in the request context")).ErrStatus
 	}
 	q, errs, err := w.catalog.ParseWatch(sel)
+	if st, refused := err.(apierrors.APIStatus); refused {
+		status := st.Status()
+		return nil, &status
+	}
 	if err != nil {
 		return nil, &apierrors.NewInternalError(fmt.Errorf("look up the channel's resource type: %w", err)).ErrStatus
 	}
@@ -132,10 +136,11 @@ func (w *Watcher) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 		}
 		return nil, &apierrors.NewInternalError(err).ErrStatus
 	}
-	if !isNode {
+	if !isNode || !q.GraphDecided() {
 		// Other users' rights live in RBAC (or whatever kube-apiserver
-		// delegates to), which tells nobody when it changes: ask again
-		// from time to time.
+		// delegates to), and so do a node's beyond its graph (an
+		// endpointslice, a servicecidr), which tell nobody when they
+		// change: ask again from time to time.
 		w.reauthorizer.add(s, u)
 		sink.OnClose(func() { w.reauthorizer.remove(s) })
 	}

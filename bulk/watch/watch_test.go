@@ -226,7 +226,7 @@ func TestWatchRefusesBadSelectors(t *testing.T) {
 		sel  v1alpha1.GetOperation
 		want string
 	}{
-		{"unknown resource", bulktest.FieldOp("services", "a", ""), "selector.resource: Unsupported value"},
+		{"unknown resource", bulktest.FieldOp("endpoints", "a", ""), "selector.resource: Unsupported value"},
 		{"paging", bulktest.GetOp("secrets", "a", metav1.ListOptions{Limit: 5}), "selector.options.limit: Forbidden"},
 		{"reachableFrom", bulktest.FieldOp("secrets", "", bulk.ReachableFromField+"=node-a"), "is for bulk get"},
 		{"exact", bulktest.GetOp("secrets", "a", metav1.ListOptions{ResourceVersion: "5", ResourceVersionMatch: metav1.ResourceVersionMatchExact}), "selector.options.resourceVersionMatch: Unsupported value"},
@@ -237,6 +237,17 @@ func TestWatchRefusesBadSelectors(t *testing.T) {
 				t.Fatalf("got %+v, want 422 with %q", refused, tc.want)
 			}
 		})
+	}
+}
+
+// TestWatchRefusesFieldsKubeAPIServerDoesNotKnow: 400 in kube-apiserver's
+// words, nothing added, as a watch on kube-apiserver would be refused.
+func TestWatchRefusesFieldsKubeAPIServerDoesNotKnow(t *testing.T) {
+	_, w := watcherFixture(t)
+	sel := bulktest.FieldOp("secrets", "a", "spec.nodeName=n")
+	_, refused := w.Open(request.WithUser(context.Background(), bulktest.Admin), &sel, newRecorder())
+	if refused == nil || refused.Code != 400 || refused.Reason != metav1.StatusReasonBadRequest || refused.Message != "field label not supported: spec.nodeName" {
+		t.Fatalf("got %+v, want 400 field label not supported: spec.nodeName", refused)
 	}
 }
 
@@ -287,5 +298,27 @@ func TestOtherUsersChannelsAreAuthorizedAgain(t *testing.T) {
 	configmaps.mu.Unlock()
 	if n := reauthorized(); n != 1 {
 		t.Errorf("%d channels left to authorize again, want 1", n)
+	}
+}
+
+// TestNodeChannelsRBACDecidesAreAuthorizedAgain: a node's channel on a
+// type the graph does not decide (endpointslices) lives as long as the
+// delegated authorizer allows it, as another user's does.
+func TestNodeChannelsRBACDecidesAreAuthorizedAgain(t *testing.T) {
+	f, w := watcherFixture(t)
+	f.Allow(func(a authorizer.Attributes) bool { return a.GetResource() == "endpointslices" })
+	sel := v1alpha1.GetOperation{Resource: metav1.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}}
+	slices := open(t, w, bulktest.NodeA, sel)
+	services := open(t, w, bulktest.NodeA, bulktest.GetOp("services", "", metav1.ListOptions{}))
+	w.reauthorizer.round(context.Background())
+	f.Allow(func(authorizer.Attributes) bool { return false })
+	w.reauthorizer.round(context.Background())
+	if got := slices.wait(t, 1); !strings.HasPrefix(got[0], "ERROR 403 access lost") {
+		t.Errorf("after RBAC stopped allowing it: %v", got)
+	}
+	services.mu.Lock()
+	defer services.mu.Unlock()
+	if services.closed {
+		t.Errorf("the services channel, which the system:node role allows, was closed: %v", services.events)
 	}
 }
