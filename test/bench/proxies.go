@@ -140,6 +140,9 @@ func proxyFigures(l ProxyLoad, direct, fronted proxySide) ([]Figure, []Latency) 
 		Figure{"endpoints' CPU a churn round, watched slices, all nodes", secs(f.endpointsCPU), "s"},
 		Figure{"kube-apiserver RSS, peak during the churn, direct", mib(d.rssPeak), "MiB"},
 		Figure{"kube-apiserver RSS, peak during the churn, behind endpoints", mib(f.rssPeak), "MiB"},
+	)
+	figures = append(figures, sideBySide("kube-apiserver requests delivering the churn a round", d.requests, f.requests)...)
+	figures = append(figures,
 		Figure{"churn ticks whose writes overran the interval, both sides", float64(direct.overran() + fronted.overran()), ""},
 		Figure{fmt.Sprintf("kube-apiserver requests in the %s after its restart is ready, direct", l.RestartWindow), dr.requests.total(), ""},
 		Figure{fmt.Sprintf("kube-apiserver requests in the %s after its restart is ready, behind endpoints", l.RestartWindow), fr.requests.total(), ""},

@@ -32,6 +32,9 @@ type churnRound struct {
 	// overran counts the ticks whose writes took longer than the
 	// interval: the churn then ran slower than asked.
 	overran int
+	// requests are what kube-apiserver served over the round
+	// (requestsServed), whoever asked.
+	requests requestCounts
 }
 
 // probeLabel marks the probes, the EndpointSlices created one a tick to
@@ -61,6 +64,10 @@ func (s *proxyRun) churn(ctx context.Context, k int, watched bool) (r churnRound
 		return r, err
 	}
 	endpointsStart, err := endpointUsage(s.nodes)
+	if err != nil {
+		return r, err
+	}
+	before, err := ScrapeAPIServer(ctx, s.admin.CoreV1().RESTClient())
 	if err != nil {
 		return r, err
 	}
@@ -96,6 +103,11 @@ func (s *proxyRun) churn(ctx context.Context, k int, watched bool) (r churnRound
 	if err != nil {
 		return r, err
 	}
+	after, err := ScrapeAPIServer(ctx, s.admin.CoreV1().RESTClient())
+	if err != nil {
+		return r, err
+	}
+	r.requests = requestsServed(before, after)
 	endpointsEnd, err := endpointUsage(s.nodes)
 	if err != nil {
 		return r, err
@@ -215,11 +227,16 @@ type churnCost struct {
 	hubWatchedCPU, hubCPU time.Duration
 	endpointsCPU          time.Duration
 	rssPeak               int64
+	// requests are the median difference, by verb and resource, of what
+	// kube-apiserver served in the watched round less the unwatched one:
+	// where its CPU for the delivery goes.
+	requests requestCounts
 }
 
 func (s proxySide) churnCost() churnCost {
 	var c churnCost
 	var watched, unwatched, diff, hubWatched, hubDiff, endpoints []time.Duration
+	var requests [][2]requestCounts
 	for i := 0; i+1 < len(s.rounds); i += 2 {
 		w, u := s.rounds[i], s.rounds[i+1]
 		if !w.watched {
@@ -230,8 +247,10 @@ func (s proxySide) churnCost() churnCost {
 		hubWatched, hubDiff = append(hubWatched, w.hubCPU), append(hubDiff, w.hubCPU-u.hubCPU)
 		endpoints = append(endpoints, w.endpointsCPU)
 		c.rssPeak = max(c.rssPeak, w.apiRSSPeak, u.apiRSSPeak)
+		requests = append(requests, [2]requestCounts{u.requests, w.requests})
 	}
 	c.watchedCPU, c.unwatchedCPU, c.cpu = median(watched), median(unwatched), median(diff)
+	c.requests = medianDifference(requests)
 	c.hubWatchedCPU, c.hubCPU, c.endpointsCPU = median(hubWatched), median(hubDiff), median(endpoints)
 	if len(diff) > 0 {
 		c.cpuLow, c.cpuHigh = slices.Min(diff), slices.Max(diff)
