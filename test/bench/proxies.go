@@ -132,6 +132,12 @@ func proxyFigures(l ProxyLoad, direct, fronted proxySide) ([]Figure, []Latency) 
 		Figure{"kube-apiserver CPU delivering the churn, lowest pair, behind endpoints", secs(f.cpuLow), "s"},
 		Figure{"kube-apiserver CPU delivering the churn, highest pair, behind endpoints", secs(f.cpuHigh), "s"},
 	)
+	figures = append(figures,
+		Figure{"EndpointSlice events kube-apiserver sent its watchers a churn round, watched slices, direct", d.watchedEvents, ""},
+		Figure{"EndpointSlice events kube-apiserver sent its watchers a churn round, unwatched slices, direct", d.unwatchedEvents, ""},
+		Figure{"EndpointSlice events kube-apiserver sent its watchers a churn round, watched slices, behind endpoints", f.watchedEvents, ""},
+		Figure{"EndpointSlice events kube-apiserver sent its watchers a churn round, unwatched slices, behind endpoints", f.unwatchedEvents, ""},
+	)
 	figures = append(figures, ratioFigure("ratio of kube-apiserver CPU a churn round, watched slices, direct / behind endpoints", secs(d.watchedCPU), secs(f.watchedCPU))...)
 	figures = append(figures, ratioFigure("ratio of kube-apiserver CPU delivering the churn, direct / behind endpoints", secs(d.cpu), secs(f.cpu))...)
 	figures = append(figures,

@@ -35,6 +35,11 @@ type churnRound struct {
 	// requests are what kube-apiserver served over the round
 	// (requestsServed), whoever asked.
 	requests requestCounts
+	// sliceEvents are the EndpointSlice events kube-apiserver sent its
+	// watchers over the round (apiserver_watch_events_total), one per
+	// event and watcher: the delivery's work as a count, which a busy
+	// machine does not blur as it does CPU time.
+	sliceEvents float64
 }
 
 // probeLabel marks the probes, the EndpointSlices created one a tick to
@@ -108,6 +113,7 @@ func (s *proxyRun) churn(ctx context.Context, k int, watched bool) (r churnRound
 		return r, err
 	}
 	r.requests = requestsServed(before, after)
+	r.sliceEvents = sliceEvents(after) - sliceEvents(before)
 	endpointsEnd, err := endpointUsage(s.nodes)
 	if err != nil {
 		return r, err
@@ -134,6 +140,12 @@ func (s *proxyRun) churn(ctx context.Context, k int, watched bool) (r churnRound
 	s.env.progressf("proxies (%s): churn round %d done: kube-apiserver CPU %.2fs, hub CPU %.2fs, kube-apiserver RSS peak %d MiB, %d ticks overran",
 		s.way, k, r.apiCPU.Seconds(), r.hubCPU.Seconds(), r.apiRSSPeak>>20, r.overran)
 	return r, nil
+}
+
+// sliceEvents is kube-apiserver's count of EndpointSlice events sent to
+// watchers so far.
+func sliceEvents(m Metrics) float64 {
+	return m.Sum("apiserver_watch_events_total", "group", "discovery.k8s.io", "resource", "endpointslices")
 }
 
 // changeSlices gives every slice of names a new address, churnWriters
@@ -231,12 +243,16 @@ type churnCost struct {
 	// kube-apiserver served in the watched round less the unwatched one:
 	// where its CPU for the delivery goes.
 	requests requestCounts
+	// watchedEvents and unwatchedEvents are the median EndpointSlice
+	// events kube-apiserver sent a round of each kind.
+	watchedEvents, unwatchedEvents float64
 }
 
 func (s proxySide) churnCost() churnCost {
 	var c churnCost
 	var watched, unwatched, diff, hubWatched, hubDiff, endpoints []time.Duration
 	var requests [][2]requestCounts
+	var watchedEvents, unwatchedEvents []float64
 	for i := 0; i+1 < len(s.rounds); i += 2 {
 		w, u := s.rounds[i], s.rounds[i+1]
 		if !w.watched {
@@ -248,9 +264,11 @@ func (s proxySide) churnCost() churnCost {
 		endpoints = append(endpoints, w.endpointsCPU)
 		c.rssPeak = max(c.rssPeak, w.apiRSSPeak, u.apiRSSPeak)
 		requests = append(requests, [2]requestCounts{u.requests, w.requests})
+		watchedEvents, unwatchedEvents = append(watchedEvents, w.sliceEvents), append(unwatchedEvents, u.sliceEvents)
 	}
 	c.watchedCPU, c.unwatchedCPU, c.cpu = median(watched), median(unwatched), median(diff)
 	c.requests = medianDifference(requests)
+	c.watchedEvents, c.unwatchedEvents = median(watchedEvents), median(unwatchedEvents)
 	c.hubWatchedCPU, c.hubCPU, c.endpointsCPU = median(hubWatched), median(hubDiff), median(endpoints)
 	if len(diff) > 0 {
 		c.cpuLow, c.cpuHigh = slices.Min(diff), slices.Max(diff)

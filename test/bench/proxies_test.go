@@ -45,6 +45,15 @@ func TestProxiesScenario(t *testing.T) {
 	if got := figure("long-running requests on kube-apiserver from the nodes, behind endpoints"); got != 0 {
 		t.Errorf("long-running requests on kube-apiserver from the nodes behind endpoints: %v, want 0", got)
 	}
+	// Three ticks change two slices and add a probe: direct, each of the
+	// two proxies' watches and the hub's hear them, unwatched slices only
+	// the hub's; behind endpoints the hub's alone hears either.
+	for what, want := range map[string]float64{"watched slices, direct": 27, "unwatched slices, direct": 15, "watched slices, behind endpoints": 9, "unwatched slices, behind endpoints": 9} {
+		name := "EndpointSlice events kube-apiserver sent its watchers a churn round, " + what
+		if got := figure(name); got < want {
+			t.Errorf("%s: %v, want at least %v", name, got, want)
+		}
+	}
 	for _, name := range []string{
 		"kube-apiserver CPU a churn round, watched slices, direct", "kube-apiserver CPU a churn round, watched slices, behind endpoints",
 		"kube-apiserver RSS, peak during the churn, direct", "kube-apiserver RSS, peak during the churn, behind endpoints",
