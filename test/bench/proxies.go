@@ -107,9 +107,6 @@ func grantKubeProxy(ctx context.Context, cp *controlplane.ControlPlane) error {
 
 // proxyFigures sets both sides side by side.
 func proxyFigures(l ProxyLoad, direct, fronted proxySide) ([]Figure, []Latency) {
-	secs := func(d time.Duration) float64 { return d.Seconds() }
-	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
-	d, f := direct.churnCost(), fronted.churnCost()
 	dr, fr := direct.restart, fronted.restart
 	figures := []Figure{
 		{"hollow kubelets, and as many hollow proxies", float64(l.Nodes), ""},
@@ -120,18 +117,34 @@ func proxyFigures(l ProxyLoad, direct, fronted proxySide) ([]Figure, []Latency) 
 		{"long-running requests on kube-apiserver from the nodes, behind endpoints", float64(fronted.fromNodes.Count("", "")), ""},
 	}
 	figures = append(figures, sideBySide("long-running requests on kube-apiserver from the nodes", longRunningCounts(direct.fromNodes), longRunningCounts(fronted.fromNodes))...)
-	figures = append(figures,
-		Figure{"kube-apiserver CPU a churn round, watched slices, direct", secs(d.watchedCPU), "s"},
-		Figure{"kube-apiserver CPU a churn round, unwatched slices, direct", secs(d.unwatchedCPU), "s"},
-		Figure{"kube-apiserver CPU a churn round, watched slices, behind endpoints", secs(f.watchedCPU), "s"},
-		Figure{"kube-apiserver CPU a churn round, unwatched slices, behind endpoints", secs(f.unwatchedCPU), "s"},
-		Figure{"kube-apiserver CPU delivering the churn to the nodes a round, direct", secs(d.cpu), "s"},
-		Figure{"kube-apiserver CPU delivering the churn to the nodes a round, behind endpoints", secs(f.cpu), "s"},
-		Figure{"kube-apiserver CPU delivering the churn, lowest pair, direct", secs(d.cpuLow), "s"},
-		Figure{"kube-apiserver CPU delivering the churn, highest pair, direct", secs(d.cpuHigh), "s"},
-		Figure{"kube-apiserver CPU delivering the churn, lowest pair, behind endpoints", secs(f.cpuLow), "s"},
-		Figure{"kube-apiserver CPU delivering the churn, highest pair, behind endpoints", secs(f.cpuHigh), "s"},
-	)
+	figures = append(figures, churnFigures(direct.churnCost(), fronted.churnCost())...)
+	figures = append(figures, Figure{"churn ticks whose writes overran the interval, both sides", float64(direct.overran() + fronted.overran()), ""})
+	figures = append(figures, restartFigures(l, dr, fr)...)
+	latencies := []Latency{
+		latencyOf("new EndpointSlice during the churn to the proxy's log line read by the bench, direct", direct.latencies()),
+		latencyOf("new EndpointSlice during the churn to the proxy's log line read by the bench, behind endpoints", fronted.latencies()),
+		latencyOf("first EndpointSlice after kube-apiserver's restart to the proxy's log line, direct", dr.arrivals),
+		latencyOf("first EndpointSlice after kube-apiserver's restart to the proxy's log line, behind endpoints", fr.arrivals),
+	}
+	return figures, latencies
+}
+
+// churnFigures set the churn rounds' costs side by side.
+func churnFigures(d, f churnCost) []Figure {
+	secs := func(d time.Duration) float64 { return d.Seconds() }
+	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
+	figures := []Figure{
+		{"kube-apiserver CPU a churn round, watched slices, direct", secs(d.watchedCPU), "s"},
+		{"kube-apiserver CPU a churn round, unwatched slices, direct", secs(d.unwatchedCPU), "s"},
+		{"kube-apiserver CPU a churn round, watched slices, behind endpoints", secs(f.watchedCPU), "s"},
+		{"kube-apiserver CPU a churn round, unwatched slices, behind endpoints", secs(f.unwatchedCPU), "s"},
+		{"kube-apiserver CPU delivering the churn to the nodes a round, direct", secs(d.cpu), "s"},
+		{"kube-apiserver CPU delivering the churn to the nodes a round, behind endpoints", secs(f.cpu), "s"},
+		{"kube-apiserver CPU delivering the churn, lowest pair, direct", secs(d.cpuLow), "s"},
+		{"kube-apiserver CPU delivering the churn, highest pair, direct", secs(d.cpuHigh), "s"},
+		{"kube-apiserver CPU delivering the churn, lowest pair, behind endpoints", secs(f.cpuLow), "s"},
+		{"kube-apiserver CPU delivering the churn, highest pair, behind endpoints", secs(f.cpuHigh), "s"},
+	}
 	figures = append(figures,
 		Figure{"EndpointSlice events kube-apiserver sent its watchers a churn round, watched slices, direct", d.watchedEvents, ""},
 		Figure{"EndpointSlice events kube-apiserver sent its watchers a churn round, unwatched slices, direct", d.unwatchedEvents, ""},
@@ -148,13 +161,18 @@ func proxyFigures(l ProxyLoad, direct, fronted proxySide) ([]Figure, []Latency) 
 		Figure{"kube-apiserver RSS, peak during the churn, behind endpoints", mib(f.rssPeak), "MiB"},
 	)
 	figures = append(figures, sideBySide("kube-apiserver requests delivering the churn a round", d.requests, f.requests)...)
-	figures = append(figures,
-		Figure{"churn ticks whose writes overran the interval, both sides", float64(direct.overran() + fronted.overran()), ""},
-		Figure{fmt.Sprintf("kube-apiserver requests in the %s after its restart is ready, direct", l.RestartWindow), dr.requests.total(), ""},
-		Figure{fmt.Sprintf("kube-apiserver requests in the %s after its restart is ready, behind endpoints", l.RestartWindow), fr.requests.total(), ""},
-		Figure{"of them lists and watches, direct", dr.requests.reads(), ""},
-		Figure{"of them lists and watches, behind endpoints", fr.requests.reads(), ""},
-	)
+	return figures
+}
+
+// restartFigures set what kube-apiserver's restart cost side by side.
+func restartFigures(l ProxyLoad, dr, fr restartResult) []Figure {
+	secs := func(d time.Duration) float64 { return d.Seconds() }
+	figures := []Figure{
+		{fmt.Sprintf("kube-apiserver requests in the %s after its restart is ready, direct", l.RestartWindow), dr.requests.total(), ""},
+		{fmt.Sprintf("kube-apiserver requests in the %s after its restart is ready, behind endpoints", l.RestartWindow), fr.requests.total(), ""},
+		{"of them lists and watches, direct", dr.requests.reads(), ""},
+		{"of them lists and watches, behind endpoints", fr.requests.reads(), ""},
+	}
 	figures = append(figures, ratioFigure("ratio of kube-apiserver requests after its restart, direct / behind endpoints", dr.requests.total(), fr.requests.total())...)
 	figures = append(figures, ratioFigure("ratio of its lists and watches after its restart, direct / behind endpoints", dr.requests.reads(), fr.requests.reads())...)
 	figures = append(figures, sideBySide("kube-apiserver requests after its restart", dr.requests, fr.requests)...)
@@ -164,13 +182,7 @@ func proxyFigures(l ProxyLoad, direct, fronted proxySide) ([]Figure, []Latency) 
 		Figure{"first change after the restart, until every proxy saw it, direct", secs(maxDuration(dr.arrivals)), "s"},
 		Figure{"first change after the restart, until every proxy saw it, behind endpoints", secs(maxDuration(fr.arrivals)), "s"},
 	)
-	latencies := []Latency{
-		latencyOf("new EndpointSlice during the churn to the proxy's log line read by the bench, direct", direct.latencies()),
-		latencyOf("new EndpointSlice during the churn to the proxy's log line read by the bench, behind endpoints", fronted.latencies()),
-		latencyOf("first EndpointSlice after kube-apiserver's restart to the proxy's log line, direct", dr.arrivals),
-		latencyOf("first EndpointSlice after kube-apiserver's restart to the proxy's log line, behind endpoints", fr.arrivals),
-	}
-	return figures, latencies
+	return figures
 }
 
 // ratioFigure is a / b as a figure, or none when b is not positive (a
