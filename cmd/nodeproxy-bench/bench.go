@@ -30,6 +30,7 @@ type benchOptions struct {
 	shape         workload.Shape
 	watch         bench.WatchLoad
 	kubelets      bench.KubeletLoad
+	proxies       bench.ProxyLoad
 	causal        bench.CausalLoad
 	failover      bench.FailoverLoad
 	revokeRate    int
@@ -46,7 +47,7 @@ type benchOptions struct {
 }
 
 func newBenchOptions() *benchOptions {
-	return &benchOptions{shape: workload.ReferenceShape(), watch: bench.DefaultWatchLoad(), kubelets: bench.DefaultKubeletLoad(),
+	return &benchOptions{shape: workload.ReferenceShape(), watch: bench.DefaultWatchLoad(), kubelets: bench.DefaultKubeletLoad(), proxies: bench.DefaultProxyLoad(),
 		causal: bench.DefaultCausalLoad(), failover: bench.DefaultFailoverLoad(),
 		revokeRate: 200, phaseDuration: 2 * time.Second, output: "table"}
 }
@@ -91,6 +92,17 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&k.Round, "kubelet-round", k.Round, "How long a round lasts: a quarter for the pods to come up, half for every secret's update to reach the files, a quarter to delete the pods. "+
 		"A round whose work takes longer is counted in the results; raise it then.")
 	fs.DurationVar(&k.Idle, "kubelet-idle", k.Idle, "How long kube-apiserver and the endpoints are measured with nothing changing and the mounting pods running, after the rounds.")
+
+	fs = fss.FlagSet("proxies")
+	p := &o.proxies
+	fs.IntVar(&p.Nodes, "proxy-nodes", p.Nodes, "Nodes in the proxies scenario, each a hollow kubelet and a hollow proxy, and behind endpoints an endpoint both go through.")
+	fs.IntVar(&p.Services, "proxy-services", p.Services, "Services whose EndpointSlices (one each) churn in the proxies scenario; as many unwatched slices churn in the rounds they are compared with.")
+	fs.DurationVar(&p.Churn, "proxy-churn", p.Churn, "How long a churn round lasts in the proxies scenario.")
+	fs.DurationVar(&p.Interval, "proxy-churn-interval", p.Interval, "How often, within a churn round, every EndpointSlice changes and one new one is created to time arrival at the proxies.")
+	fs.IntVar(&p.Pairs, "proxy-pairs", p.Pairs, "Pairs of churn rounds on each side: slices the proxies watch, then as many they do not (or the other way); what delivering the churn costs is the median difference.")
+	fs.DurationVar(&p.RestartWindow, "proxy-restart-window", p.RestartWindow, "How long after kube-apiserver's restart is ready its requests are counted in the proxies scenario.")
+
+	fs = fss.FlagSet("failover")
 	f := &o.failover
 	fs.IntVar(&f.Conns, "failover-conns", f.Conns, "Bulk watch connections (watchmux.Session) in the failover scenario.")
 	fs.IntVar(&f.Channels, "failover-channels", f.Channels, "Channels per connection in the failover scenario, one secret each.")
@@ -104,7 +116,7 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 		"(for example make demo's), instead of nodeproxy in this process. Objects are created through the API in namespaces and simulated nodes "+
 		"labelled bench.nodeproxy.io/run, removed at the end; nodes are played by impersonation, so the kubeconfig's user must be allowed to impersonate. "+
 		"Runs bulkget, fanout, revoke and apiserver.")
-	fs.StringVar(&o.nodeproxy, "nodeproxy", o.nodeproxy, "The nodeproxy binary that serves in front of the local control plane (apiserver and kubelets scenarios "+
+	fs.StringVar(&o.nodeproxy, "nodeproxy", o.nodeproxy, "The nodeproxy binary that serves in front of the local control plane (apiserver, kubelets and proxies scenarios "+
 		"without --kubeconfig); empty for the nodeproxy beside this binary.")
 
 	fs = fss.FlagSet("run")
@@ -131,6 +143,7 @@ func (o *benchOptions) validate() error {
 	}{{"--watch-nodes", w.Nodes}, {"--channels-per-node", w.ChannelsPerNode}, {"--object-size", w.ObjectSize}, {"--updates", w.Updates}, {"--revoke-rate", o.revokeRate},
 		{"--causal-nodes", o.causal.Nodes}, {"--causal-pods", o.causal.Pods}, {"--causal-rate", o.causal.Rate},
 		{"--failover-conns", o.failover.Conns}, {"--failover-channels", o.failover.Channels}, {"--failover-write-rate", o.failover.WriteRate},
+		{"--proxy-nodes", o.proxies.Nodes}, {"--proxy-services", o.proxies.Services}, {"--proxy-pairs", o.proxies.Pairs},
 		{"--kubelet-nodes", o.kubelets.Nodes}, {"--kubelet-pods", o.kubelets.PodsPerNode}, {"--kubelet-objects", o.kubelets.ObjectsPerPod}, {"--kubelet-pairs", o.kubelets.Pairs}} {
 		if f.value <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", f.name, f.value))
@@ -147,6 +160,17 @@ func (o *benchOptions) validate() error {
 	}
 	if o.kubelets.Round <= 0 {
 		errs = append(errs, fmt.Errorf("--kubelet-round must be positive, got %s", o.kubelets.Round))
+	}
+	for _, d := range []struct {
+		name  string
+		value time.Duration
+	}{{"--proxy-churn", o.proxies.Churn}, {"--proxy-churn-interval", o.proxies.Interval}, {"--proxy-restart-window", o.proxies.RestartWindow}} {
+		if d.value <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %s", d.name, d.value))
+		}
+	}
+	if o.proxies.Interval > o.proxies.Churn {
+		errs = append(errs, fmt.Errorf("--proxy-churn-interval (%s) must not exceed --proxy-churn (%s)", o.proxies.Interval, o.proxies.Churn))
 	}
 	if o.phaseDuration <= 0 {
 		errs = append(errs, fmt.Errorf("--phase-duration must be positive, got %s", o.phaseDuration))
@@ -218,7 +242,7 @@ func runBench(ctx context.Context, o *benchOptions, scenarios []bench.Scenario, 
 		fmt.Fprintf(progress, "generated %d nodes, %d pods, %d volumes in %s\n", len(cluster.Nodes), len(cluster.Pods), len(cluster.PVs),
 			time.Since(started).Round(time.Millisecond))
 	}
-	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, RevokeRate: o.revokeRate, Kubelets: o.kubelets, Causal: o.causal, Failover: o.failover,
+	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, RevokeRate: o.revokeRate, Kubelets: o.kubelets, Proxies: o.proxies, Causal: o.causal, Failover: o.failover,
 		Progress: progress, Bar: progressBars(progress)}
 	// The cluster the scenarios that need one share: the kubeconfig's, or
 	// a local control plane started for the first of them.

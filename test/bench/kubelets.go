@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/nodeproxy/nodeproxy/test/controlplane"
@@ -119,46 +118,6 @@ func runKubelets(ctx context.Context, env *Env, t Target) (*Result, error) {
 	return r, nil
 }
 
-// hollowNode is one node of a side: its kubelet, and its endpoint when
-// fronted.
-type hollowNode struct {
-	name     string
-	kubelet  *controlplane.HollowKubelet
-	endpoint *controlplane.NodeEndpoint
-}
-
-func (n *hollowNode) stop() {
-	if n.kubelet != nil {
-		n.kubelet.Stop()
-	}
-	if n.endpoint != nil {
-		n.endpoint.Process.Stop()
-	}
-}
-
-// mountedFile is one secret's file in one pod.
-type mountedFile struct {
-	path   string
-	secret string
-}
-
-// endpointUsage reads every node endpoint's usage; none when the nodes
-// have no endpoints.
-func endpointUsage(nodes []*hollowNode) ([]Usage, error) {
-	var out []Usage
-	for _, n := range nodes {
-		if n.endpoint == nil {
-			continue
-		}
-		u, err := ReadUsage(n.endpoint.Process.Pid())
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, u)
-	}
-	return out, nil
-}
-
 // kubeletWatches is kube-apiserver's count of secrets and configmaps
 // watches now.
 func kubeletWatches(ctx context.Context, t Target) (float64, error) {
@@ -182,27 +141,7 @@ func serverUsage(t Target) (api, hub Usage, err error) {
 
 // requestFigures name the requests the objects added to kube-apiserver's
 // rounds, on either side, by verb and resource: where its CPU for them
-// goes. A request is named on both sides when either side adds one or
-// more of it a round; less is noise.
+// goes.
 func requestFigures(direct, fronted requestCounts) []Figure {
-	keys := map[string]bool{}
-	for _, c := range []requestCounts{direct, fronted} {
-		for k, n := range c {
-			if math.Abs(n) >= 1 {
-				keys[k] = true
-			}
-		}
-	}
-	var out []Figure
-	for _, side := range []struct {
-		way    string
-		counts requestCounts
-	}{{"direct", direct}, {"behind endpoints", fronted}} {
-		for _, k := range side.counts.sortedKeys() {
-			if keys[k] {
-				out = append(out, Figure{"kube-apiserver requests for the objects a round, " + side.way + ": " + k, side.counts[k], ""})
-			}
-		}
-	}
-	return out
+	return sideBySide("kube-apiserver requests for the objects a round", direct, fronted)
 }

@@ -117,6 +117,12 @@ func (s *sideRun) round(ctx context.Context, k int, mounting bool) (r kubeletRou
 	return r, nil
 }
 
+// mountedFile is one secret's file in one pod.
+type mountedFile struct {
+	path   string
+	secret string
+}
+
 // createPods creates round k's pods, mounting their objects or as many
 // emptyDir volumes, and returns the secret files the kubelets will
 // write.

@@ -162,24 +162,9 @@ func (s *sideRun) startNodes(ctx context.Context, kubemark, dir string, fronted 
 		s.nodes[i] = n
 		g.Go(func() error {
 			defer bar.Add(1)
-			nodeDir := filepath.Join(dir, name)
-			kubeconfig, err := s.t.Local.ControlPlane.NodeKubeconfig(name, dir)
-			if err != nil {
-				return err
-			}
-			if fronted {
-				if n.endpoint, err = s.t.Local.ControlPlane.StartNodeEndpoint(gctx, s.t.Local.NodeEndpoint, name, nodeDir, s.t.Local.Hub.URL); err != nil {
-					return err
-				}
-				kubeconfig = n.endpoint.KubeletKubeconfig
-			}
-			n.kubelet, err = controlplane.StartHollowKubelet(gctx, kubemark, controlplane.HollowKubeletOptions{
-				Name: name, Kubeconfig: kubeconfig, Dir: nodeDir, NodeLabels: map[string]string{benchLabel: s.ns},
+			return n.start(gctx, s.t, s.admin, kubemark, hollowNodeSpec{
+				dir: filepath.Join(dir, name), fronted: fronted, labels: map[string]string{benchLabel: s.ns},
 			})
-			if err != nil {
-				return err
-			}
-			return n.kubelet.WaitNodeReady(gctx, s.admin)
 		})
 	}
 	return g.Wait()

@@ -91,3 +91,50 @@ func (c requestCounts) sortedKeys() []string {
 	})
 	return keys
 }
+
+// total is every request counted.
+func (c requestCounts) total() float64 {
+	var n float64
+	for _, v := range c {
+		n += v
+	}
+	return n
+}
+
+// reads are the lists and watches counted: what a client's informers
+// ask for when they start over.
+func (c requestCounts) reads() float64 {
+	var n float64
+	for k, v := range c {
+		if strings.HasPrefix(k, "LIST ") || strings.HasPrefix(k, "WATCH ") {
+			n += v
+		}
+	}
+	return n
+}
+
+// sideBySide names counts by verb and resource as figures, direct's then
+// fronted's, each "<prefix>, <way>: <VERB resource>". A key is named on
+// both sides when either side counts one or more of it; less is noise.
+func sideBySide(prefix string, direct, fronted requestCounts) []Figure {
+	keys := map[string]bool{}
+	for _, c := range []requestCounts{direct, fronted} {
+		for k, n := range c {
+			if math.Abs(n) >= 1 {
+				keys[k] = true
+			}
+		}
+	}
+	var out []Figure
+	for _, side := range []struct {
+		way    string
+		counts requestCounts
+	}{{"direct", direct}, {"behind endpoints", fronted}} {
+		for _, k := range side.counts.sortedKeys() {
+			if keys[k] {
+				out = append(out, Figure{prefix + ", " + side.way + ": " + k, side.counts[k], ""})
+			}
+		}
+	}
+	return out
+}

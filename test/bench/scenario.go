@@ -48,6 +48,8 @@ type Env struct {
 	RevokeRate int
 	// Kubelets shapes the kubelets scenario.
 	Kubelets KubeletLoad
+	// Proxies shapes the proxies scenario.
+	Proxies ProxyLoad
 	// Causal shapes the causal scenario.
 	Causal CausalLoad
 	// Failover shapes the failover scenario.
@@ -89,7 +91,7 @@ func (e *Env) progressf(format string, args ...any) {
 
 // Scenarios are the scenarios in the order `nodeproxy-bench` runs them
 // when none is named.
-var Scenarios = []Scenario{authzScenario, graphScenario, bulkgetScenario, fanoutScenario, revokeScenario, apiserverScenario, kubeletsScenario, causalScenario, failoverScenario}
+var Scenarios = []Scenario{authzScenario, graphScenario, bulkgetScenario, fanoutScenario, revokeScenario, apiserverScenario, kubeletsScenario, proxiesScenario, causalScenario, failoverScenario}
 
 // Lookup returns the scenarios named, or for none every one that runs in
 // the mode: in-process, or against a cluster (--kubeconfig). An unknown
