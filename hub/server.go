@@ -84,7 +84,7 @@ func (c *Config) New() (*Server, error) {
 		nodes = authorizer.NewRefreshing(g, r)
 	}
 	generic.Handler.NonGoRestfulMux.Handle(authorizer.WebhookPath, &authorizer.Webhook{Authorizer: nodes})
-	catalog := bulk.NewCatalog(objects, g, nodes, c.Generic.Authorization.Authorizer)
+	catalog := bulk.NewCatalog(objects, g, nodes, withoutCredentialID{c.Generic.Authorization.Authorizer})
 	if c.UncachedTypes {
 		passthrough.RegisterMetrics()
 		uncached, err := passthrough.NewClient(c.Kube)
