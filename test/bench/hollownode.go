@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeproxy/nodeproxy/test/controlplane"
@@ -109,4 +110,25 @@ func endpointUsage(nodes []*hollowNode) ([]Usage, error) {
 		out = append(out, u)
 	}
 	return out, nil
+}
+
+// startHollowNodes fills nodes with hollow nodes named <ns>-<i>, each
+// started as spec says in a directory of its own under dir and labelled
+// for the run, at most four at a time (each start is a burst of CPU, on
+// 2 cores), counting each on bar.
+func startHollowNodes(ctx context.Context, t Target, admin kubernetes.Interface, kubemark, dir, ns string, nodes []*hollowNode, spec hollowNodeSpec, bar Counter) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	for i := range nodes {
+		name := fmt.Sprintf("%s-%d", ns, i)
+		n := &hollowNode{name: name}
+		nodes[i] = n
+		spec := spec
+		spec.dir, spec.labels = filepath.Join(dir, name), map[string]string{benchLabel: ns}
+		g.Go(func() error {
+			defer bar.Add(1)
+			return n.start(gctx, t, admin, kubemark, spec)
+		})
+	}
+	return g.Wait()
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -151,23 +150,9 @@ func runKubeletSide(ctx context.Context, env *Env, t Target, kubemark string, fr
 // startNodes starts every hollow kubelet, each behind its own endpoint
 // when fronted, and waits for their nodes to be Ready.
 func (s *sideRun) startNodes(ctx context.Context, kubemark, dir string, fronted bool) error {
-	l := s.env.Kubelets
-	bar := s.env.phase(l.Nodes, "kubelets (%s): starting %d hollow kubelets", s.way, l.Nodes)
+	bar := s.env.phase(len(s.nodes), "kubelets (%s): starting %d hollow kubelets", s.way, len(s.nodes))
 	defer bar.Done()
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(4) // each start is a burst of CPU; 2 cores
-	for i := range s.nodes {
-		name := fmt.Sprintf("%s-%d", s.ns, i)
-		n := &hollowNode{name: name}
-		s.nodes[i] = n
-		g.Go(func() error {
-			defer bar.Add(1)
-			return n.start(gctx, s.t, s.admin, kubemark, hollowNodeSpec{
-				dir: filepath.Join(dir, name), fronted: fronted, labels: map[string]string{benchLabel: s.ns},
-			})
-		})
-	}
-	return g.Wait()
+	return startHollowNodes(ctx, s.t, s.admin, kubemark, dir, s.ns, s.nodes, hollowNodeSpec{fronted: fronted}, bar)
 }
 
 // createObjects creates every pod's secrets and configmaps once, before

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -129,23 +128,9 @@ func runProxySide(ctx context.Context, env *Env, t Target, admin kubernetes.Inte
 // startNodes starts every node, and returns once every kubelet's Node
 // is Ready and every proxy has synced.
 func (s *proxyRun) startNodes(ctx context.Context, kubemark, dir string, fronted bool) error {
-	l := s.env.Proxies
-	bar := s.env.phase(l.Nodes, "proxies (%s): starting %d hollow kubelets and proxies", s.way, l.Nodes)
+	bar := s.env.phase(len(s.nodes), "proxies (%s): starting %d hollow kubelets and proxies", s.way, len(s.nodes))
 	defer bar.Done()
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(4) // each start is a burst of CPU; 2 cores
-	for i := range s.nodes {
-		name := fmt.Sprintf("%s-%d", s.ns, i)
-		n := &hollowNode{name: name}
-		s.nodes[i] = n
-		g.Go(func() error {
-			defer bar.Add(1)
-			return n.start(gctx, s.t, s.admin, kubemark, hollowNodeSpec{
-				dir: filepath.Join(dir, name), fronted: fronted, proxy: true, labels: map[string]string{benchLabel: s.ns},
-			})
-		})
-	}
-	return g.Wait()
+	return startHollowNodes(ctx, s.t, s.admin, kubemark, dir, s.ns, s.nodes, hollowNodeSpec{fronted: fronted, proxy: true}, bar)
 }
 
 func (s *proxyRun) proxies() []*controlplane.HollowProxy {
