@@ -48,7 +48,7 @@ func newCallers(node string, clientCA *fileContent[*x509.CertPool], kubelet, cli
 func (n *callers) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	resp, ok, err := n.authn.AuthenticateRequest(req)
 	if err == nil && !ok {
-		if keyOf(req).id != "" {
+		if _, ok := bearerToken(req); ok {
 			n.client.ServeHTTP(w, req)
 			return
 		}

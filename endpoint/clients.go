@@ -63,15 +63,23 @@ type clientHubs struct {
 // digest, which names it everywhere else (maps, the proxied watches).
 type clientKey struct{ token, id string }
 
-// keyOf is req's bearer token, as kube-apiserver's token authenticator
-// reads the header; the zero key if it has none.
-func keyOf(req *http.Request) clientKey {
+// bearerToken is req's bearer token, as kube-apiserver's token
+// authenticator reads the header; false if it has none.
+func bearerToken(req *http.Request) (string, bool) {
 	auth := strings.TrimSpace(req.Header.Get("Authorization"))
 	scheme, token, ok := strings.Cut(auth, " ")
 	if !ok || !strings.EqualFold(scheme, "bearer") {
-		return clientKey{}
+		return "", false
 	}
-	if token = strings.TrimSpace(token); token == "" {
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+// keyOf is req's bearer token and its digest; the zero key if it has
+// none.
+func keyOf(req *http.Request) clientKey {
+	token, ok := bearerToken(req)
+	if !ok {
 		return clientKey{}
 	}
 	sum := sha256.Sum256([]byte(token))
