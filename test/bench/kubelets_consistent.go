@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 )
 
 // consistentResults are how the hub served the kubelets' consistent reads
@@ -26,9 +27,66 @@ func hubConsistency(ctx context.Context, t Target) (map[string]float64, error) {
 		}
 		out["questions"] += m.Sum("nodeproxy_bulk_latest_version_requests_total", "resource", r)
 		out["probes"] += m.Sum("nodeproxy_bulk_progress_probes_total", "resource", r)
+		for _, b := range waitBuckets(m, r) {
+			out[b.key] += b.count
+		}
 	}
 	return out, nil
 }
+
+// waitBucket is one cumulative bucket of the hub's consistent read wait
+// histogram: the reads that waited at most le seconds.
+type waitBucket struct {
+	key   string
+	le    float64
+	count float64
+}
+
+// waitBuckets are resource's buckets of
+// nodeproxy_bulk_consistent_read_wait_seconds, keyed "le=<bound>".
+func waitBuckets(m Metrics, resource string) []waitBucket {
+	f := m["nodeproxy_bulk_consistent_read_wait_seconds"]
+	if f == nil {
+		return nil
+	}
+	var out []waitBucket
+	for _, s := range f.GetMetric() {
+		match := false
+		for _, l := range s.GetLabel() {
+			match = match || l.GetName() == "resource" && l.GetValue() == resource
+		}
+		if !match || s.GetHistogram() == nil {
+			continue
+		}
+		for _, b := range s.GetHistogram().GetBucket() {
+			out = append(out, waitBucket{key: fmt.Sprintf("le=%g", b.GetUpperBound()), le: b.GetUpperBound(), count: float64(b.GetCumulativeCount())})
+		}
+	}
+	return out
+}
+
+// waitQuantile is the upper bound of the bucket in which quantile q of
+// the reads counted between before and after falls: an upper bound on
+// the wait of that quantile.
+func waitQuantile(before, after map[string]float64, bounds []float64, q float64) float64 {
+	total := 0.0
+	for _, res := range consistentResults {
+		total += after[res] - before[res]
+	}
+	if total == 0 {
+		return 0
+	}
+	for _, le := range bounds {
+		k := fmt.Sprintf("le=%g", le)
+		if after[k]-before[k] >= q*total {
+			return le
+		}
+	}
+	return math.Inf(1)
+}
+
+// consistentWaitBounds are the histogram's bucket bounds (bulk/metrics.go).
+var consistentWaitBounds = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, .75, 1, 1.5, 2, 3, 4, 6}
 
 // consistencyFigures are the hub's counts over the side behind the
 // endpoints, a round's worth (the idle period's counted in the last).
@@ -37,6 +95,9 @@ func consistencyFigures(before, after map[string]float64, rounds int) []Figure {
 	var out []Figure
 	for _, res := range consistentResults {
 		out = append(out, Figure{"hub consistent reads of the objects a round, behind endpoints: " + res, per(res), ""})
+	}
+	for _, q := range []float64{.5, .9, .99} {
+		out = append(out, Figure{fmt.Sprintf("hub consistent read wait of the objects, p%g, at most", q*100), waitQuantile(before, after, consistentWaitBounds, q), "s"})
 	}
 	return append(out,
 		Figure{"hub questions to kube-apiserver for its version a round (LIST limit 1)", per("questions"), ""},
