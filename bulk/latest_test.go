@@ -84,7 +84,7 @@ func TestLatestCheckerAsksOnceForManyWaiters(t *testing.T) {
 		next := c.byType[secrets].next
 		return next != nil && next.waiters == len(later)
 	})
-	q2 := <-src.started // sent while q1 is still out
+	q2 := <-src.started  // sent while q1 is still out
 	q1 <- answer{rv: 15} // too low for the later waiters, who must not take it
 	if v := <-first; !v.reached || v.err != nil {
 		t.Fatalf("first waiter: %+v, want reached", v)
