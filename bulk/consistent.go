@@ -57,6 +57,9 @@ func (c *Catalog) ConsistentVersion(ctx context.Context, s *cache.Store, verb st
 		observeConsistentRead(s, consistentUnavailable, 0)
 		return 0, storageUnavailable(s, verb, errNobodyToAsk)
 	}
+	if c.progress != nil {
+		c.progress.prime(s)
+	}
 	askCtx, cancel := context.WithDeadline(ctx, start.Add(consistentBudget))
 	defer cancel()
 	rv, err := c.latest.current(askCtx, s.Resource)

@@ -128,20 +128,21 @@ func (c *ProgressChecker) confirm(ctx context.Context, s *cache.Store, rv uint64
 			}
 			return snap, progressProbe, nil
 		}
-		var next <-chan time.Time
-		switch {
-		case st.err != nil && time.Since(st.failedAt) < progressRetryAfter:
+		if st.inFlight == 0 && st.err != nil && time.Since(st.failedAt) < progressRetryAfter {
 			err := st.err
 			c.mu.Unlock()
 			return nil, "", err
-		case st.inFlight == 0 || st.inFlight < progressMaxInFlight && time.Since(st.lastStart) >= progressSpacing:
-			st.inFlight++
-			st.lastStart = time.Now()
-			go c.probe(s, st)
-			fallthrough
-		case st.inFlight < progressMaxInFlight:
-			// Come back to start the next probe if none has ended by then.
-			spacing.Reset(progressSpacing - time.Since(st.lastStart))
+		}
+		c.startLocked(s, st)
+		var next <-chan time.Time
+		if st.inFlight < progressMaxInFlight {
+			// Come back to start the next probe if none has ended by then
+			// (a full spacing when one could not start: a failure's rest).
+			d := progressSpacing - time.Since(st.lastStart)
+			if d <= 0 {
+				d = progressSpacing
+			}
+			spacing.Reset(d)
 			next = spacing.C
 		}
 		ended := st.ended
@@ -161,6 +162,39 @@ func (c *ProgressChecker) confirm(ctx context.Context, s *cache.Store, rv uint64
 			return nil, "", fmt.Errorf("wait for kube-apiserver's progress of %s: %w", s.Resource.Resource, ctx.Err())
 		}
 	}
+}
+
+// prime starts a probe of s now if the pipeline allows one: a consistent
+// read calls it when it arrives, so that the probe's second until its
+// bookmark runs while the read asks kube-apiserver's version, rather than
+// after. A probe that ends before the version comes back covers nothing
+// newer than it and costs one watch.
+func (c *ProgressChecker) prime(s *cache.Store) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, ok := c.byType[s]
+	if !ok {
+		st = &progressState{ended: make(chan struct{})}
+		c.byType[s] = st
+	}
+	c.startLocked(s, st)
+}
+
+// startLocked starts a probe of s if none is open, or if the newest began
+// progressSpacing ago and fewer than progressMaxInFlight are open, unless
+// the last one failed within progressRetryAfter. It reports whether one
+// started.
+func (c *ProgressChecker) startLocked(s *cache.Store, st *progressState) bool {
+	if st.err != nil && time.Since(st.failedAt) < progressRetryAfter {
+		return false
+	}
+	if st.inFlight > 0 && (st.inFlight >= progressMaxInFlight || time.Since(st.lastStart) < progressSpacing) {
+		return false
+	}
+	st.inFlight++
+	st.lastStart = time.Now()
+	go c.probe(s, st)
+	return true
 }
 
 // probe runs one probe of s from the store's current resourceVersion and
