@@ -1,0 +1,130 @@
+package nodeview
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+	nodeauthorizer "github.com/nodeproxy/nodeproxy/authorizer"
+	"github.com/nodeproxy/nodeproxy/bulk"
+	"github.com/nodeproxy/nodeproxy/watchmux"
+)
+
+// Selects reports whether sel asks for a node view rather than a bulk
+// watch channel: the hub's wiring routes on it.
+func Selects(sel *v1alpha1.GetOperation) bool { return sel.Resource == v1alpha1.NodeViewResource }
+
+// Handler opens node view channels: the watchmux.Handler for selectors
+// Selects.
+type Handler struct {
+	views *Views
+}
+
+// NewHandler opens views that views feeds.
+func NewHandler(views *Views) *Handler { return &Handler{views: views} }
+
+var _ watchmux.Handler = (*Handler)(nil)
+
+var viewResource = schema.GroupResource{Group: v1alpha1.GroupName, Resource: v1alpha1.NodeViewResource.Resource}
+
+// Open implements watchmux.Handler. A node may open only its own view,
+// and nobody else may open one: what a view carries is what the graph
+// lets that node read, which is no other user's right. A resume is held
+// here until every store has reached the client's position (at most 3 s,
+// then 504), so that the client's fallback sees a refusal.
+func (h *Handler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink watchmux.Sink) (func(), *metav1.Status) {
+	u, ok := request.UserFrom(ctx)
+	if !ok {
+		return nil, &apierrors.NewInternalError(errors.New("no user in the request context")).ErrStatus
+	}
+	node, from, resume, err := parseSelector(sel)
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	if self, isNode := nodeauthorizer.NodeName(u); !isNode || self != node {
+		opens.WithLabelValues(openRefused).Inc()
+		return nil, &apierrors.NewForbidden(viewResource, node,
+			fmt.Errorf("User %q cannot watch the node view of %q: a node may open only its own view", u.GetName(), node)).ErrStatus
+	}
+	if resume {
+		for i, s := range h.views.stores {
+			if _, err := bulk.ReadAt(ctx, s, from[i]); err != nil {
+				opens.WithLabelValues(openRefused).Inc()
+				return nil, statusOf(err)
+			}
+		}
+	}
+	v := newView(node, sink, h.views.live, h.views)
+	sink.OnClose(func() { h.views.remove(v) })
+	return func() { h.views.join(v, from, resume) }, nil
+}
+
+// parseSelector reads a node view's selector: the node by
+// metadata.name, and the position to resume from, if any. What a view
+// cannot honour (other selectors, paging, an exact version, initial
+// events with a position) is refused rather than ignored.
+func parseSelector(sel *v1alpha1.GetOperation) (node string, from Position, resume bool, err error) {
+	path := field.NewPath("selector")
+	opts := path.Child("options")
+	var errs field.ErrorList
+	if sel.Namespace != "" {
+		errs = append(errs, field.Forbidden(path.Child("namespace"), "a node view is not namespaced"))
+	}
+	o := sel.Options
+	if o.LabelSelector != "" {
+		errs = append(errs, field.Forbidden(opts.Child("labelSelector"), "a node view carries everything the node may read"))
+	}
+	if o.Limit != 0 || o.Continue != "" {
+		errs = append(errs, field.Forbidden(opts.Child("limit"), "a node view is not paged"))
+	}
+	if o.ResourceVersionMatch != "" && o.ResourceVersionMatch != metav1.ResourceVersionMatchNotOlderThan {
+		errs = append(errs, field.NotSupported(opts.Child("resourceVersionMatch"), o.ResourceVersionMatch, []metav1.ResourceVersionMatch{metav1.ResourceVersionMatchNotOlderThan}))
+	}
+	fs, ferr := fields.ParseSelector(o.FieldSelector)
+	if ferr != nil {
+		errs = append(errs, field.Invalid(opts.Child("fieldSelector"), o.FieldSelector, ferr.Error()))
+	} else {
+		name, named := fs.RequiresExactMatch("metadata.name")
+		if !named || name == "" || len(fs.Requirements()) != 1 {
+			errs = append(errs, field.Invalid(opts.Child("fieldSelector"), o.FieldSelector, "must be metadata.name=<node>, the node's own name"))
+		}
+		node = name
+	}
+	initial := o.SendInitialEvents
+	switch rv := o.ResourceVersion; {
+	case rv == "" || rv == "0":
+		if initial != nil && !*initial {
+			errs = append(errs, field.Invalid(opts.Child("sendInitialEvents"), false, "a node view from no position starts with its initial state"))
+		}
+	default:
+		p, perr := ParsePosition(rv)
+		if perr != nil {
+			errs = append(errs, field.Invalid(opts.Child("resourceVersion"), rv, perr.Error()))
+		}
+		if initial != nil && *initial {
+			errs = append(errs, field.Invalid(opts.Child("sendInitialEvents"), true, "a position resumes the view; the initial state comes only without one"))
+		}
+		from, resume = p, true
+	}
+	if len(errs) > 0 {
+		return "", from, false, apierrors.NewInvalid(schema.GroupKind{Group: v1alpha1.GroupName, Kind: v1alpha1.NodeViewKind}, node, errs)
+	}
+	return node, from, resume, nil
+}
+
+func statusOf(err error) *metav1.Status {
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		s := st.Status()
+		return &s
+	}
+	return &apierrors.NewInternalError(err).ErrStatus
+}
