@@ -396,10 +396,15 @@ func (v *view) addPath(ref graph.ObjectRef, delta int32, st *state) {
 }
 
 // show sends o, of type i, as in the view: ADDED, MODIFIED or ENTERED by
-// what the consumer holds. Only if the live graph lets the node reach it:
-// the graph takes in a change before the cache publishes it, so when it
-// says no, the change taking the object away is already on its way; the
-// object is withheld (and, if held, removed) until then.
+// what the consumer holds. Only if the live graph lets the node reach it.
+// The graph takes in a change before the cache publishes it, so when it
+// says no, the change taking the object away is already published or
+// about to be, and this view will take it in at the latest in its next
+// step: the object is withheld, and the consumer keeps the version it
+// has until then, when it leaves after what used it (a pod's DELETED,
+// then its secret's LEFT), as it would have without the race. Sending
+// LEFT at once instead would take the secret from under a pod the
+// consumer still holds.
 func (v *view) show(i int, ref graph.ObjectRef, o *cache.Object, t watch.EventType, st *state) {
 	if v.quiet {
 		v.held[ref] = struct{}{}
@@ -408,10 +413,6 @@ func (v *view) show(i int, ref graph.ObjectRef, o *cache.Object, t watch.EventTy
 	_, held := v.held[ref]
 	if !v.live.Reachable(v.node, ref) {
 		withheld.Inc()
-		if held {
-			delete(v.held, ref)
-			v.emit(v1alpha1.NodeViewLeft, identityObject(st.stores[i], ref, st.snaps[i].RV))
-		}
 		return
 	}
 	switch {
