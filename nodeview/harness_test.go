@@ -250,6 +250,33 @@ type consumer struct {
 	pos string
 	// log is every event, as "TYPE Kind ns/name", bookmarks as "BOOKMARK".
 	log []string
+	// exists, if set, says whether the cache holds an object of type i
+	// now: a pod arriving before such an object it uses fails the test.
+	exists func(i int, namespace, name string) bool
+}
+
+var kindNames = map[graph.Kind]string{
+	graph.Secret: "Secret", graph.ConfigMap: "ConfigMap", graph.ServiceAccount: "ServiceAccount",
+	graph.PersistentVolumeClaim: "PersistentVolumeClaim",
+}
+
+// checkOrder fails the test if the pod of a pod event uses an object the
+// cache holds and the consumer does not.
+func (c *consumer) checkOrder(object []byte, batch []string) {
+	c.t.Helper()
+	var p corev1.Pod
+	if err := json.Unmarshal(object, &p); err != nil {
+		c.t.Fatal(err)
+	}
+	graph.PodUses(&p, func(r graph.ObjectRef) {
+		i := typeOfKind[r.Kind]
+		if i < 0 || !c.exists(i, r.Namespace, r.Name) {
+			return
+		}
+		if _, held := c.held[kindNames[r.Kind]+" "+r.Namespace+"/"+r.Name]; !held {
+			c.t.Errorf("pod %s/%s arrived before the %s it uses; events: %s", p.Namespace, p.Name, r, strings.Join(append(c.log, batch...), " | "))
+		}
+	})
 }
 
 type objectMeta struct {
@@ -325,6 +352,9 @@ func (c *consumer) read() []string {
 			delete(c.held, k)
 		default:
 			c.t.Fatalf("unexpected event %s", e.typ)
+		}
+		if m.Kind == "Pod" && (e.typ == watch.Added || e.typ == watch.Modified) && c.exists != nil {
+			c.checkOrder(e.object, lines)
 		}
 		lines = append(lines, string(e.typ)+" "+k)
 	}

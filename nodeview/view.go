@@ -120,7 +120,7 @@ type view struct {
 	// pods are the node's pods in the view, with what each added a path
 	// to: removal takes away exactly that, whatever the pod looks like by
 	// then.
-	pods    map[objectKey][]graph.ObjectRef
+	pods    map[objectKey]podEntry
 	hasNode bool
 
 	// quiet: building the state the consumer already holds (a resume,
@@ -144,11 +144,18 @@ type volume struct {
 
 type objectKey struct{ namespace, name string }
 
+// podEntry is a pod of the node in the view: what it added a path to,
+// and whether the consumer holds it.
+type podEntry struct {
+	uses []graph.ObjectRef
+	held bool
+}
+
 func newView(node string, sink watchmux.Sink, live Reachability, ix index) *view {
 	return &view{
 		node: node, sink: sink, live: live, ix: ix,
 		wanted: map[graph.ObjectRef]int32{}, held: map[graph.ObjectRef]struct{}{},
-		volumes: map[string]volume{}, pods: map[objectKey][]graph.ObjectRef{},
+		volumes: map[string]volume{}, pods: map[objectKey]podEntry{},
 	}
 }
 
@@ -171,7 +178,7 @@ func (v *view) build(st *state) {
 	defer func() { v.quiet = false }()
 	st.snaps[podIndex].AscendNode(v.node, "", "", "", func(o *cache.Object) bool {
 		uses := podUses(o)
-		v.pods[objectKey{o.Namespace, o.Name}] = uses
+		v.pods[objectKey{o.Namespace, o.Name}] = podEntry{uses: uses, held: true}
 		for _, r := range uses {
 			v.addPath(r, 1, st)
 		}
@@ -214,7 +221,13 @@ func (v *view) sendAll(st *state, pos Position) {
 			})
 		case ownPods:
 			st.snaps[i].AscendNode(v.node, "", "", "", func(o *cache.Object) bool {
-				v.emit(watch.Added, v.encode(st, i, o))
+				key := objectKey{o.Namespace, o.Name}
+				if v.live.Reachable(v.node, graph.ObjectRef{Kind: graph.Pod, Namespace: o.Namespace, Name: o.Name}) {
+					v.emit(watch.Added, v.encode(st, i, o))
+				} else {
+					withheld.Inc()
+					v.pods[key] = podEntry{uses: v.pods[key].uses}
+				}
 				return !v.dead
 			})
 		}
@@ -266,7 +279,10 @@ func (v *view) apply(i int, e *cache.Event, st *state) {
 
 // applyPod: a pod's references enter the view before the pod and leave
 // it after the pod, so that the consumer never holds a pod without what
-// it uses.
+// it uses. A pod the live graph no longer has on the node (deleted, the
+// deletion not yet taken in) is withheld as its references are (show):
+// sending it would send a pod without what it uses, which the graph has
+// already taken away.
 func (v *view) applyPod(e *cache.Event, st *state) {
 	o := e.Object
 	key := objectKey{o.Namespace, o.Name}
@@ -278,19 +294,29 @@ func (v *view) applyPod(e *cache.Event, st *state) {
 		for _, r := range uses {
 			v.addPath(r, 1, st)
 		}
-		v.pods[key] = uses
-		t := watch.Added
-		if was {
-			t = watch.Modified
+		held := old.held
+		if v.quiet {
+			held = true
+		} else if v.live.Reachable(v.node, graph.ObjectRef{Kind: graph.Pod, Namespace: o.Namespace, Name: o.Name}) {
+			t := watch.Added
+			if held {
+				t = watch.Modified
+			}
+			v.emit(t, v.encode(st, podIndex, o))
+			held = true
+		} else {
+			withheld.Inc()
 		}
-		v.emit(t, v.encode(st, podIndex, o))
-		for _, r := range old {
+		v.pods[key] = podEntry{uses: uses, held: held}
+		for _, r := range old.uses {
 			v.addPath(r, -1, st)
 		}
 	case was:
 		delete(v.pods, key)
-		v.emit(watch.Deleted, v.encode(st, podIndex, o))
-		for _, r := range old {
+		if old.held {
+			v.emit(watch.Deleted, v.encode(st, podIndex, o))
+		}
+		for _, r := range old.uses {
 			v.addPath(r, -1, st)
 		}
 	}
