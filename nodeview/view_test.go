@@ -1,6 +1,7 @@
 package nodeview
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -200,5 +201,23 @@ func TestPositionRoundTrips(t *testing.T) {
 	}
 	if !p.covers(p) || (Position{}).covers(p) || !p.covers(Position{}) {
 		t.Error("covers")
+	}
+}
+
+func TestPositionOlderThanTheChangeLogExpires(t *testing.T) {
+	r := newReplica(t, 4)
+	var k cluster
+	c := r.open("n1", nil)
+	step(r, c, k.put(secretsGVR, secret("s", "a")), k.put(podsGVR, pod("p", "n1", "secret/s")))
+	for i := range 8 {
+		step(r, c, k.put(secretsGVR, secret("s", fmt.Sprint(i))))
+	}
+	resumed := &consumer{t: t, node: "n1", held: map[string]uint64{}}
+	from := Position{}
+	from[podIndex] = 2 // before the pod: the secrets log of 4 changes no longer reaches it
+	r.views.join(newView("n1", &resumed.sink, r.graph, r.views), from, true)
+	r.views.Step()
+	if st := resumed.sink.closed; st == nil || st.Code != 410 {
+		t.Fatalf("a resume from a position the change logs no longer hold: %v, want ERROR 410", st)
 	}
 }

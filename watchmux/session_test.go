@@ -78,7 +78,7 @@ func (r *replica) Open(_ context.Context, sel *v1alpha1.GetOperation, sink Sink)
 	}, nil
 }
 
-func startReplica(t *testing.T, r *replica) (*Server, *httptest.Server) {
+func startReplica(t *testing.T, r Handler) (*Server, *httptest.Server) {
 	t.Helper()
 	o := DefaultOptions()
 	o.PingInterval = 100 * time.Millisecond
