@@ -286,6 +286,11 @@ func (m *Views) resumeLocked(v *view, from Position) {
 	at.claims = claimsAt(at.snaps[pvIndex])
 	m.registerLocked(v)
 	v.build(&at)
+	// The catch-up is bounded by the change logs, not by the channel's
+	// queue: a view away for a while must not be refused as too slow for
+	// what it missed, as a watch's initial state is not.
+	v.initial = true
+	defer func() { v.initial = false }()
 	for i := range types {
 		events, err := m.st.snaps[i].Changes(from[i])
 		if err != nil {
