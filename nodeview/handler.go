@@ -55,8 +55,11 @@ func (h *Handler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 			fmt.Errorf("User %q cannot watch the node view of %q: a node may open only its own view", u.GetName(), node)).ErrStatus
 	}
 	if resume {
+		// Every change the consumer holds, not its whole position: the
+		// position's At of a quiet type may be the serving replica's
+		// own bookmark, which this one may not get for a minute.
 		for i, s := range h.views.stores {
-			if _, err := bulk.ReadAt(ctx, s, from[i]); err != nil {
+			if _, err := bulk.ReadAt(ctx, s, from.Since[i]); err != nil {
 				opens.WithLabelValues(openRefused).Inc()
 				return nil, statusOf(err)
 			}

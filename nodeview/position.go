@@ -77,16 +77,28 @@ var typeOfKind = func() [16]int {
 	return m
 }()
 
-// Position is where a view is: for each of its types, the resourceVersion
-// of that type's store up to which every change has been taken in. One
-// number per type because the hub's stores are per type: each follows its
-// own watch of kube-apiserver, and a quiet type's version moves only on
-// bookmarks about a minute apart, so one number for all would have to
-// wait for the slowest type (docs/api.md, "The node view").
-type Position [numTypes]uint64
+// Position is where a view is, per type, as two resourceVersions of
+// that type's store: At, up to which every change has been taken in, and
+// Since, the last change taken in (at or before At; At itself when no
+// change has been taken in since the views started). No change of the
+// type lies in (Since, At], so the view holds the state of the type at
+// every version from Since to At.
+//
+// One pair per type because the hub's stores are per type: each follows
+// its own watch of kube-apiserver, and a quiet type's version moves only
+// on bookmarks about a minute apart, so one number for all would have to
+// wait for the slowest type (docs/api.md, "The node view"). Since is what
+// lets another replica resume the view without waiting for its own
+// bookmark of a quiet type: At may come from the serving replica's
+// bookmark, which no other replica has had, while Since is a change every
+// replica's watch delivers within milliseconds.
+type Position struct {
+	Since, At [numTypes]uint64
+}
 
 // String is the position as a client sends it back in resourceVersion:
-// "secrets=12,configmaps=34,...", every type once, in types order.
+// "secrets=700-812,configmaps=790,...", every type once, in types order,
+// Since-At, or one number when they are equal.
 func (p Position) String() string {
 	var b strings.Builder
 	for i, t := range types {
@@ -95,15 +107,20 @@ func (p Position) String() string {
 		}
 		b.WriteString(t.gvr.Resource)
 		b.WriteByte('=')
-		b.WriteString(strconv.FormatUint(p[i], 10))
+		if p.Since[i] != p.At[i] {
+			b.WriteString(strconv.FormatUint(p.Since[i], 10))
+			b.WriteByte('-')
+		}
+		b.WriteString(strconv.FormatUint(p.At[i], 10))
 	}
 	return b.String()
 }
 
-// covers reports whether p is at or past q for every type.
-func (p Position) covers(q Position) bool {
-	for i := range p {
-		if p[i] < q[i] {
+// reaches reports whether a store at p has taken in every change q has:
+// for each type, p.At at or past q.Since.
+func (p Position) reaches(q Position) bool {
+	for i := range p.At {
+		if p.At[i] < q.Since[i] {
 			return false
 		}
 	}
@@ -128,11 +145,24 @@ func ParsePosition(s string) (Position, error) {
 		if seen[i] {
 			return p, fmt.Errorf("position %q: %s twice", s, name)
 		}
-		rv, err := strconv.ParseUint(value, 10, 64)
-		if err != nil {
+		since, at, ranged := strings.Cut(value, "-")
+		if !ranged {
+			at = value
+		}
+		var err error
+		if p.At[i], err = strconv.ParseUint(at, 10, 64); err != nil {
 			return p, fmt.Errorf("position %q: resourceVersion of %s: %w", s, name, err)
 		}
-		p[i], seen[i] = rv, true
+		p.Since[i] = p.At[i]
+		if ranged {
+			if p.Since[i], err = strconv.ParseUint(since, 10, 64); err != nil {
+				return p, fmt.Errorf("position %q: last change of %s: %w", s, name, err)
+			}
+			if p.Since[i] > p.At[i] {
+				return p, fmt.Errorf("position %q: the last change of %s is after its resourceVersion", s, name)
+			}
+		}
+		seen[i] = true
 	}
 	for i, ok := range seen {
 		if !ok {

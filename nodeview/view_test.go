@@ -194,13 +194,25 @@ func TestMalformedPositionsAreRefused(t *testing.T) {
 }
 
 func TestPositionRoundTrips(t *testing.T) {
-	p := Position{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	p := Position{Since: [numTypes]uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, At: [numTypes]uint64{1, 5, 3, 4, 5, 6, 7, 8, 9, 12}}
 	got, err := ParsePosition(p.String())
 	if err != nil || got != p {
 		t.Fatalf("%s read back as %v, %v", p, got, err)
 	}
-	if !p.covers(p) || (Position{}).covers(p) || !p.covers(Position{}) {
-		t.Error("covers")
+	if !strings.HasPrefix(p.String(), "secrets=1,configmaps=2-5,") {
+		t.Errorf("%s: want one number where the last change is the version", p)
+	}
+	if _, err := ParsePosition(strings.Replace(p.String(), "configmaps=2-5", "configmaps=6-5", 1)); err == nil {
+		t.Error("a last change after the version was read")
+	}
+	behind := p
+	behind.At[1] = 2 // a replica without the serving one's bookmark of configmaps
+	if !behind.reaches(p) {
+		t.Error("a replica that has taken in every change must reach the position, whatever bookmarks it lacks")
+	}
+	behind.At[1] = 1
+	if behind.reaches(p) {
+		t.Error("a replica without the last change reaches the position")
 	}
 }
 
@@ -213,8 +225,8 @@ func TestPositionOlderThanTheChangeLogExpires(t *testing.T) {
 		step(r, c, k.put(secretsGVR, secret("s", fmt.Sprint(i))))
 	}
 	resumed := &consumer{t: t, node: "n1", held: map[string]uint64{}}
-	from := Position{}
-	from[podIndex] = 2 // before the pod: the secrets log of 4 changes no longer reaches it
+	var from Position
+	from.At[podIndex] = 2 // before the pod: the secrets log of 4 changes no longer reaches it
 	r.views.join(newView("n1", &resumed.sink, r.graph, r.views), from, true)
 	r.views.Step()
 	if st := resumed.sink.closed; st == nil || st.Code != 410 {

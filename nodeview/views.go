@@ -149,15 +149,16 @@ func (m *Views) Step() {
 	}
 	for i := range types {
 		snap := m.stores[i].Snapshot()
-		if snap.RV <= m.pos[i] {
+		if snap.RV <= m.pos.At[i] {
 			continue
 		}
-		events, err := snap.Changes(m.pos[i])
+		events, err := snap.Changes(m.pos.At[i])
 		if err != nil {
 			// The store started its log over (a relist it could not carry
 			// on): no view can be told what changed. Each starts again.
 			m.expireAllLocked(fmt.Sprintf("the hub's cache relisted %s; open the view again without a position", types[i].gvr.Resource))
 			m.advanceLocked(i, snap)
+			m.pos.Since[i] = snap.RV
 			if i == pvIndex {
 				m.st.claims = claimsAt(snap)
 			}
@@ -165,6 +166,7 @@ func (m *Views) Step() {
 		}
 		for _, e := range events {
 			m.routeLocked(i, e)
+			m.pos.Since[i] = e.RV
 		}
 		m.advanceLocked(i, snap)
 	}
@@ -184,6 +186,9 @@ func (m *Views) Bookmark() {
 func (m *Views) startLocked() {
 	for i, s := range m.stores {
 		m.advanceLocked(i, s.Snapshot())
+		// The last change before is unknown: the state is known at this
+		// version only.
+		m.pos.Since[i] = m.pos.At[i]
 	}
 	m.st.claims = claimsAt(m.st.snaps[pvIndex])
 	m.started = true
@@ -191,7 +196,7 @@ func (m *Views) startLocked() {
 
 func (m *Views) advanceLocked(i int, snap *cache.Snapshot) {
 	m.st.snaps[i] = snap
-	m.pos[i] = snap.RV
+	m.pos.At[i] = snap.RV
 }
 
 // routeLocked hands e to the views it may concern. Each view decides for
@@ -244,14 +249,14 @@ func containsView(vs []*view, v *view) bool {
 }
 
 // joinLocked joins the views waiting to. A resumed view joins once the
-// hub's position covers the consumer's: its handler waited for every
-// store to reach it, so the step after that does.
+// hub has taken in every change the consumer holds (Position.reaches):
+// its handler waited for every store to, so the step after that has.
 func (m *Views) joinLocked() {
 	waiting := m.joining[:0]
 	for _, j := range m.joining {
 		switch {
 		case j.v.dead:
-		case j.resume && !m.pos.covers(j.from):
+		case j.resume && !m.pos.reaches(j.from):
 			waiting = append(waiting, j)
 		case j.resume:
 			m.resumeLocked(j.v, j.from)
@@ -273,26 +278,32 @@ func (m *Views) joinLocked() {
 // the consumer ends where every other view is, having missed nothing and
 // been told nothing twice.
 func (m *Views) resumeLocked(v *view, from Position) {
-	at := state{stores: &m.stores, encoder: m.st.encoder}
+	// The consumer holds each type's state at every version from
+	// from.Since to from.At; this replica has taken in every change up
+	// to m.pos.At, which reaches from.Since. Read at the latest version
+	// in both ranges.
+	var at Position
+	st := state{stores: &m.stores, encoder: m.st.encoder}
 	for i := range types {
-		snap, err := m.st.snaps[i].At(from[i])
+		at.At[i] = min(from.At[i], m.pos.At[i])
+		snap, err := m.st.snaps[i].At(at.At[i])
 		if err != nil {
 			m.expireLocked(v, fmt.Sprintf("position %s is older than the hub's change log of %s holds; open the view again without a position", from, types[i].gvr.Resource))
 			opens.WithLabelValues(openExpired).Inc()
 			return
 		}
-		at.snaps[i] = snap
+		st.snaps[i] = snap
 	}
-	at.claims = claimsAt(at.snaps[pvIndex])
+	st.claims = claimsAt(st.snaps[pvIndex])
 	m.registerLocked(v)
-	v.build(&at)
+	v.build(&st)
 	// The catch-up is bounded by the change logs, not by the channel's
 	// queue: a view away for a while must not be refused as too slow for
 	// what it missed, as a watch's initial state is not.
 	v.initial = true
 	defer func() { v.initial = false }()
 	for i := range types {
-		events, err := m.st.snaps[i].Changes(from[i])
+		events, err := m.st.snaps[i].Changes(at.At[i])
 		if err != nil {
 			m.expireLocked(v, fmt.Sprintf("position %s is older than the hub's change log of %s holds; open the view again without a position", from, types[i].gvr.Resource))
 			opens.WithLabelValues(openExpired).Inc()
