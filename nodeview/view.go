@@ -38,6 +38,11 @@ type state struct {
 	encoder *cache.Encoder
 	snaps   [numTypes]*cache.Snapshot
 	claims  map[graph.ObjectRef]map[string]struct{} // claim -> names of the PVs bound to it
+	// last is the object encoded last, with its JSON: a change sent to
+	// every view (a service's) is looked up in the encoder once, not
+	// once per view.
+	last      *cache.Object
+	lastBytes []byte
 }
 
 // get returns the object ref names, at the state's snapshot of type i.
@@ -472,6 +477,9 @@ func (v *view) hide(i int, ref graph.ObjectRef, o *cache.Object, t watch.EventTy
 // encode is o's JSON from the cache's encoder: one encoding per object
 // version, whatever the number of views that send it.
 func (v *view) encode(st *state, i int, o *cache.Object) []byte {
+	if o == st.last {
+		return st.lastBytes
+	}
 	b, err := st.encoder.Encode(st.stores[i], o)
 	if err != nil {
 		// Not the node's fault and not to be skipped: the view cannot
@@ -479,6 +487,7 @@ func (v *view) encode(st *state, i int, o *cache.Object) []byte {
 		v.fail(fmt.Errorf("encode %s %s/%s: %w", types[i].gvr.Resource, o.Namespace, o.Name, err))
 		return nil
 	}
+	st.last, st.lastBytes = o, b
 	return b
 }
 
