@@ -7,18 +7,18 @@
 // protocol, its ordering and the proof of its resume are in docs/api.md,
 // "The node view".
 //
-//	 cache stores, one per type
-//	      |  Snapshot.Changes(pos[type]), type by type in types order
-//	      v
-//	 Views.Step (one goroutine) --route: pods and Nodes by node, graph kinds by object,
-//	      |                              volumes by their claim, cluster-wide to all
-//	      v
-//	 view (one per open channel, synchronous) --ADDED MODIFIED DELETED ENTERED LEFT, BOOKMARK--> watchmux.Sink
-//	      |   reaches by graph.PodUses / graph.PVSecrets (the graph's own rules) at its position
-//	      '-- sends graph kinds only if the live graph.Reachable agrees
+//	cache stores, one per type
+//	     |  Snapshot.Changes(pos[type]), type by type in types order
+//	     v
+//	Views.Step (one goroutine) --route: pods and Nodes by node, graph kinds by object,
+//	     |                              volumes by their claim, cluster-wide to all
+//	     v
+//	view (one per open channel, synchronous) --ADDED MODIFIED DELETED ENTERED LEFT, BOOKMARK--> watchmux.Sink
+//	     |   reaches by graph.PodUses / graph.PVSecrets (the graph's own rules) at its position
+//	     '-- sends graph kinds only if the live graph.Reachable agrees
 //
-//	 join: no position -> build at the hub's position, send it whole (Initial), bookmark
-//	       a position   -> build at it (Snapshot.At), send the changes since (Snapshot.Changes), bookmark
+//	join: no position -> build at the hub's position, send it whole (Initial), bookmark
+//	      a position   -> build at it (Snapshot.At), send the changes since (Snapshot.Changes), bookmark
 //
 // A view's position is one resourceVersion per type (Position), because
 // the hub's stores are per type. What a view holds at a position P is a

@@ -119,7 +119,7 @@ func TestSessionBatchesResumeFromTheirBookmark(t *testing.T) {
 		}
 	}
 	read(2)
-	waitBatchSubscribed(t, log)
+	waitFollowed(t, &log.mu, func() int { return len(log.subs) })
 	log.write(2, "x1", "x2")
 	read(3)
 	fwd.Add(hsB.Listener.Addr().String())
@@ -132,18 +132,4 @@ func TestSessionBatchesResumeFromTheirBookmark(t *testing.T) {
 	if strings.Join(got, " ") != want {
 		t.Fatalf("the consumer got %q, want %q", strings.Join(got, " "), want)
 	}
-}
-
-func waitBatchSubscribed(t *testing.T, l *batchLog) {
-	t.Helper()
-	for range 500 {
-		l.mu.Lock()
-		n := len(l.subs)
-		l.mu.Unlock()
-		if n > 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("the channel never followed the log")
 }
