@@ -105,7 +105,7 @@ func (c *Config) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node views: %w", err)
 	}
-	watchServer := watchmux.NewServer(channelRouter{views: nodeview.NewHandler(views), watches: watcher}, c.Watch)
+	watchServer := watchmux.NewServer(channelRouter{views: nodeview.NewHandler(views, latestVersions{client: meta}), watches: watcher}, c.Watch)
 	c.router.watch.Store(watchServer)
 
 	// Ready only once every type has been listed into the cache and the

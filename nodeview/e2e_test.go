@@ -169,8 +169,13 @@ func TestNodeViewAgainstKubeAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := testserver.Start(t, cp, testserver.Options{})
-	b := testserver.Start(t, cp, testserver.Options{})
 	a.WaitReady(t, 90*time.Second)
+	// b starts later, as in a rolling update: it lists every type at a
+	// later version than a, so its change logs begin after a's versions
+	// of the types nobody changes (runtime classes, CSI drivers), and a
+	// view moving to it needs kube-apiserver to show they did not change.
+	createSecret(t, admin, secretOf("before-b", "1"))
+	b := testserver.Start(t, cp, testserver.Options{})
 	b.WaitReady(t, 90*time.Second)
 	addrA, addrB := strings.TrimPrefix(a.URL, "https://"), strings.TrimPrefix(b.URL, "https://")
 	fwd, err := forwarder.Start(addrA)

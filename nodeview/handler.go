@@ -15,6 +15,7 @@ import (
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	nodeauthorizer "github.com/nodeproxy/nodeproxy/authorizer"
 	"github.com/nodeproxy/nodeproxy/bulk"
+	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
 
@@ -26,10 +27,16 @@ func Selects(sel *v1alpha1.GetOperation) bool { return sel.Resource == v1alpha1.
 // Selects.
 type Handler struct {
 	views *Views
+	spans *spans
 }
 
-// NewHandler opens views that views feeds.
-func NewHandler(views *Views) *Handler { return &Handler{views: views} }
+// NewHandler opens views that views feeds. progress, if not nil, lets a
+// view resume on a replica whose change logs begin after the position of
+// a type that has not changed since (hub's asks kube-apiserver); without
+// it such a resume gets ERROR 410.
+func NewHandler(views *Views, progress bulk.Progress) *Handler {
+	return &Handler{views: views, spans: newSpans(progress)}
+}
 
 var _ watchmux.Handler = (*Handler)(nil)
 
@@ -62,6 +69,9 @@ func (h *Handler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 			if _, err := bulk.ReadAt(ctx, s, from.Since[i]); err != nil {
 				opens.WithLabelValues(openRefused).Inc()
 				return nil, statusOf(err)
+			}
+			if _, err := s.Snapshot().At(from.At[i]); errors.Is(err, cache.ErrExpired) {
+				from.At[i] = h.spans.extend(ctx, i, from.At[i])
 			}
 		}
 	}

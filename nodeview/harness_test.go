@@ -37,6 +37,14 @@ type replica struct {
 
 func newReplica(t testing.TB, logSize int) *replica {
 	t.Helper()
+	return newReplicaListedAt(t, logSize, nil)
+}
+
+// newReplicaListedAt is newReplica whose stores of the types in listed
+// take their first list at the version given, as a replica started
+// later does; the others at 1.
+func newReplicaListedAt(t testing.TB, logSize int, listed map[string]string) *replica {
+	t.Helper()
 	c, err := cache.NewDetached(cache.Options{LogSize: logSize, EncodedEntries: 1024})
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +53,11 @@ func newReplica(t testing.TB, logSize int) *replica {
 	c.Store(corev1.SchemeGroupVersion.WithResource("pods")).AddHandler(g.PodHandler())
 	c.Store(corev1.SchemeGroupVersion.WithResource("persistentvolumes")).AddHandler(g.PVHandler())
 	for _, gvr := range cache.Watched() {
-		if err := c.Store(gvr).Replace(nil, "1"); err != nil {
+		rv := "1"
+		if v, ok := listed[gvr.Resource]; ok {
+			rv = v
+		}
+		if err := c.Store(gvr).Replace(nil, rv); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -392,7 +404,7 @@ func openAs(t testing.TB, r *replica, name string, groups []string, sel *v1alpha
 	t.Helper()
 	ctx := request.WithUser(context.Background(), &user.DefaultInfo{Name: name, Groups: groups})
 	var sink recordingSink
-	run, st := NewHandler(r.views).Open(ctx, sel, &sink)
+	run, st := NewHandler(r.views, nil).Open(ctx, sel, &sink)
 	if st == nil && run == nil {
 		t.Fatal("opened without a run function")
 	}

@@ -1,6 +1,7 @@
 package nodeview
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -8,9 +9,14 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/nodeproxy/nodeproxy/bulk"
 )
 
 // workload makes random writes on a small cluster of two nodes, where
@@ -197,5 +203,80 @@ func (c *consumer) watchOrder(r *replica) {
 	c.exists = func(i int, ns, name string) bool {
 		_, ok := r.cache.Store(types[i].gvr).Snapshot().Get(ns, name)
 		return ok
+	}
+}
+
+// fakeProgress answers bulk.Progress as kube-apiserver would for a type
+// whose last change up to through was at changed (0: none after from).
+type fakeProgress struct {
+	changed, through uint64
+	asked            int
+}
+
+func (f *fakeProgress) Progress(_ context.Context, _ schema.GroupVersionResource, from uint64) (uint64, uint64, error) {
+	f.asked++
+	return max(from, f.changed), f.through, nil
+}
+
+// TestResumeOnAReplicaThatListedLater: replica B listed runtime classes
+// after the position's version of them (it started later, as in a
+// rolling update), so its change log cannot show the state there. The
+// view resumes when kube-apiserver shows the type did not change since,
+// and gets ERROR 410 when it did, or when nobody can be asked.
+func TestResumeOnAReplicaThatListedLater(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		progress *fakeProgress
+		want410  bool
+	}{
+		{"kube-apiserver shows no change since", &fakeProgress{through: 45}, false},
+		{"the type changed since", &fakeProgress{changed: 20, through: 45}, true},
+		{"nobody to ask", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var k cluster
+			a := newReplica(t, 256)
+			b := newReplicaListedAt(t, 256, map[string]string{"runtimeclasses": "40"})
+			ws := []write{k.put(secretsGVR, secret("s", "a")), k.put(podsGVR, pod("p", "n1", "secret/s"))}
+			c := a.open("n1", nil)
+			step(a, c, ws...)
+			for _, w := range ws {
+				b.write(w)
+			}
+			b.views.Step()
+
+			var progress bulk.Progress
+			if tc.progress != nil {
+				progress = tc.progress
+			}
+			c.sink = recordingSink{}
+			ctx := request.WithUser(context.Background(), &user.DefaultInfo{Name: "system:node:n1", Groups: []string{"system:nodes"}})
+			run, st := NewHandler(b.views, progress).Open(ctx, selector("metadata.name=n1", c.pos), &c.sink)
+			if st != nil {
+				t.Fatalf("refused: %v", st)
+			}
+			run()
+			b.views.Step()
+			if tc.want410 {
+				if st := c.sink.closed; st == nil || st.Code != 410 {
+					t.Fatalf("got %v, want ERROR 410", st)
+				}
+				return
+			}
+			if st := c.sink.closed; st != nil {
+				t.Fatalf("closed with %v", st)
+			}
+			expect(t, "the resume", c.read(), "BOOKMARK")
+			if !strings.Contains(c.pos, "runtimeclasses=40") {
+				t.Errorf("position %s: want runtime classes at B's version", c.pos)
+			}
+			k.rv = 50 // etcd moved on meanwhile
+			expect(t, "a runtime class created on B", step(b, c, k.put(rcGVR, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "runc"}, Handler: "runc"})),
+				"ADDED RuntimeClass runc", "BOOKMARK")
+			check(t, b, c, "after the resume")
+			if tc.progress.asked != 1 {
+				t.Errorf("kube-apiserver asked %d times, want once", tc.progress.asked)
+			}
+		})
 	}
 }
