@@ -41,8 +41,10 @@
 //   - Between two bookmarks a view sends exactly the change from the view
 //     at the first bookmark's position to the view at the second's: each
 //     object version at most once, none skipped. A bookmark's position is
-//     a resume point on any replica whose change logs still reach it
-//     (older: ERROR 410, the client opens the view again).
+//     a resume point on any replica whose change logs still reach it, or
+//     for which kube-apiserver shows that the types its logs do not reach
+//     have not changed since (bulk.Progress); otherwise ERROR 410, and
+//     the client opens the view again.
 //   - Order, within a batch: what a pod uses enters before the pod and
 //     leaves after it; a volume's secrets before the volume, the volume
 //     before its claim, and the reverse on the way out. The initial
