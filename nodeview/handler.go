@@ -62,22 +62,54 @@ func (h *Handler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 			fmt.Errorf("User %q cannot watch the node view of %q: a node may open only its own view", u.GetName(), node)).ErrStatus
 	}
 	if resume {
-		// Every change the consumer holds, not its whole position: the
-		// position's At of a quiet type may be the serving replica's
-		// own bookmark, which this one may not get for a minute.
 		for i, s := range h.views.stores {
-			if _, err := bulk.ReadAt(ctx, s, from.Since[i]); err != nil {
+			if err := h.settle(ctx, i, s, &from); err != nil {
 				opens.WithLabelValues(openRefused).Inc()
 				return nil, statusOf(err)
-			}
-			if _, err := s.Snapshot().At(from.At[i]); errors.Is(err, cache.ErrExpired) {
-				from.At[i] = h.spans.extend(ctx, i, from.At[i])
 			}
 		}
 	}
 	v := newView(node, sink, h.views.live, h.views)
 	sink.OnClose(func() { h.views.remove(v) })
 	return func() { h.views.join(v, from, resume) }, nil
+}
+
+// settle makes sure this replica can rebuild what the consumer holds of
+// type i, as from says it holds it, adjusting from to versions this
+// replica can read.
+//
+// The store must have every change the consumer has: up to from.Since,
+// not from.At, which may be the serving replica's own bookmark of a
+// quiet type that this one will not get for a minute. A store behind
+// Since after the lag between replicas is either missing changes still
+// in flight, or the type has not changed since the store's version (the
+// serving replica started later, and its Since of a type nobody changes
+// is its start version): kube-apiserver tells which (spans), and in the
+// second case the consumer's state is the store's. Otherwise the store
+// is waited for (bulk.ReadAt: up to 3 s, then 504).
+//
+// A store whose change log begins after from.At (this replica started
+// later) cannot show the state at At: kube-apiserver's word that the
+// type has not changed since moves At to a version the log reaches.
+func (h *Handler) settle(ctx context.Context, i int, s *cache.Store, from *Position) error {
+	if rv := s.Snapshot().RV; rv < from.Since[i] {
+		lag, cancel := context.WithTimeout(ctx, bulk.StoreLagAllowance)
+		snap, _ := s.Await(lag, from.Since[i])
+		cancel()
+		if rv = snap.RV; rv < from.Since[i] {
+			if through := h.spans.extend(ctx, i, rv); through >= from.Since[i] {
+				from.Since[i], from.At[i] = rv, max(from.At[i], through)
+				return nil
+			}
+			if _, err := bulk.ReadAt(ctx, s, from.Since[i]); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := s.Snapshot().At(from.At[i]); errors.Is(err, cache.ErrExpired) {
+		from.At[i] = h.spans.extend(ctx, i, from.At[i])
+	}
+	return nil
 }
 
 // parseSelector reads a node view's selector: the node by

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
@@ -218,25 +219,35 @@ func (f *fakeProgress) Progress(_ context.Context, _ schema.GroupVersionResource
 	return max(from, f.changed), f.through, nil
 }
 
-// TestResumeOnAReplicaThatListedLater: replica B listed runtime classes
-// after the position's version of them (it started later, as in a
-// rolling update), so its change log cannot show the state there. The
-// view resumes when kube-apiserver shows the type did not change since,
-// and gets ERROR 410 when it did, or when nobody can be asked.
-func TestResumeOnAReplicaThatListedLater(t *testing.T) {
+// TestResumeOnAReplicaThatListedAtAnotherVersion: the replicas listed
+// runtime classes, which nobody changes, at different versions, as
+// replicas started at different times do. Moving to one that listed
+// later, its change log cannot show the state at the position's version;
+// moving to one that listed earlier, its store is behind the position's
+// and will not move before its next bookmark. Either way the view
+// resumes when kube-apiserver shows the type did not change in between,
+// and is refused (410, 504) when it did, or when nobody can be asked.
+func TestResumeOnAReplicaThatListedAtAnotherVersion(t *testing.T) {
+	later := map[string]string{"runtimeclasses": "40"}
 	for _, tc := range []struct {
-		name     string
-		progress *fakeProgress
-		want410  bool
+		name          string
+		aListed       map[string]string
+		bListed       map[string]string
+		progress      *fakeProgress
+		want          int32
+		wantRuntimeRV string
 	}{
-		{"kube-apiserver shows no change since", &fakeProgress{through: 45}, false},
-		{"the type changed since", &fakeProgress{changed: 20, through: 45}, true},
-		{"nobody to ask", nil, true},
+		{"to a later replica: no change since", nil, later, &fakeProgress{through: 45}, 0, "runtimeclasses=40"},
+		{"to a later replica: changed since", nil, later, &fakeProgress{changed: 20, through: 45}, 410, ""},
+		{"to a later replica: nobody to ask", nil, later, nil, 410, ""},
+		{"to an earlier replica: no change since", later, nil, &fakeProgress{through: 45}, 0, "runtimeclasses=1"},
+		{"to an earlier replica: changed since", later, nil, &fakeProgress{changed: 20, through: 45}, 504, ""},
+		{"to an earlier replica: nobody to ask", later, nil, nil, 504, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var k cluster
-			a := newReplica(t, 256)
-			b := newReplicaListedAt(t, 256, map[string]string{"runtimeclasses": "40"})
+			a := newReplicaListedAt(t, 256, tc.aListed)
+			b := newReplicaListedAt(t, 256, tc.bListed)
 			ws := []write{k.put(secretsGVR, secret("s", "a")), k.put(podsGVR, pod("p", "n1", "secret/s"))}
 			c := a.open("n1", nil)
 			step(a, c, ws...)
@@ -250,25 +261,24 @@ func TestResumeOnAReplicaThatListedLater(t *testing.T) {
 				progress = tc.progress
 			}
 			c.sink = recordingSink{}
-			ctx := request.WithUser(context.Background(), &user.DefaultInfo{Name: "system:node:n1", Groups: []string{"system:nodes"}})
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			ctx = request.WithUser(ctx, &user.DefaultInfo{Name: "system:node:n1", Groups: []string{"system:nodes"}})
 			run, st := NewHandler(b.views, progress).Open(ctx, selector("metadata.name=n1", c.pos), &c.sink)
-			if st != nil {
-				t.Fatalf("refused: %v", st)
+			if st == nil {
+				run()
+				b.views.Step()
+				st = c.sink.closed
 			}
-			run()
-			b.views.Step()
-			if tc.want410 {
-				if st := c.sink.closed; st == nil || st.Code != 410 {
-					t.Fatalf("got %v, want ERROR 410", st)
-				}
+			if got := codeOf(st); got != tc.want {
+				t.Fatalf("got %d %v, want %d", got, st, tc.want)
+			}
+			if tc.want != 0 {
 				return
 			}
-			if st := c.sink.closed; st != nil {
-				t.Fatalf("closed with %v", st)
-			}
 			expect(t, "the resume", c.read(), "BOOKMARK")
-			if !strings.Contains(c.pos, "runtimeclasses=40") {
-				t.Errorf("position %s: want runtime classes at B's version", c.pos)
+			if !strings.Contains(c.pos, tc.wantRuntimeRV+",") {
+				t.Errorf("position %s: want %s, B's version", c.pos, tc.wantRuntimeRV)
 			}
 			k.rv = 50 // etcd moved on meanwhile
 			expect(t, "a runtime class created on B", step(b, c, k.put(rcGVR, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "runc"}, Handler: "runc"})),
