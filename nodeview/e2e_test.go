@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+	"github.com/nodeproxy/nodeproxy/hub"
 	"github.com/nodeproxy/nodeproxy/test/controlplane"
 	"github.com/nodeproxy/nodeproxy/test/forwarder"
 	"github.com/nodeproxy/nodeproxy/test/testserver"
@@ -31,6 +34,11 @@ func TestMain(m *testing.M) {
 }
 
 const ns = "nodeview-e2e"
+
+// secretsLag is how far replica b's cache trails kube-apiserver on
+// secrets: well past the lag between replicas a resume allows for, well
+// within the 3 s it waits.
+const secretsLag = 700 * time.Millisecond
 
 // nodeCopy is a node view's consumer as the node endpoint will be: the
 // objects it holds, by "Kind ns/name", at their resourceVersions. It
@@ -175,7 +183,11 @@ func TestNodeViewAgainstKubeAPIServer(t *testing.T) {
 	// of the types nobody changes (runtime classes, CSI drivers), and a
 	// view moving to it needs kube-apiserver to show they did not change.
 	createSecret(t, admin, secretOf("before-b", "1"))
-	b := testserver.Start(t, cp, testserver.Options{})
+	// b's cache also lags on secrets, as a loaded replica's does: a view
+	// moving to it must wait for the secrets it holds.
+	b := testserver.Start(t, cp, testserver.Options{Configure: func(o *hub.Options) {
+		o.KubeTransportWrapper = testserver.LagWatches("secrets", secretsLag)
+	}})
 	b.WaitReady(t, 90*time.Second)
 	addrA, addrB := strings.TrimPrefix(a.URL, "https://"), strings.TrimPrefix(b.URL, "https://")
 	fwd, err := forwarder.Start(addrA)
@@ -227,6 +239,13 @@ func TestNodeViewAgainstKubeAPIServer(t *testing.T) {
 		t.Fatalf("the secret left before its pod: %s", strings.Join(c.log, " | "))
 	}
 	c.until(ch.Events, "BOOKMARK")
+	// A secret the view holds that b's lagging cache does not have yet
+	// when the view moves.
+	createSecret(t, admin, secretOf("fresh", "1"))
+	createPod(t, admin, podUsing("pod-fresh", "nv-a", "fresh"))
+	c.until(ch.Events, "ADDED Pod "+ns+"/pod-fresh")
+	c.until(ch.Events, "BOOKMARK")
+	waitsBefore := secretsReadWaits(t, b)
 
 	// Replica a goes (its connections reset, as on SIGKILL); what
 	// changes meanwhile must reach the copy through replica b.
@@ -253,6 +272,10 @@ func TestNodeViewAgainstKubeAPIServer(t *testing.T) {
 		}
 	default:
 		t.Fatal("the view never moved to replica b")
+	}
+
+	if secretsReadWaits(t, b) == waitsBefore {
+		t.Error("the resume on b did not wait for b's lagging cache of secrets: the lag was not tested")
 	}
 
 	fresh, err := watchmux.Dial(ctx, nodeClient(t, b.URL, "nv-a"))
@@ -288,6 +311,32 @@ func TestNodeViewAgainstKubeAPIServer(t *testing.T) {
 	if !strings.Contains(err.Error(), "only its own view") {
 		t.Errorf("nv-a asking for nv-b's view: %v", err)
 	}
+}
+
+// secretsReadWaits is how many resumes srv held until its cache of
+// secrets caught up (nodeproxy_nodeview_resume_settles_total).
+func secretsReadWaits(t *testing.T, srv *testserver.Server) int {
+	t.Helper()
+	resp, err := srv.Client(t, cp.AdminConfig()).Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(body)) {
+		if strings.HasPrefix(line, "nodeproxy_nodeview_resume_settles_total{") &&
+			strings.Contains(line, `resource="secrets"`) && strings.Contains(line, `how="caught_up"`) {
+			n, err := strconv.Atoi(strings.TrimSpace(line[strings.LastIndex(line, " ")+1:]))
+			if err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			return n
+		}
+	}
+	return 0
 }
 
 func createSecret(t *testing.T, c kubernetes.Interface, s *corev1.Secret) {

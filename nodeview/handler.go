@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,6 +75,11 @@ func (h *Handler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 	return func() { h.views.join(v, from, resume) }, nil
 }
 
+// resumeWait bounds how long a resume waits for this replica's cache to
+// have what the consumer holds: kube-apiserver's watch cache waits 3 s
+// before its 504 "Too large resource version", and so do bulk reads.
+const resumeWait = 3 * time.Second
+
 // settle makes sure this replica can rebuild what the consumer holds of
 // type i, as from says it holds it, adjusting from to versions this
 // replica can read.
@@ -81,35 +87,70 @@ func (h *Handler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 // The store must have every change the consumer has: up to from.Since,
 // not from.At, which may be the serving replica's own bookmark of a
 // quiet type that this one will not get for a minute. A store behind
-// Since after the lag between replicas is either missing changes still
-// in flight, or the type has not changed since the store's version (the
-// serving replica started later, and its Since of a type nobody changes
-// is its start version): kube-apiserver tells which (spans), and in the
-// second case the consumer's state is the store's. Otherwise the store
-// is waited for (bulk.ReadAt: up to 3 s, then 504).
+// Since after the lag between replicas (bulk.StoreLagAllowance) either
+// lacks changes still in flight, and catches up, or has not changed
+// since its own version, older than the serving replica's start (a
+// quiet type listed earlier), and will not move before its next
+// bookmark. It waits for the store and asks kube-apiserver at once
+// (spans): whichever settles it first, within resumeWait; then 504.
 //
 // A store whose change log begins after from.At (this replica started
 // later) cannot show the state at At: kube-apiserver's word that the
 // type has not changed since moves At to a version the log reaches.
 func (h *Handler) settle(ctx context.Context, i int, s *cache.Store, from *Position) error {
+	resource := types[i].gvr.Resource
 	if rv := s.Snapshot().RV; rv < from.Since[i] {
 		lag, cancel := context.WithTimeout(ctx, bulk.StoreLagAllowance)
 		snap, _ := s.Await(lag, from.Since[i])
 		cancel()
-		if rv = snap.RV; rv < from.Since[i] {
-			if through := h.spans.extend(ctx, i, rv); through >= from.Since[i] {
-				from.Since[i], from.At[i] = rv, max(from.At[i], through)
-				return nil
-			}
-			if _, err := bulk.ReadAt(ctx, s, from.Since[i]); err != nil {
+		if snap.RV < from.Since[i] {
+			how, err := h.await(ctx, i, s, snap.RV, from)
+			settles.WithLabelValues(resource, how).Inc()
+			if err != nil {
 				return err
 			}
 		}
 	}
 	if _, err := s.Snapshot().At(from.At[i]); errors.Is(err, cache.ErrExpired) {
-		from.At[i] = h.spans.extend(ctx, i, from.At[i])
+		if through := h.spans.extend(ctx, i, from.At[i]); through > from.At[i] {
+			from.At[i] = through
+			settles.WithLabelValues(resource, settleUnchanged).Inc()
+		}
 	}
 	return nil
+}
+
+// await waits for s, at rv, to reach from.Since[i], or for kube-apiserver
+// to show that type i did not change since rv, whichever comes first.
+func (h *Handler) await(ctx context.Context, i int, s *cache.Store, rv uint64, from *Position) (string, error) {
+	wctx, cancel := context.WithTimeout(ctx, resumeWait)
+	defer cancel()
+	reached := make(chan *cache.Snapshot, 1)
+	go func() {
+		snap, _ := s.Await(wctx, from.Since[i])
+		reached <- snap
+	}()
+	proved := make(chan uint64, 1)
+	go func() { proved <- h.spans.extend(wctx, i, rv) }()
+	for {
+		select {
+		case through := <-proved:
+			if through >= from.Since[i] {
+				// The consumer's state of the type is the store's, at rv.
+				from.Since[i], from.At[i] = rv, max(from.At[i], through)
+				return settleUnchanged, nil
+			}
+			proved = nil
+		case snap := <-reached:
+			switch {
+			case snap.RV >= from.Since[i]:
+				return settleCaughtUp, nil
+			case ctx.Err() != nil:
+				return settleGone, apierrors.NewTimeoutError("request ended while waiting for the cache", 1)
+			}
+			return settleTooLarge, bulk.TooLargeResourceVersion(from.Since[i], snap.RV)
+		}
+	}
 }
 
 // parseSelector reads a node view's selector: the node by

@@ -18,6 +18,14 @@ const (
 	openRefused = "refused" // another node's view, or a position the cache did not reach in time
 )
 
+// How a resumed view's type was settled (nodeproxy_nodeview_resume_settles_total).
+const (
+	settleCaughtUp  = "caught_up"
+	settleUnchanged = "unchanged"
+	settleTooLarge  = "too_large"
+	settleGone      = "gone"
+)
+
 var (
 	openViews = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace:      "nodeproxy",
@@ -57,6 +65,13 @@ var (
 		Help:           "Node view requests, by how they went: initial (the initial state sent), resumed (from a position), expired (a position older than the change logs: ERROR 410), refused (another node's view, or 504 for a position the cache did not reach in 3 s).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"how"})
+	settles = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "nodeview",
+		Name:           "resume_settles_total",
+		Help:           "Types of a resumed view this replica could not read at the view's position at once, by resource and how it was settled: caught_up (the cache reached the position within 3 s), unchanged (kube-apiserver showed the type did not change between the position and a version the cache can read), too_large (504 after 3 s), gone (the request ended first).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "how"})
 	withheld = metrics.NewCounter(&metrics.CounterOpts{
 		Namespace:      "nodeproxy",
 		Subsystem:      "nodeview",
@@ -75,7 +90,7 @@ var (
 // registry that k8s.io/apiserver serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(openViews, heldObjects, viewObjects, events, opens, withheld)
+		legacyregistry.MustRegister(openViews, heldObjects, viewObjects, events, opens, settles, withheld)
 		for _, t := range []watch.EventType{watch.Added, watch.Modified, watch.Deleted, v1alpha1.NodeViewEntered, v1alpha1.NodeViewLeft} {
 			eventCounters[t] = events.WithLabelValues(string(t))
 		}
