@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -315,28 +313,13 @@ func TestNodeViewAgainstKubeAPIServer(t *testing.T) {
 
 // secretsReadWaits is how many resumes srv held until its cache of
 // secrets caught up (nodeproxy_nodeview_resume_settles_total).
-func secretsReadWaits(t *testing.T, srv *testserver.Server) int {
+func secretsReadWaits(t *testing.T, srv *testserver.Server) float64 {
 	t.Helper()
-	resp, err := srv.Client(t, cp.AdminConfig()).Get(srv.URL + "/metrics")
+	m, err := controlplane.Scrape(context.Background(), srv.Client(t, cp.AdminConfig()), srv.URL+"/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(body)) {
-		if strings.HasPrefix(line, "nodeproxy_nodeview_resume_settles_total{") &&
-			strings.Contains(line, `resource="secrets"`) && strings.Contains(line, `how="caught_up"`) {
-			n, err := strconv.Atoi(strings.TrimSpace(line[strings.LastIndex(line, " ")+1:]))
-			if err != nil {
-				t.Fatalf("%q: %v", line, err)
-			}
-			return n
-		}
-	}
-	return 0
+	return m.Sum("nodeproxy_nodeview_resume_settles_total", "resource", "secrets", "how", "caught_up")
 }
 
 func createSecret(t *testing.T, c kubernetes.Interface, s *corev1.Secret) {
