@@ -46,8 +46,8 @@ var viewResource = schema.GroupResource{Group: v1alpha1.GroupName, Resource: v1a
 // Open implements watchmux.Handler. A node may open only its own view,
 // and nobody else may open one: what a view carries is what the graph
 // lets that node read, which is no other user's right. A resume is held
-// here until every store has reached the client's position (at most 3 s,
-// then 504), so that the client's fallback sees a refusal.
+// here until this replica can rebuild what the client holds (settle: at
+// most 3 s, then 504), so that the client's fallback sees a refusal.
 func (h *Handler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink watchmux.Sink) (func(), *metav1.Status) {
 	u, ok := request.UserFrom(ctx)
 	if !ok {
@@ -125,9 +125,10 @@ func (h *Handler) settle(ctx context.Context, i int, s *cache.Store, from *Posit
 func (h *Handler) await(ctx context.Context, i int, s *cache.Store, rv uint64, from *Position) (string, error) {
 	wctx, cancel := context.WithTimeout(ctx, resumeWait)
 	defer cancel()
+	since := from.Since[i] // the goroutines' copy: from changes below
 	reached := make(chan *cache.Snapshot, 1)
 	go func() {
-		snap, _ := s.Await(wctx, from.Since[i])
+		snap, _ := s.Await(wctx, since)
 		reached <- snap
 	}()
 	proved := make(chan uint64, 1)
@@ -135,7 +136,7 @@ func (h *Handler) await(ctx context.Context, i int, s *cache.Store, rv uint64, f
 	for {
 		select {
 		case through := <-proved:
-			if through >= from.Since[i] {
+			if through >= since {
 				// The consumer's state of the type is the store's, at rv.
 				from.Since[i], from.At[i] = rv, max(from.At[i], through)
 				return settleUnchanged, nil
@@ -143,12 +144,12 @@ func (h *Handler) await(ctx context.Context, i int, s *cache.Store, rv uint64, f
 			proved = nil
 		case snap := <-reached:
 			switch {
-			case snap.RV >= from.Since[i]:
+			case snap.RV >= since:
 				return settleCaughtUp, nil
 			case ctx.Err() != nil:
 				return settleGone, apierrors.NewTimeoutError("request ended while waiting for the cache", 1)
 			}
-			return settleTooLarge, bulk.TooLargeResourceVersion(from.Since[i], snap.RV)
+			return settleTooLarge, bulk.TooLargeResourceVersion(since, snap.RV)
 		}
 	}
 }
