@@ -265,11 +265,35 @@ type consumer struct {
 	// exists, if set, says whether the cache holds an object of type i
 	// now: a pod arriving before such an object it uses fails the test.
 	exists func(i int, namespace, name string) bool
+	// live says whether the live graph lets the node reach an object now.
+	live func(graph.ObjectRef) bool
 }
 
 var kindNames = map[graph.Kind]string{
 	graph.Secret: "Secret", graph.ConfigMap: "ConfigMap", graph.ServiceAccount: "ServiceAccount",
-	graph.PersistentVolumeClaim: "PersistentVolumeClaim",
+	graph.PersistentVolumeClaim: "PersistentVolumeClaim", graph.PersistentVolume: "PersistentVolume", graph.Pod: "Pod",
+}
+
+// reachable is held as sorted "key@rv" lines, without the objects the
+// graph's kinds and pods that r's live graph does not let c's node
+// reach now.
+func (c *consumer) reachable(r *replica, held map[string]uint64) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(held)) {
+		kind, rest, _ := strings.Cut(k, " ")
+		ns, name, namespaced := strings.Cut(rest, "/")
+		if !namespaced {
+			ns, name = "", rest
+		}
+		for gk, n := range kindNames {
+			if n == kind && !r.graph.Reachable(c.node, graph.ObjectRef{Kind: gk, Namespace: ns, Name: name}) {
+				goto skip
+			}
+		}
+		out = append(out, fmt.Sprintf("%s@%d", k, held[k]))
+	skip:
+	}
+	return out
 }
 
 // checkOrder fails the test if the pod of a pod event uses an object the
@@ -282,8 +306,8 @@ func (c *consumer) checkOrder(object []byte, batch []string) {
 	}
 	graph.PodUses(&p, func(r graph.ObjectRef) {
 		i := typeOfKind[r.Kind]
-		if i < 0 || !c.exists(i, r.Namespace, r.Name) {
-			return
+		if i < 0 || !c.exists(i, r.Namespace, r.Name) || !c.live(r) {
+			return // not there, or not the node's to read any more
 		}
 		if _, held := c.held[kindNames[r.Kind]+" "+r.Namespace+"/"+r.Name]; !held {
 			c.t.Errorf("pod %s/%s arrived before the %s it uses; events: %s", p.Namespace, p.Name, r, strings.Join(append(c.log, batch...), " | "))

@@ -72,6 +72,13 @@ var (
 		Help:           "Types of a resumed view this replica could not read at the view's position at once, by resource and how it was settled: caught_up (the cache reached the position within 3 s), unchanged (kube-apiserver showed the type did not change between the position and a version the cache can read), too_large (504 after 3 s), gone (the request ended first).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource", "how"})
+	heldTooLong = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "nodeview",
+		Name:           "pods_sent_without_references_total",
+		Help:           "Pod changes held back for an object the pod uses that this replica's cache did not have yet, then sent without it after 2 s: the object was created after the pod, or its type's watch lagged that long.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	withheld = metrics.NewCounter(&metrics.CounterOpts{
 		Namespace:      "nodeproxy",
 		Subsystem:      "nodeview",
@@ -90,7 +97,7 @@ var (
 // registry that k8s.io/apiserver serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(openViews, heldObjects, viewObjects, events, opens, settles, withheld)
+		legacyregistry.MustRegister(openViews, heldObjects, viewObjects, events, opens, settles, heldTooLong, withheld)
 		for _, t := range []watch.EventType{watch.Added, watch.Modified, watch.Deleted, v1alpha1.NodeViewEntered, v1alpha1.NodeViewLeft} {
 			eventCounters[t] = events.WithLabelValues(string(t))
 		}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,11 +71,15 @@ func TestPodArrivesAfterWhatItUses(t *testing.T) {
 	expect(t, "empty view", step(r, c), "BOOKMARK initial-events-end")
 
 	expect(t, "a secret no pod of n1 uses", step(r, c, k.put(secretsGVR, secret("s1", "a"))))
+	// The configmaps store has not reached the pod's version: the
+	// configmap may be on its way, and the pod waits for it.
 	expect(t, "a pod using an existing secret and a configmap not yet created",
-		step(r, c, k.put(podsGVR, pod("p1", "n1", "secret/s1", "configmap/c1"))),
-		"ENTERED Secret ns/s1", "ADDED Pod ns/p1", "BOOKMARK")
+		step(r, c, k.put(podsGVR, pod("p1", "n1", "secret/s1", "configmap/c1"))))
 	expect(t, "the configmap created", step(r, c, k.put(cmGVR, configMap("c1", "a"))),
-		"ADDED ConfigMap ns/c1", "BOOKMARK")
+		"ENTERED Secret ns/s1", "ENTERED ConfigMap ns/c1", "ADDED Pod ns/p1", "BOOKMARK")
+	expect(t, "a configmap not created, its store past the pod",
+		step(r, c, k.put(podsGVR, pod("p3", "n1", "configmap/none")), k.put(cmGVR, configMap("c9", "a"))),
+		"ADDED Pod ns/p3", "BOOKMARK")
 	// etcd orders the pod first, the secret after it; the view still sends
 	// the secret first, read at the step's position.
 	expect(t, "a pod, then its secret, in one step",
@@ -82,6 +87,29 @@ func TestPodArrivesAfterWhatItUses(t *testing.T) {
 		"ENTERED Secret ns/s2", "ADDED Pod ns/p2", "BOOKMARK")
 	expect(t, "the secret updated", step(r, c, k.put(secretsGVR, secret("s1", "a2"))),
 		"MODIFIED Secret ns/s1", "BOOKMARK")
+}
+
+// TestPodWaitsForAStoreThatLags: the pods store has a pod whose secret,
+// created before it, the secrets store has not taken in yet (each type
+// has its own watch); the pod waits for it, at most referenceWait.
+func TestPodWaitsForAStoreThatLags(t *testing.T) {
+	r := newReplica(t, 256)
+	now := time.Unix(1000, 0)
+	r.views.now = func() time.Time { return now }
+	var k cluster
+	c := r.open("n1", nil)
+	step(r, c)
+	s, p := k.put(secretsGVR, secret("s", "a")), k.put(podsGVR, pod("p", "n1", "secret/s"))
+	expect(t, "the pod, its secret still on its way", step(r, c, p))
+	expect(t, "the secret arrives", step(r, c, s), "ENTERED Secret ns/s", "ADDED Pod ns/p", "BOOKMARK")
+
+	p2 := k.put(podsGVR, pod("p2", "n1", "secret/late"))
+	expect(t, "a pod whose secret never comes", step(r, c, p2))
+	now = now.Add(referenceWait - time.Millisecond)
+	expect(t, "just before the bound", step(r, c))
+	now = now.Add(time.Millisecond)
+	expect(t, "at the bound", step(r, c), "ADDED Pod ns/p2", "BOOKMARK")
+	expect(t, "the secret after all", step(r, c, k.put(secretsGVR, secret("late", "a"))), "ADDED Secret ns/late", "BOOKMARK")
 }
 
 func TestSecretOfAnotherNodeIsNeverInTheView(t *testing.T) {

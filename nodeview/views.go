@@ -34,11 +34,16 @@ type Views struct {
 	live     Reachability
 	interval time.Duration
 	wake     chan struct{}
+	now      func() time.Time // the clock of holds; tests set it
 
 	mu      sync.Mutex
 	st      state                                  // guarded by mu: the cache at pos
 	pos     Position                               // guarded by mu
 	started bool                                   // guarded by mu
+	// holding is the pod change held back (see holdLocked), and since
+	// when; 0 when none.
+	holding     uint64    // guarded by mu
+	holdingFrom time.Time // guarded by mu
 	byNode  map[string]map[*view]struct{}          // guarded by mu
 	wants   map[graph.ObjectRef]map[*view]struct{} // guarded by mu
 	all     map[*view]struct{}                     // guarded by mu: joined views
@@ -62,7 +67,7 @@ type joinRequest struct {
 func NewViews(c *cache.Cache, live Reachability, bookmarkInterval time.Duration) (*Views, error) {
 	RegisterMetrics()
 	m := &Views{
-		live: live, interval: bookmarkInterval, wake: make(chan struct{}, 1),
+		live: live, interval: bookmarkInterval, wake: make(chan struct{}, 1), now: time.Now,
 		byNode: map[string]map[*view]struct{}{}, wants: map[graph.ObjectRef]map[*view]struct{}{}, all: map[*view]struct{}{},
 	}
 	for i, t := range types {
@@ -164,11 +169,23 @@ func (m *Views) Step() {
 			}
 			continue
 		}
+		held := false
 		for _, e := range events {
+			if i == podIndex && m.holdLocked(e) {
+				// Take the pods in up to the change before it; the
+				// rest waits for the next step.
+				if before, err := snap.At(e.PrevRV); err == nil {
+					m.advanceLocked(i, before)
+					held = true
+					break
+				}
+			}
 			m.routeLocked(i, e)
 			m.pos.Since[i] = e.RV
 		}
-		m.advanceLocked(i, snap)
+		if !held {
+			m.advanceLocked(i, snap)
+		}
 	}
 	m.joinLocked()
 	m.markLocked(false)
@@ -197,6 +214,52 @@ func (m *Views) startLocked() {
 func (m *Views) advanceLocked(i int, snap *cache.Snapshot) {
 	m.st.snaps[i] = snap
 	m.pos.At[i] = snap.RV
+}
+
+// referenceWait bounds how long a pod change is held back for an object
+// it uses that may still be on its way to this replica's cache: as long
+// as the authorizer waits for a graph that lags (--node-refresh-timeout's
+// default). A reference created after its pod, in a type whose store
+// hears nothing newer than the pod meanwhile, costs the pod that long.
+const referenceWait = 2 * time.Second
+
+// holdLocked says whether the pod change e must wait: a pod of a node
+// with an open view uses an object this replica's cache does not have,
+// in a type whose store has not reached e's version. etcd's versions are
+// one sequence over every type, so the object, if created before the
+// pod, has a smaller version, and a store that has reached e's version
+// would hold it: then it does not exist, and the pod goes. A store
+// behind may just be slower than the pods' (each type has its own watch
+// of kube-apiserver): the pod waits for it, at most referenceWait, so
+// that it never reaches a node before what it uses, even where the
+// stores lag each other.
+func (m *Views) holdLocked(e *cache.Event) bool {
+	o := e.Object
+	if e.Type == watch.Deleted || len(m.byNode[o.NodeName]) == 0 {
+		return false
+	}
+	for _, r := range podUses(o) {
+		i := typeOfKind[r.Kind]
+		if i < 0 || m.pos.At[i] >= e.RV {
+			continue
+		}
+		if _, ok := m.st.get(i, r.Namespace, r.Name); ok {
+			continue
+		}
+		now := m.now()
+		if m.holding != e.RV {
+			m.holding, m.holdingFrom = e.RV, now
+			time.AfterFunc(referenceWait, m.poke)
+		}
+		if now.Sub(m.holdingFrom) < referenceWait {
+			return true
+		}
+		heldTooLong.Inc()
+		klog.V(2).InfoS("A pod goes to its node's view without an object it uses, which the cache still lacks", "node", o.NodeName,
+			"namespace", o.Namespace, "pod", o.Name, "uses", r.String(), "waited", referenceWait)
+		return false
+	}
+	return false
 }
 
 // routeLocked hands e to the views it may concern. Each view decides for
