@@ -37,17 +37,17 @@ type Views struct {
 	now      func() time.Time // the clock of holds; tests set it
 
 	mu      sync.Mutex
-	st      state                                  // guarded by mu: the cache at pos
-	pos     Position                               // guarded by mu
-	started bool                                   // guarded by mu
+	st      state    // guarded by mu: the cache at pos
+	pos     Position // guarded by mu
+	started bool     // guarded by mu
 	// holding is the pod change held back (see holdLocked), and since
 	// when; 0 when none.
-	holding     uint64    // guarded by mu
-	holdingFrom time.Time // guarded by mu
-	byNode  map[string]map[*view]struct{}          // guarded by mu
-	wants   map[graph.ObjectRef]map[*view]struct{} // guarded by mu
-	all     map[*view]struct{}                     // guarded by mu: joined views
-	joining []*joinRequest                         // guarded by mu
+	holding     uint64                                 // guarded by mu
+	holdingFrom time.Time                              // guarded by mu
+	byNode      map[string]map[*view]struct{}          // guarded by mu
+	wants       map[graph.ObjectRef]map[*view]struct{} // guarded by mu
+	all         map[*view]struct{}                     // guarded by mu: joined views
+	joining     []*joinRequest                         // guarded by mu
 
 	// gone holds views closed since the last step. A view closes on
 	// whatever goroutine closed its channel, the stepping one inside a
