@@ -48,7 +48,10 @@
 //   - Order, within a batch: what a pod uses enters before the pod and
 //     leaves after it; a volume's secrets before the volume, the volume
 //     before its claim, and the reverse on the way out. The initial
-//     state is sent in types order, which is the same rule.
+//     state is sent in types order, which is the same rule. A pod change
+//     that uses an object the cache lacks, in a type whose store has not
+//     reached the pod's version, waits for it (at most referenceWait):
+//     the stores follow separate watches and may trail each other.
 //   - Nothing of the graph's kinds is sent, and no pod, unless the live
 //     graph lets the node reach it when it is sent: the graph takes in
 //     a change before the store publishes it, so a view that has not yet
