@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -54,6 +55,22 @@ func nodeGetsSecret(t testing.TB, srv *testserver.Server, node *http.Client, ns,
 	return code, vs, nil
 }
 
+// consistentGet is nodeGetsSecret at resourceVersion "", asked again when
+// refused with 504: a consistent read may be refused when the replica
+// cannot show its cache current within its budget (a loaded machine), and
+// the node endpoint then asks kube-apiserver; what it may never do is
+// answer stale. Three refusals in a row fail the test.
+func consistentGet(t *testing.T, srv *testserver.Server, node *http.Client, ns, name string) (int, []string, *metav1.Status) {
+	t.Helper()
+	for try := 1; ; try++ {
+		code, got, status := nodeGetsSecret(t, srv, node, ns, name, "")
+		if code != http.StatusGatewayTimeout || try == 3 {
+			return code, got, status
+		}
+		t.Logf("refused (%s): a consistent read may be, never answered stale; again", status.Message)
+	}
+}
+
 // TestConsistentReadsThroughALaggingReplica: through a replica whose
 // secrets watch runs a second behind kube-apiserver, a node that reads
 // with resourceVersion "" right after a write (a CSI driver's
@@ -86,7 +103,7 @@ func TestConsistentReadsThroughALaggingReplica(t *testing.T) {
 
 	t.Run("a secret read by name right after its creation", func(t *testing.T) {
 		writeSecret(t, admin, ns, "csi", "1")
-		code, got, status := nodeGetsSecret(t, srv, nodeClient, ns, "csi", "")
+		code, got, status := consistentGet(t, srv, nodeClient, ns, "csi")
 		if code != http.StatusCreated || len(got) != 1 || got[0] != "1" {
 			t.Fatalf("the node read %d %v %+v, want the secret just created", code, got, status)
 		}
@@ -103,7 +120,7 @@ func TestConsistentReadsThroughALaggingReplica(t *testing.T) {
 		if err := admin.CoreV1().Secrets(ns).Delete(ctx, "csi", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		code, got, status := nodeGetsSecret(t, srv, nodeClient, ns, "csi", "")
+		code, got, status := consistentGet(t, srv, nodeClient, ns, "csi")
 		if code != http.StatusCreated || len(got) != 0 {
 			t.Fatalf("the node read %d %v %+v, want nothing: the secret was deleted", code, got, status)
 		}
@@ -125,6 +142,10 @@ func TestConsistentReadsThroughALaggingReplica(t *testing.T) {
 		sel.Options.AllowWatchBookmarks = true
 		sel.Options.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
 		ch, err := c.Watch(ctx, sel)
+		for try := 1; apierrors.IsTimeout(err) && try < 3; try++ {
+			t.Logf("refused (%v): a consistent read may be, never answered stale; again", err)
+			ch, err = c.Watch(ctx, sel)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +161,7 @@ func TestConsistentReadsThroughALaggingReplica(t *testing.T) {
 		if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "moves-"}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		code, got, status := nodeGetsSecret(t, srv, nodeClient, ns, "watched", "")
+		code, got, status := consistentGet(t, srv, nodeClient, ns, "watched")
 		if code != http.StatusCreated || len(got) != 1 || got[0] != "2" {
 			t.Fatalf("the node read %d %v %+v, want v=2", code, got, status)
 		}
