@@ -101,6 +101,7 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&p.Interval, "proxy-churn-interval", p.Interval, "How often, within a churn round, every EndpointSlice changes and one new one is created to time arrival at the proxies.")
 	fs.IntVar(&p.Pairs, "proxy-pairs", p.Pairs, "Pairs of churn rounds on each side: slices the proxies watch, then as many they do not (or the other way); what delivering the churn costs is the median difference.")
 	fs.DurationVar(&p.RestartWindow, "proxy-restart-window", p.RestartWindow, "How long after kube-apiserver's restart is ready its requests are counted in the proxies scenario.")
+	fs.StringVar(&p.Profiles, "proxy-profiles", p.Profiles, "A directory to write kube-apiserver's CPU profile of every churn round of the proxies scenario to (<way>-round<k>-<watched|unwatched>.<chunk>.pprof); none when empty.")
 
 	fs = fss.FlagSet("failover")
 	f := &o.failover
@@ -178,6 +179,11 @@ func (o *benchOptions) validate() error {
 	if o.kubeconfig != "" {
 		if _, err := os.Stat(o.kubeconfig); err != nil {
 			errs = append(errs, fmt.Errorf("--kubeconfig: %w", err))
+		}
+	}
+	if o.proxies.Profiles != "" {
+		if fi, err := os.Stat(o.proxies.Profiles); err != nil || !fi.IsDir() {
+			errs = append(errs, fmt.Errorf("--proxy-profiles %s: not a directory (%v)", o.proxies.Profiles, err))
 		}
 	}
 	if o.nodeproxy != "" {

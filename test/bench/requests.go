@@ -41,6 +41,26 @@ func requestsIn(m Metrics) requestCounts {
 	return out
 }
 
+// dispatchedByFlowSchema are the requests kube-apiserver's API Priority
+// and Fairness dispatched so far (apiserver_flowcontrol_dispatched_requests_total),
+// by "flow schema <name>": who asked, as the flow schemas tell users
+// apart (system-nodes, service-accounts, global-default, exempt, ...).
+func dispatchedByFlowSchema(m Metrics) requestCounts {
+	out := requestCounts{}
+	f := m["apiserver_flowcontrol_dispatched_requests_total"]
+	if f == nil {
+		return out
+	}
+	for _, s := range f.GetMetric() {
+		for _, l := range s.GetLabel() {
+			if l.GetName() == "flow_schema" {
+				out["flow schema "+l.GetValue()] += s.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
+}
+
 // minus is c less before, key by key.
 func (c requestCounts) minus(before requestCounts) requestCounts {
 	out := requestCounts{}
