@@ -182,8 +182,10 @@ func (o *benchOptions) validate() error {
 		}
 	}
 	if o.proxies.Profiles != "" {
-		if fi, err := os.Stat(o.proxies.Profiles); err != nil || !fi.IsDir() {
-			errs = append(errs, fmt.Errorf("--proxy-profiles %s: not a directory (%v)", o.proxies.Profiles, err))
+		if fi, err := os.Stat(o.proxies.Profiles); err != nil {
+			errs = append(errs, fmt.Errorf("--proxy-profiles: %w", err))
+		} else if !fi.IsDir() {
+			errs = append(errs, fmt.Errorf("--proxy-profiles %s: not a directory", o.proxies.Profiles))
 		}
 	}
 	if o.nodeproxy != "" {
