@@ -40,6 +40,12 @@ type ProxyLoad struct {
 	// kube-apiserver's CPU profile of every churn round to, for `go tool
 	// pprof` (docs/benchmarks.md says how they are compared).
 	Profiles string
+	// Nice, when not 0, is the niceness the hub and every node's
+	// processes (hollow kubelet, hollow proxy, endpoint) run at, on both
+	// sides: in a cluster they run on other machines than
+	// kube-apiserver, and here they would otherwise take its CPU in the
+	// moments it is busiest (docs/benchmarks.md says what it changes).
+	Nice int
 }
 
 // DefaultProxyLoad is issue 25's shape: 20 nodes, 50 Services whose
@@ -74,6 +80,11 @@ func runProxies(ctx context.Context, env *Env, t Target) (*Result, error) {
 	}
 	if err := grantKubeProxy(ctx, t.Local.ControlPlane); err != nil {
 		return nil, err
+	}
+	if n := env.Proxies.Nice; n != 0 {
+		if err := t.Local.Hub.Process.SetNice(n); err != nil {
+			return nil, err
+		}
 	}
 	// What holds watches before any node runs: kube-apiserver's own
 	// informers and the hub's. After each restart of kube-apiserver the
@@ -154,6 +165,12 @@ func churnFigures(d, f churnCost) []Figure {
 		Figure{"EndpointSlice events kube-apiserver sent its watchers a churn round, unwatched slices, direct", d.unwatchedEvents, ""},
 		Figure{"EndpointSlice events kube-apiserver sent its watchers a churn round, watched slices, behind endpoints", f.watchedEvents, ""},
 		Figure{"EndpointSlice events kube-apiserver sent its watchers a churn round, unwatched slices, behind endpoints", f.unwatchedEvents, ""},
+		Figure{"EndpointSlice watches kube-apiserver closed for not keeping up a churn round, watched slices, direct", d.watchedClosed, ""},
+		Figure{"EndpointSlice watches kube-apiserver closed for not keeping up a churn round, watched slices, behind endpoints", f.watchedClosed, ""},
+		Figure{"EndpointSlice writes tried again on a stale watch cache a churn round, watched slices, direct", d.watchedRetries, ""},
+		Figure{"EndpointSlice writes tried again on a stale watch cache a churn round, unwatched slices, direct", d.unwatchedRetries, ""},
+		Figure{"EndpointSlice writes tried again on a stale watch cache a churn round, watched slices, behind endpoints", f.watchedRetries, ""},
+		Figure{"EndpointSlice writes tried again on a stale watch cache a churn round, unwatched slices, behind endpoints", f.unwatchedRetries, ""},
 	)
 	figures = append(figures, ratioFigure("ratio of kube-apiserver CPU a churn round, watched slices, direct / behind endpoints", secs(d.watchedCPU), secs(f.watchedCPU))...)
 	figures = append(figures, ratioFigure("ratio of kube-apiserver CPU delivering the churn, direct / behind endpoints", secs(d.cpu), secs(f.cpu))...)
@@ -230,6 +247,10 @@ func profileFigures(d, f churnCost) []Figure {
 		Figure{"kube-apiserver waiting for a CPU a churn round, unwatched slices, direct", secs(d.unwatchedRunWait), "s"},
 		Figure{"kube-apiserver waiting for a CPU a churn round, watched slices, behind endpoints", secs(f.watchedRunWait), "s"},
 		Figure{"kube-apiserver waiting for a CPU a churn round, unwatched slices, behind endpoints", secs(f.unwatchedRunWait), "s"},
+		Figure{"kube-apiserver's threads preempted by another a churn round, watched slices, direct", d.watchedPreempted, ""},
+		Figure{"kube-apiserver's threads preempted by another a churn round, unwatched slices, direct", d.unwatchedPreempted, ""},
+		Figure{"kube-apiserver's threads preempted by another a churn round, watched slices, behind endpoints", f.watchedPreempted, ""},
+		Figure{"kube-apiserver's threads preempted by another a churn round, unwatched slices, behind endpoints", f.unwatchedPreempted, ""},
 		Figure{"CPU used on the machine a churn round, every process, watched slices, direct", secs(d.watchedMachine), "s"},
 		Figure{"CPU used on the machine a churn round, every process, unwatched slices, direct", secs(d.unwatchedMachine), "s"},
 		Figure{"CPU used on the machine a churn round, every process, watched slices, behind endpoints", secs(f.watchedMachine), "s"},

@@ -23,9 +23,11 @@ type churnRound struct {
 	// interval.
 	apiCPU, hubCPU, endpointsCPU time.Duration
 	// apiRunWait is how long kube-apiserver's threads waited, runnable,
-	// for a CPU over the round, and machineCPU the CPU every process on
-	// the machine used: how contended the round was.
+	// for a CPU over the round, apiPreempted how often another thread
+	// took a CPU from them, and machineCPU the CPU every process on the
+	// machine used: how contended the round was.
 	apiRunWait, machineCPU time.Duration
+	apiPreempted           int64
 	// apiRSSPeak is kube-apiserver's highest resident memory sampled
 	// during the round.
 	apiRSSPeak int64
@@ -44,6 +46,15 @@ type churnRound struct {
 	// event and watcher: the delivery's work as a count, which a busy
 	// machine does not blur as it does CPU time.
 	sliceEvents float64
+	// sliceRetries are the EndpointSlice updates kube-apiserver sent etcd
+	// beyond one a write (etcd_requests_total less the round's creates,
+	// patches and updates of them): a write is tried again when the watch
+	// cache's copy it starts from is stale, and then does its work twice.
+	sliceRetries float64
+	// closedWatches are the EndpointSlice watches kube-apiserver closed
+	// for not keeping up over the round (apiserver_terminated_watchers_total):
+	// their clients list and watch again.
+	closedWatches float64
 	// apiParts is kube-apiserver's CPU over the round by part of its CPU
 	// profile (cpuByPart with apiCPUParts): what it spent the CPU on,
 	// which its CPU time alone does not say.
@@ -126,12 +137,16 @@ func (s *proxyRun) churn(ctx context.Context, k int, watched bool) (r churnRound
 		return r, err
 	}
 	r.apiRunWait, r.machineCPU = apiEnd.RunWait-apiStart.RunWait, machineEnd-machineStart
+	r.apiPreempted = apiEnd.Preempted - apiStart.Preempted
 	after, err := ScrapeAPIServer(ctx, s.admin.CoreV1().RESTClient())
 	if err != nil {
 		return r, err
 	}
 	r.requests = requestsServed(before, after)
 	r.sliceEvents = sliceEvents(after) - sliceEvents(before)
+	r.closedWatches = after.Sum("apiserver_terminated_watchers_total", "group", "discovery.k8s.io", "resource", "endpointslices") -
+		before.Sum("apiserver_terminated_watchers_total", "group", "discovery.k8s.io", "resource", "endpointslices")
+	r.sliceRetries = sliceUpdates(after) - sliceUpdates(before) - r.requests["PATCH endpointslices"] - r.requests["PUT endpointslices"]
 	if r.apiParts, err = profiled(); err != nil {
 		return r, err
 	}
@@ -158,8 +173,9 @@ func (s *proxyRun) churn(ctx context.Context, k int, watched bool) (r churnRound
 	if err := s.t.Local.ControlPlane.WaitHollowProxiesCaughtUp(ctx, proxies, s.ns); err != nil {
 		return r, err
 	}
-	s.env.progressf("proxies (%s): churn round %d done: kube-apiserver CPU %.2fs (%.2fs of it watch delivery, by its profile; %.2fs waiting for a CPU), hub CPU %.2fs, machine CPU %.0fs, kube-apiserver RSS peak %d MiB, %d ticks overran",
-		s.way, k, r.apiCPU.Seconds(), r.apiParts[watchDelivery.name].Seconds(), r.apiRunWait.Seconds(), r.hubCPU.Seconds(), r.machineCPU.Seconds(), r.apiRSSPeak>>20, r.overran)
+	s.env.progressf("proxies (%s): churn round %d done: kube-apiserver CPU %.2fs (%.2fs watch delivery and HTTP/2, by its profile), %.2fs waiting for a CPU, preempted %d times; hub CPU %.2fs, machine CPU %.0fs, kube-apiserver RSS peak %d MiB, %d ticks overran",
+		s.way, k, r.apiCPU.Seconds(), (r.apiParts[watchDelivery.name] + r.apiParts[httpServing.name]).Seconds(), r.apiRunWait.Seconds(), r.apiPreempted,
+		r.hubCPU.Seconds(), r.machineCPU.Seconds(), r.apiRSSPeak>>20, r.overran)
 	return r, nil
 }
 
@@ -194,6 +210,12 @@ func (s *proxyRun) profileRound(ctx context.Context, name string) (wait func() (
 // watchers so far.
 func sliceEvents(m Metrics) float64 {
 	return m.Sum("apiserver_watch_events_total", "group", "discovery.k8s.io", "resource", "endpointslices")
+}
+
+// sliceUpdates is kube-apiserver's count of EndpointSlice updates sent
+// to etcd so far (a create is a "create", not counted here).
+func sliceUpdates(m Metrics) float64 {
+	return m.Sum("etcd_requests_total", "operation", "update", "group", "discovery.k8s.io", "resource", "endpointslices")
 }
 
 // changeSlices gives every slice of names a new address, churnWriters
@@ -294,14 +316,20 @@ type churnCost struct {
 	// watchedEvents and unwatchedEvents are the median EndpointSlice
 	// events kube-apiserver sent a round of each kind.
 	watchedEvents, unwatchedEvents float64
+	// watchedRetries and unwatchedRetries are the median sliceRetries a
+	// round of each kind.
+	watchedRetries, unwatchedRetries float64
+	// watchedClosed is the median closedWatches of the watched rounds.
+	watchedClosed float64
 	// watchedParts, unwatchedParts and partsDiff are kube-apiserver's
 	// CPU by part of its profile (apiCPUParts): the medians over pairs of
 	// the watched round's, the unwatched round's and of their difference.
 	watchedParts, unwatchedParts, partsDiff map[string]time.Duration
-	// watchedRunWait, unwatchedRunWait, watchedMachine and
-	// unwatchedMachine are the medians of the rounds' apiRunWait and
-	// machineCPU.
+	// watchedRunWait, unwatchedRunWait, watchedMachine,
+	// unwatchedMachine, watchedPreempted and unwatchedPreempted are the
+	// medians of the rounds' apiRunWait, machineCPU and apiPreempted.
 	watchedRunWait, unwatchedRunWait, watchedMachine, unwatchedMachine time.Duration
+	watchedPreempted, unwatchedPreempted                               float64
 	// watchedShare and unwatchedShare are the medians of the rounds'
 	// share of kube-apiserver's profiled CPU that is watch delivery and
 	// HTTP/2 (deliveryShare); shareCPU the median over pairs of the
@@ -327,7 +355,7 @@ func (s proxySide) churnCost() churnCost {
 	var c churnCost
 	var watched, unwatched, diff, hubWatched, hubDiff, endpoints []time.Duration
 	var requests [][2]requestCounts
-	var watchedEvents, unwatchedEvents []float64
+	var watchedEvents, unwatchedEvents, watchedRetries, unwatchedRetries, watchedPreempted, unwatchedPreempted, watchedClosed []float64
 	var watchedParts, unwatchedParts, partsDiff []map[string]time.Duration
 	var watchedRunWait, unwatchedRunWait, watchedMachine, unwatchedMachine, shareCPU []time.Duration
 	var watchedShare, unwatchedShare []float64
@@ -343,9 +371,12 @@ func (s proxySide) churnCost() churnCost {
 		c.rssPeak = max(c.rssPeak, w.apiRSSPeak, u.apiRSSPeak)
 		requests = append(requests, [2]requestCounts{u.requests, w.requests})
 		watchedEvents, unwatchedEvents = append(watchedEvents, w.sliceEvents), append(unwatchedEvents, u.sliceEvents)
+		watchedRetries, unwatchedRetries = append(watchedRetries, w.sliceRetries), append(unwatchedRetries, u.sliceRetries)
+		watchedClosed = append(watchedClosed, w.closedWatches)
 		watchedParts, unwatchedParts = append(watchedParts, w.apiParts), append(unwatchedParts, u.apiParts)
 		partsDiff = append(partsDiff, partsMinus(w.apiParts, u.apiParts))
 		watchedRunWait, unwatchedRunWait = append(watchedRunWait, w.apiRunWait), append(unwatchedRunWait, u.apiRunWait)
+		watchedPreempted, unwatchedPreempted = append(watchedPreempted, float64(w.apiPreempted)), append(unwatchedPreempted, float64(u.apiPreempted))
 		watchedMachine, unwatchedMachine = append(watchedMachine, w.machineCPU), append(unwatchedMachine, u.machineCPU)
 		ws, us := deliveryShare(w.apiParts), deliveryShare(u.apiParts)
 		watchedShare, unwatchedShare = append(watchedShare, ws), append(unwatchedShare, us)
@@ -353,11 +384,14 @@ func (s proxySide) churnCost() churnCost {
 	}
 	c.watchedShare, c.unwatchedShare, c.shareCPU = median(watchedShare), median(unwatchedShare), median(shareCPU)
 	c.watchedRunWait, c.unwatchedRunWait = median(watchedRunWait), median(unwatchedRunWait)
+	c.watchedPreempted, c.unwatchedPreempted = median(watchedPreempted), median(unwatchedPreempted)
 	c.watchedMachine, c.unwatchedMachine = median(watchedMachine), median(unwatchedMachine)
 	c.watchedParts, c.unwatchedParts, c.partsDiff = medianParts(watchedParts), medianParts(unwatchedParts), medianParts(partsDiff)
 	c.watchedCPU, c.unwatchedCPU, c.cpu = median(watched), median(unwatched), median(diff)
 	c.requests = medianDifference(requests)
 	c.watchedEvents, c.unwatchedEvents = median(watchedEvents), median(unwatchedEvents)
+	c.watchedRetries, c.unwatchedRetries = median(watchedRetries), median(unwatchedRetries)
+	c.watchedClosed = median(watchedClosed)
 	c.hubWatchedCPU, c.hubCPU, c.endpointsCPU = median(hubWatched), median(hubDiff), median(endpoints)
 	if len(diff) > 0 {
 		c.cpuLow, c.cpuHigh = slices.Min(diff), slices.Max(diff)

@@ -133,7 +133,25 @@ func runProxySide(ctx context.Context, env *Env, t Target, admin kubernetes.Inte
 func (s *proxyRun) startNodes(ctx context.Context, kubemark, dir string, fronted bool) error {
 	bar := s.env.phase(len(s.nodes), "proxies (%s): starting %d hollow kubelets and proxies", s.way, len(s.nodes))
 	defer bar.Done()
-	return startHollowNodes(ctx, s.t, s.admin, kubemark, dir, s.ns, s.nodes, hollowNodeSpec{fronted: fronted, proxy: true}, bar)
+	if err := startHollowNodes(ctx, s.t, s.admin, kubemark, dir, s.ns, s.nodes, hollowNodeSpec{fronted: fronted, proxy: true}, bar); err != nil {
+		return err
+	}
+	if s.env.Proxies.Nice == 0 {
+		return nil
+	}
+	for _, n := range s.nodes {
+		for _, p := range []*controlplane.Process{n.kubelet.Process, n.proxy.Process} {
+			if err := p.SetNice(s.env.Proxies.Nice); err != nil {
+				return err
+			}
+		}
+		if n.endpoint != nil {
+			if err := n.endpoint.Process.SetNice(s.env.Proxies.Nice); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // waitLeases waits until every kubelet holds its node Lease: a kubelet

@@ -10,9 +10,10 @@ import (
 // hollow kubelet and a hollow proxy, straight on kube-apiserver and then
 // behind node endpoints run from the binary under test, two Services
 // churning for three seconds, one pair of rounds, five seconds counted
-// after each restart of kube-apiserver.
+// after each restart of kube-apiserver, and in a window as long with no
+// restart; the hub and the nodes' processes run at niceness 10.
 func TestProxiesScenario(t *testing.T) {
-	env := &Env{Proxies: ProxyLoad{Nodes: 2, Services: 2, Churn: 3 * time.Second, Interval: time.Second, Pairs: 1, RestartWindow: 5 * time.Second}}
+	env := &Env{Proxies: ProxyLoad{Nodes: 2, Services: 2, Churn: 3 * time.Second, Interval: time.Second, Pairs: 1, RestartWindow: 5 * time.Second, Nice: 10}}
 	r, err := runProxies(context.Background(), env, localTarget(t, startNodeproxy(t)))
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,10 @@ type Usage struct {
 	// now: on a machine it shares, what its CPU time does not show. It
 	// is 0 where the kernel keeps no schedstats.
 	RunWait time.Duration
+	// Preempted counts the times its threads, runnable, were taken off
+	// a CPU for another thread (nonvoluntary_ctxt_switches of
+	// /proc/<pid>/task/*/status), summed over the threads there are now.
+	Preempted int64
 }
 
 // clockTick is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on
@@ -70,34 +74,44 @@ func ReadUsage(pid int) (Usage, error) {
 			u.RSS = kb << 10
 		}
 	}
-	u.RunWait, err = readRunWait(pid)
+	u.RunWait, u.Preempted, err = readThreads(pid)
 	return u, err
 }
 
-// readRunWait sums the run-queue delay (schedstat's second field, in
-// nanoseconds) of pid's threads.
-func readRunWait(pid int) (time.Duration, error) {
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+// readThreads sums, over pid's threads, the run-queue delay
+// (schedstat's second field, in nanoseconds) and the involuntary context
+// switches.
+func readThreads(pid int) (wait time.Duration, preempted int64, err error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var sum time.Duration
 	for _, t := range tasks {
-		b, err := os.ReadFile(t)
-		if err != nil {
+		sched, err1 := os.ReadFile(filepath.Join(t, "schedstat"))
+		status, err2 := os.ReadFile(filepath.Join(t, "status"))
+		if err1 != nil || err2 != nil {
 			continue // the thread ended between the glob and the read
 		}
-		f := strings.Fields(string(b))
+		f := strings.Fields(string(sched))
 		if len(f) < 2 {
-			return 0, fmt.Errorf("%s: %q, want three fields", t, b)
+			return 0, 0, fmt.Errorf("%s/schedstat: %q, want three fields", t, sched)
 		}
 		ns, err := strconv.ParseInt(f[1], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("%s: %w", t, err)
+			return 0, 0, fmt.Errorf("%s/schedstat: %w", t, err)
 		}
-		sum += time.Duration(ns)
+		wait += time.Duration(ns)
+		for line := range strings.SplitSeq(string(status), "\n") {
+			if v, ok := strings.CutPrefix(line, "nonvoluntary_ctxt_switches:"); ok {
+				n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				if err != nil {
+					return 0, 0, fmt.Errorf("%s/status: %q: %w", t, line, err)
+				}
+				preempted += n
+			}
+		}
 	}
-	return sum, nil
+	return wait, preempted, nil
 }
 
 // machineBusy is the CPU time every process on the machine has used
