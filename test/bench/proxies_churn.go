@@ -47,9 +47,10 @@ type churnRound struct {
 	// machine does not blur as it does CPU time.
 	sliceEvents float64
 	// sliceRetries are the EndpointSlice updates kube-apiserver sent etcd
-	// beyond one a write (etcd_requests_total less the round's creates,
-	// patches and updates of them): a write is tried again when the watch
-	// cache's copy it starts from is stale, and then does its work twice.
+	// beyond one a patch or update (etcd_requests_total's updates less
+	// the round's PATCH and PUT of them; a create is etcd's "create"): a
+	// write is tried again when the watch cache's copy it starts from is
+	// stale, and then does its work twice.
 	sliceRetries float64
 	// closedWatches are the EndpointSlice watches kube-apiserver closed
 	// for not keeping up over the round (apiserver_terminated_watchers_total):
