@@ -91,6 +91,8 @@ var watchDelivery = cpuPart{"watch delivery", []string{
 	"k8s.io/apiserver/pkg/endpoints/handlers.(*WatchServer).",
 }}
 
+// httpServing is the HTTP/2 server's own goroutines: each connection's
+// loop, its frame reader and the writer that frames and encrypts.
 var httpServing = cpuPart{"HTTP/2 connections (framing, TLS, each connection's loop)", []string{
 	"golang.org/x/net/http2.(*serverConn).writeFrameAsync",
 	"golang.org/x/net/http2.(*serverConn).serve",
@@ -107,7 +109,7 @@ var writesPart = cpuPart{"writes (create, update, patch, delete: storage and etc
 // names, the first in this order that matches a sample taking it, the
 // rest left as "other". They were read from the profiles of the proxies
 // scenario's churn rounds (docs/benchmarks.md, "Where kube-apiserver's
-// CPU goes in a churn round"): watch delivery, and the same writes'
+// extra CPU in a watched round goes"): watch delivery, and the same writes'
 // work, which the two kinds of round share, as a control.
 var apiCPUParts = []cpuPart{
 	watchDelivery,
