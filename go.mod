@@ -7,6 +7,7 @@ require (
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/google/btree v1.1.3
 	github.com/google/go-containerregistry v0.22.1
+	github.com/google/pprof v0.0.0-20260115054156-294ebfa9ad83
 	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674
 	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/prometheus/client_model v0.6.3

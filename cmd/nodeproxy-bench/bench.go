@@ -101,6 +101,8 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&p.Interval, "proxy-churn-interval", p.Interval, "How often, within a churn round, every EndpointSlice changes and one new one is created to time arrival at the proxies.")
 	fs.IntVar(&p.Pairs, "proxy-pairs", p.Pairs, "Pairs of churn rounds on each side: slices the proxies watch, then as many they do not (or the other way); what delivering the churn costs is the median difference.")
 	fs.DurationVar(&p.RestartWindow, "proxy-restart-window", p.RestartWindow, "How long after kube-apiserver's restart is ready its requests are counted in the proxies scenario.")
+	fs.IntVar(&p.Nice, "proxy-nice", p.Nice, "Niceness (0 to 19) of the hub and every node's processes (hollow kubelet, hollow proxy, endpoint) in the proxies scenario, on both sides: in a cluster they run on other machines than kube-apiserver, here they take its CPU. 0 leaves them as started.")
+	fs.StringVar(&p.Profiles, "proxy-profiles", p.Profiles, "A directory to write kube-apiserver's CPU profile of every churn round of the proxies scenario to (<way>-round<k>-<watched|unwatched>.<chunk>.pprof); none when empty.")
 
 	fs = fss.FlagSet("failover")
 	f := &o.failover
@@ -178,6 +180,16 @@ func (o *benchOptions) validate() error {
 	if o.kubeconfig != "" {
 		if _, err := os.Stat(o.kubeconfig); err != nil {
 			errs = append(errs, fmt.Errorf("--kubeconfig: %w", err))
+		}
+	}
+	if o.proxies.Nice < 0 || o.proxies.Nice > 19 {
+		errs = append(errs, fmt.Errorf("--proxy-nice must be from 0 to 19, got %d", o.proxies.Nice))
+	}
+	if o.proxies.Profiles != "" {
+		if fi, err := os.Stat(o.proxies.Profiles); err != nil {
+			errs = append(errs, fmt.Errorf("--proxy-profiles: %w", err))
+		} else if !fi.IsDir() {
+			errs = append(errs, fmt.Errorf("--proxy-profiles %s: not a directory", o.proxies.Profiles))
 		}
 	}
 	if o.nodeproxy != "" {

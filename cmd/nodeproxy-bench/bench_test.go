@@ -104,6 +104,9 @@ func TestBenchRefusesBadInvocations(t *testing.T) {
 		{"chart in a missing directory", []string{"--chart=/nonexistent-nodeproxy-dir/bench.svg"},
 			"--chart /nonexistent-nodeproxy-dir/bench.svg: directory /nonexistent-nodeproxy-dir: stat /nonexistent-nodeproxy-dir: no such file or directory"},
 		{"chart onto a directory", []string{"--chart=/"}, "--chart /: is a directory"},
+		{"profiles in a missing directory", []string{"--proxy-profiles=/nonexistent-nodeproxy-dir"}, "--proxy-profiles: stat /nonexistent-nodeproxy-dir: no such file or directory"},
+		{"negative niceness", []string{"--proxy-nice=-5"}, "--proxy-nice must be from 0 to 19, got -5"},
+		{"profiles into a file", []string{"--proxy-profiles=/etc/hostname"}, "--proxy-profiles /etc/hostname: not a directory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()

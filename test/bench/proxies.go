@@ -36,6 +36,16 @@ type ProxyLoad struct {
 	// RestartWindow is how long after kube-apiserver's restart is ready
 	// its requests are counted.
 	RestartWindow time.Duration
+	// Profiles, when set, is a directory the scenario writes
+	// kube-apiserver's CPU profile of every churn round to, for `go tool
+	// pprof` (docs/benchmarks.md says how they are compared).
+	Profiles string
+	// Nice, when not 0, is the niceness the hub and every node's
+	// processes (hollow kubelet, hollow proxy, endpoint) run at, on both
+	// sides: in a cluster they run on other machines than
+	// kube-apiserver, and here they would otherwise take its CPU in the
+	// moments it is busiest (docs/benchmarks.md says what it changes).
+	Nice int
 }
 
 // DefaultProxyLoad is issue 25's shape: 20 nodes, 50 Services whose
@@ -70,6 +80,11 @@ func runProxies(ctx context.Context, env *Env, t Target) (*Result, error) {
 	}
 	if err := grantKubeProxy(ctx, t.Local.ControlPlane); err != nil {
 		return nil, err
+	}
+	if n := env.Proxies.Nice; n != 0 {
+		if err := t.Local.Hub.Process.SetNice(n); err != nil {
+			return nil, err
+		}
 	}
 	// What holds watches before any node runs: kube-apiserver's own
 	// informers and the hub's. After each restart of kube-apiserver the
@@ -150,9 +165,16 @@ func churnFigures(d, f churnCost) []Figure {
 		Figure{"EndpointSlice events kube-apiserver sent its watchers a churn round, unwatched slices, direct", d.unwatchedEvents, ""},
 		Figure{"EndpointSlice events kube-apiserver sent its watchers a churn round, watched slices, behind endpoints", f.watchedEvents, ""},
 		Figure{"EndpointSlice events kube-apiserver sent its watchers a churn round, unwatched slices, behind endpoints", f.unwatchedEvents, ""},
+		Figure{"EndpointSlice watches kube-apiserver closed for not keeping up a churn round, watched slices, direct", d.watchedClosed, ""},
+		Figure{"EndpointSlice watches kube-apiserver closed for not keeping up a churn round, watched slices, behind endpoints", f.watchedClosed, ""},
+		Figure{"EndpointSlice writes tried again on a stale watch cache a churn round, watched slices, direct", d.watchedRetries, ""},
+		Figure{"EndpointSlice writes tried again on a stale watch cache a churn round, unwatched slices, direct", d.unwatchedRetries, ""},
+		Figure{"EndpointSlice writes tried again on a stale watch cache a churn round, watched slices, behind endpoints", f.watchedRetries, ""},
+		Figure{"EndpointSlice writes tried again on a stale watch cache a churn round, unwatched slices, behind endpoints", f.unwatchedRetries, ""},
 	)
 	figures = append(figures, ratioFigure("ratio of kube-apiserver CPU a churn round, watched slices, direct / behind endpoints", secs(d.watchedCPU), secs(f.watchedCPU))...)
 	figures = append(figures, ratioFigure("ratio of kube-apiserver CPU delivering the churn, direct / behind endpoints", secs(d.cpu), secs(f.cpu))...)
+	figures = append(figures, profileFigures(d, f)...)
 	figures = append(figures,
 		Figure{"hub CPU a churn round, watched slices, behind endpoints", secs(f.hubWatchedCPU), "s"},
 		Figure{"hub CPU delivering the churn to the nodes a round, behind endpoints", secs(f.hubCPU), "s"},
@@ -164,18 +186,106 @@ func churnFigures(d, f churnCost) []Figure {
 	return figures
 }
 
-// restartFigures set what kube-apiserver's restart cost side by side.
+// deliveryFigure names, in figures, kube-apiserver's CPU profile's
+// watchDelivery and httpServing together.
+const deliveryFigure = "watch delivery and HTTP/2"
+
+// profileFigures set kube-apiserver's CPU profiles of the churn rounds
+// side by side: watch delivery (watchDelivery and httpServing), whose
+// difference between a watched and an unwatched round is delivering the
+// churn to the nodes; every part of that difference, the writes' among
+// them, which are the same work in both rounds and so show what the
+// machine's contention adds to a round's CPU; and that contention
+// itself, as the time kube-apiserver waited for a CPU.
+func profileFigures(d, f churnCost) []Figure {
+	secs := func(d time.Duration) float64 { return d.Seconds() }
+	delivery := func(parts map[string]time.Duration) float64 {
+		return secs(parts[watchDelivery.name] + parts[httpServing.name])
+	}
+	const w = deliveryFigure
+	figures := []Figure{
+		{"kube-apiserver CPU profile, " + w + ", a churn round, watched slices, direct", delivery(d.watchedParts), "s"},
+		{"kube-apiserver CPU profile, " + w + ", a churn round, unwatched slices, direct", delivery(d.unwatchedParts), "s"},
+		{"kube-apiserver CPU profile, " + w + ", a churn round, watched slices, behind endpoints", delivery(f.watchedParts), "s"},
+		{"kube-apiserver CPU profile, " + w + ", a churn round, unwatched slices, behind endpoints", delivery(f.unwatchedParts), "s"},
+		{"kube-apiserver CPU profile, " + w + " to the nodes a round (watched less unwatched), direct", delivery(d.partsDiff), "s"},
+		{"kube-apiserver CPU profile, " + w + " to the nodes a round (watched less unwatched), behind endpoints", delivery(f.partsDiff), "s"},
+	}
+	figures = append(figures, ratioFigure("ratio of kube-apiserver CPU profile, "+w+" to the nodes, direct / behind endpoints", delivery(d.partsDiff), delivery(f.partsDiff))...)
+	pct := func(x float64) float64 { return 100 * x }
+	figures = append(figures,
+		Figure{"share of kube-apiserver's profiled CPU in " + w + ", watched slices, direct", pct(d.watchedShare), "%"},
+		Figure{"share of kube-apiserver's profiled CPU in " + w + ", unwatched slices, direct", pct(d.unwatchedShare), "%"},
+		Figure{"share of kube-apiserver's profiled CPU in " + w + ", watched slices, behind endpoints", pct(f.watchedShare), "%"},
+		Figure{"share of kube-apiserver's profiled CPU in " + w + ", unwatched slices, behind endpoints", pct(f.unwatchedShare), "%"},
+		Figure{"kube-apiserver CPU profile, " + w + " to the nodes a round by share (share watched less unwatched, times the unwatched round's CPU), direct", secs(d.shareCPU), "s"},
+		Figure{"kube-apiserver CPU profile, " + w + " to the nodes a round by share (share watched less unwatched, times the unwatched round's CPU), behind endpoints", secs(f.shareCPU), "s"},
+	)
+	names := []string{"total"}
+	for _, p := range apiCPUParts {
+		names = append(names, p.name)
+	}
+	names = append(names, "other")
+	for _, side := range []struct {
+		way  string
+		diff map[string]time.Duration
+	}{{"direct", d.partsDiff}, {"behind endpoints", f.partsDiff}} {
+		for _, n := range names {
+			figures = append(figures, Figure{"kube-apiserver CPU profile, watched less unwatched round, " + side.way + ": " + n, secs(side.diff[n]), "s"})
+		}
+	}
+	writes := writesPart.name
+	for _, side := range []struct {
+		way string
+		c   churnCost
+	}{{"direct", d}, {"behind endpoints", f}} {
+		figures = append(figures, ratioFigure("kube-apiserver CPU profile, the same writes, watched / unwatched round, "+side.way,
+			secs(side.c.watchedParts[writes]), secs(side.c.unwatchedParts[writes]))...)
+	}
+	figures = append(figures,
+		Figure{"kube-apiserver waiting for a CPU a churn round, watched slices, direct", secs(d.watchedRunWait), "s"},
+		Figure{"kube-apiserver waiting for a CPU a churn round, unwatched slices, direct", secs(d.unwatchedRunWait), "s"},
+		Figure{"kube-apiserver waiting for a CPU a churn round, watched slices, behind endpoints", secs(f.watchedRunWait), "s"},
+		Figure{"kube-apiserver waiting for a CPU a churn round, unwatched slices, behind endpoints", secs(f.unwatchedRunWait), "s"},
+		Figure{"kube-apiserver's threads preempted by another a churn round, watched slices, direct", d.watchedPreempted, ""},
+		Figure{"kube-apiserver's threads preempted by another a churn round, unwatched slices, direct", d.unwatchedPreempted, ""},
+		Figure{"kube-apiserver's threads preempted by another a churn round, watched slices, behind endpoints", f.watchedPreempted, ""},
+		Figure{"kube-apiserver's threads preempted by another a churn round, unwatched slices, behind endpoints", f.unwatchedPreempted, ""},
+		Figure{"CPU used on the machine a churn round, every process, watched slices, direct", secs(d.watchedMachine), "s"},
+		Figure{"CPU used on the machine a churn round, every process, unwatched slices, direct", secs(d.unwatchedMachine), "s"},
+		Figure{"CPU used on the machine a churn round, every process, watched slices, behind endpoints", secs(f.watchedMachine), "s"},
+		Figure{"CPU used on the machine a churn round, every process, unwatched slices, behind endpoints", secs(f.unwatchedMachine), "s"},
+	)
+	return figures
+}
+
+// restartFigures set what kube-apiserver's restart cost side by side,
+// against the same window with no restart: what the window holds beyond
+// that is the restart's.
 func restartFigures(l ProxyLoad, dr, fr restartResult) []Figure {
 	secs := func(d time.Duration) float64 { return d.Seconds() }
+	after := fmt.Sprintf("kube-apiserver requests in the %s after its restart is ready", l.RestartWindow)
+	steady := fmt.Sprintf("kube-apiserver requests in %s with no restart", l.RestartWindow)
+	added := func(r restartResult) float64 { return r.requests.total() - r.steady.total() }
 	figures := []Figure{
-		{fmt.Sprintf("kube-apiserver requests in the %s after its restart is ready, direct", l.RestartWindow), dr.requests.total(), ""},
-		{fmt.Sprintf("kube-apiserver requests in the %s after its restart is ready, behind endpoints", l.RestartWindow), fr.requests.total(), ""},
-		{"of them lists and watches, direct", dr.requests.reads(), ""},
-		{"of them lists and watches, behind endpoints", fr.requests.reads(), ""},
+		{after + ", direct", dr.requests.total(), ""},
+		{after + ", behind endpoints", fr.requests.total(), ""},
+		{steady + ", direct", dr.steady.total(), ""},
+		{steady + ", behind endpoints", fr.steady.total(), ""},
+		{"requests the restart added (after it less with none), direct", added(dr), ""},
+		{"requests the restart added (after it less with none), behind endpoints", added(fr), ""},
+		{"of them lists and watches after its restart, direct", dr.requests.reads(), ""},
+		{"of them lists and watches after its restart, behind endpoints", fr.requests.reads(), ""},
+		{"of them lists and watches with no restart, direct", dr.steady.reads(), ""},
+		{"of them lists and watches with no restart, behind endpoints", fr.steady.reads(), ""},
 	}
 	figures = append(figures, ratioFigure("ratio of kube-apiserver requests after its restart, direct / behind endpoints", dr.requests.total(), fr.requests.total())...)
+	figures = append(figures, ratioFigure("ratio of requests the restart added, direct / behind endpoints", added(dr), added(fr))...)
 	figures = append(figures, ratioFigure("ratio of its lists and watches after its restart, direct / behind endpoints", dr.requests.reads(), fr.requests.reads())...)
 	figures = append(figures, sideBySide("kube-apiserver requests after its restart", dr.requests, fr.requests)...)
+	figures = append(figures, sideBySide(steady, dr.steady, fr.steady)...)
+	figures = append(figures, sideBySide("kube-apiserver requests after its restart", dr.byFlowSchema, fr.byFlowSchema)...)
+	figures = append(figures, sideBySide(steady, dr.steadyByFlowSchema, fr.steadyByFlowSchema)...)
 	figures = append(figures,
 		Figure{"kube-apiserver restart, stopped to ready, direct", secs(dr.readyTook), "s"},
 		Figure{"kube-apiserver restart, stopped to ready, behind endpoints", secs(fr.readyTook), "s"},

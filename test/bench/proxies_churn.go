@@ -22,6 +22,12 @@ type churnRound struct {
 	// the round's writes, from the first tick to the end of the last
 	// interval.
 	apiCPU, hubCPU, endpointsCPU time.Duration
+	// apiRunWait is how long kube-apiserver's threads waited, runnable,
+	// for a CPU over the round, apiPreempted how often another thread
+	// took a CPU from them, and machineCPU the CPU every process on the
+	// machine used: how contended the round was.
+	apiRunWait, machineCPU time.Duration
+	apiPreempted           int64
 	// apiRSSPeak is kube-apiserver's highest resident memory sampled
 	// during the round.
 	apiRSSPeak int64
@@ -40,6 +46,20 @@ type churnRound struct {
 	// event and watcher: the delivery's work as a count, which a busy
 	// machine does not blur as it does CPU time.
 	sliceEvents float64
+	// sliceRetries are the EndpointSlice updates kube-apiserver sent etcd
+	// beyond one a patch or update (etcd_requests_total's updates less
+	// the round's PATCH and PUT of them; a create is etcd's "create"): a
+	// write is tried again when the watch cache's copy it starts from is
+	// stale, and then does its work twice.
+	sliceRetries float64
+	// closedWatches are the EndpointSlice watches kube-apiserver closed
+	// for not keeping up over the round (apiserver_terminated_watchers_total):
+	// their clients list and watch again.
+	closedWatches float64
+	// apiParts is kube-apiserver's CPU over the round by part of its CPU
+	// profile (cpuByPart with apiCPUParts): what it spent the CPU on,
+	// which its CPU time alone does not say.
+	apiParts map[string]time.Duration
 }
 
 // probeLabel marks the probes, the EndpointSlices created one a tick to
@@ -72,11 +92,16 @@ func (s *proxyRun) churn(ctx context.Context, k int, watched bool) (r churnRound
 	if err != nil {
 		return r, err
 	}
+	machineStart, err := machineBusy()
+	if err != nil {
+		return r, err
+	}
 	before, err := ScrapeAPIServer(ctx, s.admin.CoreV1().RESTClient())
 	if err != nil {
 		return r, err
 	}
 	stopSampling, peak := s.sampleRSS(ctx)
+	profiled := s.profileRound(ctx, fmt.Sprintf("%s-round%d-%s", s.way, k, kind))
 	probes := map[string]time.Time{}
 	began := time.Now()
 	for i := range int(l.Churn / l.Interval) {
@@ -108,12 +133,24 @@ func (s *proxyRun) churn(ctx context.Context, k int, watched bool) (r churnRound
 	if err != nil {
 		return r, err
 	}
+	machineEnd, err := machineBusy()
+	if err != nil {
+		return r, err
+	}
+	r.apiRunWait, r.machineCPU = apiEnd.RunWait-apiStart.RunWait, machineEnd-machineStart
+	r.apiPreempted = apiEnd.Preempted - apiStart.Preempted
 	after, err := ScrapeAPIServer(ctx, s.admin.CoreV1().RESTClient())
 	if err != nil {
 		return r, err
 	}
 	r.requests = requestsServed(before, after)
 	r.sliceEvents = sliceEvents(after) - sliceEvents(before)
+	r.closedWatches = after.Sum("apiserver_terminated_watchers_total", "group", "discovery.k8s.io", "resource", "endpointslices") -
+		before.Sum("apiserver_terminated_watchers_total", "group", "discovery.k8s.io", "resource", "endpointslices")
+	r.sliceRetries = sliceUpdates(after) - sliceUpdates(before) - r.requests["PATCH endpointslices"] - r.requests["PUT endpointslices"]
+	if r.apiParts, err = profiled(); err != nil {
+		return r, err
+	}
 	endpointsEnd, err := endpointUsage(s.nodes)
 	if err != nil {
 		return r, err
@@ -137,15 +174,49 @@ func (s *proxyRun) churn(ctx context.Context, k int, watched bool) (r churnRound
 	if err := s.t.Local.ControlPlane.WaitHollowProxiesCaughtUp(ctx, proxies, s.ns); err != nil {
 		return r, err
 	}
-	s.env.progressf("proxies (%s): churn round %d done: kube-apiserver CPU %.2fs, hub CPU %.2fs, kube-apiserver RSS peak %d MiB, %d ticks overran",
-		s.way, k, r.apiCPU.Seconds(), r.hubCPU.Seconds(), r.apiRSSPeak>>20, r.overran)
+	s.env.progressf("proxies (%s): churn round %d done: kube-apiserver CPU %.2fs (%.2fs watch delivery and HTTP/2, by its profile), %.2fs waiting for a CPU, preempted %d times; hub CPU %.2fs, machine CPU %.0fs, kube-apiserver RSS peak %d MiB, %d ticks overran",
+		s.way, k, r.apiCPU.Seconds(), (r.apiParts[watchDelivery.name] + r.apiParts[httpServing.name]).Seconds(), r.apiRunWait.Seconds(), r.apiPreempted,
+		r.hubCPU.Seconds(), r.machineCPU.Seconds(), r.apiRSSPeak>>20, r.overran)
 	return r, nil
+}
+
+// profileRound takes kube-apiserver's CPU profile for a churn round from
+// now, in the background; wait returns it by part (cpuByPart), once the
+// round is over, and when the scenario keeps profiles writes them to its
+// directory as name.N.pprof.
+func (s *proxyRun) profileRound(ctx context.Context, name string) (wait func() (map[string]time.Duration, error)) {
+	type result struct {
+		parts map[string]time.Duration
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		p, raw, err := profileAPIServer(ctx, s.admin.CoreV1().RESTClient(), s.env.Proxies.Churn)
+		if err == nil && s.env.Proxies.Profiles != "" {
+			err = writeProfiles(s.env.Proxies.Profiles, name, raw)
+		}
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		done <- result{parts: cpuByPart(p, apiCPUParts)}
+	}()
+	return func() (map[string]time.Duration, error) {
+		r := <-done
+		return r.parts, r.err
+	}
 }
 
 // sliceEvents is kube-apiserver's count of EndpointSlice events sent to
 // watchers so far.
 func sliceEvents(m Metrics) float64 {
 	return m.Sum("apiserver_watch_events_total", "group", "discovery.k8s.io", "resource", "endpointslices")
+}
+
+// sliceUpdates is kube-apiserver's count of EndpointSlice updates sent
+// to etcd so far (a create is a "create", not counted here).
+func sliceUpdates(m Metrics) float64 {
+	return m.Sum("etcd_requests_total", "operation", "update", "group", "discovery.k8s.io", "resource", "endpointslices")
 }
 
 // changeSlices gives every slice of names a new address, churnWriters
@@ -246,13 +317,49 @@ type churnCost struct {
 	// watchedEvents and unwatchedEvents are the median EndpointSlice
 	// events kube-apiserver sent a round of each kind.
 	watchedEvents, unwatchedEvents float64
+	// watchedRetries and unwatchedRetries are the median sliceRetries a
+	// round of each kind.
+	watchedRetries, unwatchedRetries float64
+	// watchedClosed is the median closedWatches of the watched rounds.
+	watchedClosed float64
+	// watchedParts, unwatchedParts and partsDiff are kube-apiserver's
+	// CPU by part of its profile (apiCPUParts): the medians over pairs of
+	// the watched round's, the unwatched round's and of their difference.
+	watchedParts, unwatchedParts, partsDiff map[string]time.Duration
+	// watchedRunWait, unwatchedRunWait, watchedMachine,
+	// unwatchedMachine, watchedPreempted and unwatchedPreempted are the
+	// medians of the rounds' apiRunWait, machineCPU and apiPreempted.
+	watchedRunWait, unwatchedRunWait, watchedMachine, unwatchedMachine time.Duration
+	watchedPreempted, unwatchedPreempted                               float64
+	// watchedShare and unwatchedShare are the medians of the rounds'
+	// share of kube-apiserver's profiled CPU that is watch delivery and
+	// HTTP/2 (deliveryShare); shareCPU the median over pairs of the
+	// watched round's share less the unwatched one's, times the unwatched
+	// round's profiled CPU: delivering the churn to the nodes at the
+	// unwatched round's contention.
+	watchedShare, unwatchedShare float64
+	shareCPU                     time.Duration
+}
+
+// deliveryShare is the share of a round's profiled CPU that is watch
+// delivery and HTTP/2 (watchDelivery and httpServing): unlike their CPU
+// time, a share stays put when the machine's contention inflates all of
+// kube-apiserver's work alike.
+func deliveryShare(parts map[string]time.Duration) float64 {
+	if parts["total"] <= 0 {
+		return 0
+	}
+	return float64(parts[watchDelivery.name]+parts[httpServing.name]) / float64(parts["total"])
 }
 
 func (s proxySide) churnCost() churnCost {
 	var c churnCost
 	var watched, unwatched, diff, hubWatched, hubDiff, endpoints []time.Duration
 	var requests [][2]requestCounts
-	var watchedEvents, unwatchedEvents []float64
+	var watchedEvents, unwatchedEvents, watchedRetries, unwatchedRetries, watchedPreempted, unwatchedPreempted, watchedClosed []float64
+	var watchedParts, unwatchedParts, partsDiff []map[string]time.Duration
+	var watchedRunWait, unwatchedRunWait, watchedMachine, unwatchedMachine, shareCPU []time.Duration
+	var watchedShare, unwatchedShare []float64
 	for i := 0; i+1 < len(s.rounds); i += 2 {
 		w, u := s.rounds[i], s.rounds[i+1]
 		if !w.watched {
@@ -265,15 +372,63 @@ func (s proxySide) churnCost() churnCost {
 		c.rssPeak = max(c.rssPeak, w.apiRSSPeak, u.apiRSSPeak)
 		requests = append(requests, [2]requestCounts{u.requests, w.requests})
 		watchedEvents, unwatchedEvents = append(watchedEvents, w.sliceEvents), append(unwatchedEvents, u.sliceEvents)
+		watchedRetries, unwatchedRetries = append(watchedRetries, w.sliceRetries), append(unwatchedRetries, u.sliceRetries)
+		watchedClosed = append(watchedClosed, w.closedWatches)
+		watchedParts, unwatchedParts = append(watchedParts, w.apiParts), append(unwatchedParts, u.apiParts)
+		partsDiff = append(partsDiff, partsMinus(w.apiParts, u.apiParts))
+		watchedRunWait, unwatchedRunWait = append(watchedRunWait, w.apiRunWait), append(unwatchedRunWait, u.apiRunWait)
+		watchedPreempted, unwatchedPreempted = append(watchedPreempted, float64(w.apiPreempted)), append(unwatchedPreempted, float64(u.apiPreempted))
+		watchedMachine, unwatchedMachine = append(watchedMachine, w.machineCPU), append(unwatchedMachine, u.machineCPU)
+		ws, us := deliveryShare(w.apiParts), deliveryShare(u.apiParts)
+		watchedShare, unwatchedShare = append(watchedShare, ws), append(unwatchedShare, us)
+		shareCPU = append(shareCPU, time.Duration((ws-us)*float64(u.apiParts["total"])))
 	}
+	c.watchedShare, c.unwatchedShare, c.shareCPU = median(watchedShare), median(unwatchedShare), median(shareCPU)
+	c.watchedRunWait, c.unwatchedRunWait = median(watchedRunWait), median(unwatchedRunWait)
+	c.watchedPreempted, c.unwatchedPreempted = median(watchedPreempted), median(unwatchedPreempted)
+	c.watchedMachine, c.unwatchedMachine = median(watchedMachine), median(unwatchedMachine)
+	c.watchedParts, c.unwatchedParts, c.partsDiff = medianParts(watchedParts), medianParts(unwatchedParts), medianParts(partsDiff)
 	c.watchedCPU, c.unwatchedCPU, c.cpu = median(watched), median(unwatched), median(diff)
 	c.requests = medianDifference(requests)
 	c.watchedEvents, c.unwatchedEvents = median(watchedEvents), median(unwatchedEvents)
+	c.watchedRetries, c.unwatchedRetries = median(watchedRetries), median(unwatchedRetries)
+	c.watchedClosed = median(watchedClosed)
 	c.hubWatchedCPU, c.hubCPU, c.endpointsCPU = median(hubWatched), median(hubDiff), median(endpoints)
 	if len(diff) > 0 {
 		c.cpuLow, c.cpuHigh = slices.Min(diff), slices.Max(diff)
 	}
 	return c
+}
+
+// partsMinus is a less b, part by part.
+func partsMinus(a, b map[string]time.Duration) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] -= v
+	}
+	return out
+}
+
+// medianParts is, part by part, the median over ps (a part missing from
+// one counts 0 there).
+func medianParts(ps []map[string]time.Duration) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, p := range ps {
+		for k := range p {
+			out[k] = 0
+		}
+	}
+	for k := range out {
+		var ds []time.Duration
+		for _, p := range ps {
+			ds = append(ds, p[k])
+		}
+		out[k] = median(ds)
+	}
+	return out
 }
 
 // latencies pools the watched rounds' probe latencies.

@@ -20,6 +20,16 @@ type restartResult struct {
 	// ready (requestsServed): the nodes' relists, the hub's, and
 	// everything else, the bench's one create included.
 	requests requestCounts
+	// steady are what kube-apiserver served in a window as long just
+	// before, with the nodes running and no restart (one create too): the
+	// steady state (lease renewals, status updates, reviews) the restart's
+	// window holds as well.
+	steady requestCounts
+	// byFlowSchema and steadyByFlowSchema are the same windows' requests
+	// by API Priority and Fairness flow schema: who asked (system-nodes:
+	// the kubelets; service-accounts: the proxies; global-default: the
+	// hub and the bench), which apiserver_request_total does not say.
+	byFlowSchema, steadyByFlowSchema requestCounts
 	// arrivals are, for every proxy, from just before the first change
 	// after ready (a new EndpointSlice) to the proxy's log line for it,
 	// read by the bench.
@@ -32,6 +42,10 @@ type restartResult struct {
 // the hub's watches are back, for what runs next.
 func (s *proxyRun) restartAPIServer(ctx context.Context, hubOwn controlplane.LongRunningRequests) (r restartResult, err error) {
 	l := s.env.Proxies
+	s.env.progressf("proxies (%s): counting kube-apiserver's requests for %s with no restart", s.way, l.RestartWindow)
+	if r.steady, r.steadyByFlowSchema, err = s.steadyRequests(ctx); err != nil {
+		return r, err
+	}
 	s.env.progressf("proxies (%s): restarting kube-apiserver under the nodes, counting its requests for %s", s.way, l.RestartWindow)
 	began := time.Now()
 	if err := s.t.Local.ControlPlane.RestartAPIServer(ctx); err != nil {
@@ -69,14 +83,36 @@ func (s *proxyRun) restartAPIServer(ctx context.Context, hubOwn controlplane.Lon
 		<-seen
 		return r, err
 	}
-	r.requests = requestsServed(before, after)
+	r.requests, r.byFlowSchema = requestsServed(before, after), dispatchedByFlowSchema(after).minus(dispatchedByFlowSchema(before))
 	if err := <-seen; err != nil {
 		return r, err
 	}
 	r.arrivals = probeLatencies(proxies, marks, probes)
-	s.env.progressf("proxies (%s): %.0f requests in the %s after ready (%.0f lists and watches); every proxy saw the next change %.2fs after it was made",
-		s.way, r.requests.total(), l.RestartWindow, r.requests.reads(), maxDuration(r.arrivals).Seconds())
+	s.env.progressf("proxies (%s): %.0f requests in the %s after ready (%.0f lists and watches), %.0f with no restart (%.0f); every proxy saw the next change %.2fs after it was made",
+		s.way, r.requests.total(), l.RestartWindow, r.requests.reads(), r.steady.total(), r.steady.reads(), maxDuration(r.arrivals).Seconds())
 	return r, waitWatchesBack(ctx, s.admin, hubOwn)
+}
+
+// steadyRequests counts what kube-apiserver serves in a restart window
+// with no restart, the same create in it as after a restart: the
+// baseline a restart's window is read against.
+func (s *proxyRun) steadyRequests(ctx context.Context) (requestCounts, requestCounts, error) {
+	before, err := ScrapeAPIServer(ctx, s.admin.CoreV1().RESTClient())
+	if err != nil {
+		return nil, nil, err
+	}
+	began := time.Now()
+	if err := s.createSlice(ctx, "steady", map[string]string{probeLabel: "true"}, "10.255.0.3"); err != nil {
+		return nil, nil, err
+	}
+	if err := sleepUntil(ctx, began.Add(s.env.Proxies.RestartWindow)); err != nil {
+		return nil, nil, err
+	}
+	after, err := ScrapeAPIServer(ctx, s.admin.CoreV1().RESTClient())
+	if err != nil {
+		return nil, nil, err
+	}
+	return requestsServed(before, after), dispatchedByFlowSchema(after).minus(dispatchedByFlowSchema(before)), nil
 }
 
 // requestsServed are the requests kube-apiserver served between two

@@ -94,6 +94,9 @@ func runProxySide(ctx context.Context, env *Env, t Target, admin kubernetes.Inte
 	if err := t.Local.ControlPlane.WaitHollowProxiesCaughtUp(ctx, s.proxies(), s.ns); err != nil {
 		return side, err
 	}
+	if err := s.waitLeases(ctx); err != nil {
+		return side, err
+	}
 
 	// Pairs alternate which kind goes first, so that a drift weighs on
 	// both kinds alike.
@@ -130,7 +133,45 @@ func runProxySide(ctx context.Context, env *Env, t Target, admin kubernetes.Inte
 func (s *proxyRun) startNodes(ctx context.Context, kubemark, dir string, fronted bool) error {
 	bar := s.env.phase(len(s.nodes), "proxies (%s): starting %d hollow kubelets and proxies", s.way, len(s.nodes))
 	defer bar.Done()
-	return startHollowNodes(ctx, s.t, s.admin, kubemark, dir, s.ns, s.nodes, hollowNodeSpec{fronted: fronted, proxy: true}, bar)
+	if err := startHollowNodes(ctx, s.t, s.admin, kubemark, dir, s.ns, s.nodes, hollowNodeSpec{fronted: fronted, proxy: true}, bar); err != nil {
+		return err
+	}
+	if s.env.Proxies.Nice == 0 {
+		return nil
+	}
+	for _, n := range s.nodes {
+		for _, p := range []*controlplane.Process{n.kubelet.Process, n.proxy.Process} {
+			if err := p.SetNice(s.env.Proxies.Nice); err != nil {
+				return err
+			}
+		}
+		if n.endpoint != nil {
+			if err := n.endpoint.Process.SetNice(s.env.Proxies.Nice); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// waitLeases waits until every kubelet holds its node Lease: a kubelet
+// gets its Node, gets and creates the Lease a few seconds after it is
+// Ready, and the first churn round would count that as its own.
+func (s *proxyRun) waitLeases(ctx context.Context) error {
+	var missing []string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		missing = missing[:0]
+		for _, n := range s.nodes {
+			if _, err := s.admin.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, n.name, metav1.GetOptions{}); err != nil {
+				missing = append(missing, n.name)
+			}
+		}
+		return len(missing) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("node leases of %v: %w", missing, err)
+	}
+	return nil
 }
 
 func (s *proxyRun) proxies() []*controlplane.HollowProxy {

@@ -13,30 +13,44 @@ import (
 type requestCounts map[string]float64
 
 func requestsIn(m Metrics) requestCounts {
+	return countsBy(m, "apiserver_request_total", func(l map[string]string) string {
+		resource := l["resource"]
+		if resource == "" {
+			return "" // non-resource paths: /metrics, /healthz
+		}
+		if l["subresource"] != "" {
+			resource += "/" + l["subresource"]
+		}
+		return l["verb"] + " " + resource
+	})
+}
+
+// dispatchedByFlowSchema are the requests kube-apiserver's API Priority
+// and Fairness dispatched so far (apiserver_flowcontrol_dispatched_requests_total),
+// by "flow schema <name>": who asked, as the flow schemas tell users
+// apart (system-nodes, service-accounts, global-default, exempt, ...).
+func dispatchedByFlowSchema(m Metrics) requestCounts {
+	return countsBy(m, "apiserver_flowcontrol_dispatched_requests_total", func(l map[string]string) string {
+		return "flow schema " + l["flow_schema"]
+	})
+}
+
+// countsBy sums the counter family name of m by the key each sample's
+// labels give it; a sample keyed "" is left out.
+func countsBy(m Metrics, name string, key func(labels map[string]string) string) requestCounts {
 	out := requestCounts{}
-	f := m["apiserver_request_total"]
+	f := m[name]
 	if f == nil {
 		return out
 	}
 	for _, s := range f.GetMetric() {
-		var verb, resource, sub string
+		labels := map[string]string{}
 		for _, l := range s.GetLabel() {
-			switch l.GetName() {
-			case "verb":
-				verb = l.GetValue()
-			case "resource":
-				resource = l.GetValue()
-			case "subresource":
-				sub = l.GetValue()
-			}
+			labels[l.GetName()] = l.GetValue()
 		}
-		if resource == "" {
-			continue // non-resource paths: /metrics, /healthz
+		if k := key(labels); k != "" {
+			out[k] += s.GetCounter().GetValue()
 		}
-		if sub != "" {
-			resource += "/" + sub
-		}
-		out[verb+" "+resource] += s.GetCounter().GetValue()
 	}
 	return out
 }

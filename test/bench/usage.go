@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,16 @@ type Usage struct {
 	CPU time.Duration
 	// RSS is its resident memory now, in bytes.
 	RSS int64
+	// RunWait is how long its threads have waited, runnable, for a CPU
+	// that other threads held (/proc/<pid>/task/*/schedstat, the
+	// scheduler's run-queue delay), summed over the threads there are
+	// now: on a machine it shares, what its CPU time does not show. It
+	// is 0 where the kernel keeps no schedstats.
+	RunWait time.Duration
+	// Preempted counts the times its threads, runnable, were taken off
+	// a CPU for another thread (nonvoluntary_ctxt_switches of
+	// /proc/<pid>/task/*/status), summed over the threads there are now.
+	Preempted int64
 }
 
 // clockTick is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on
@@ -63,7 +74,73 @@ func ReadUsage(pid int) (Usage, error) {
 			u.RSS = kb << 10
 		}
 	}
-	return u, nil
+	u.RunWait, u.Preempted, err = readThreads(pid)
+	return u, err
+}
+
+// readThreads sums, over pid's threads, the run-queue delay
+// (schedstat's second field, in nanoseconds) and the involuntary context
+// switches.
+func readThreads(pid int) (wait time.Duration, preempted int64, err error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, t := range tasks {
+		sched, err1 := os.ReadFile(filepath.Join(t, "schedstat"))
+		status, err2 := os.ReadFile(filepath.Join(t, "status"))
+		if err1 != nil || err2 != nil {
+			continue // the thread ended between the glob and the read
+		}
+		f := strings.Fields(string(sched))
+		if len(f) < 2 {
+			return 0, 0, fmt.Errorf("%s/schedstat: %q, want three fields", t, sched)
+		}
+		ns, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s/schedstat: %w", t, err)
+		}
+		wait += time.Duration(ns)
+		for line := range strings.SplitSeq(string(status), "\n") {
+			if v, ok := strings.CutPrefix(line, "nonvoluntary_ctxt_switches:"); ok {
+				n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				if err != nil {
+					return 0, 0, fmt.Errorf("%s/status: %q: %w", t, line, err)
+				}
+				preempted += n
+			}
+		}
+	}
+	return wait, preempted, nil
+}
+
+// machineBusy is the CPU time every process on the machine has used
+// since boot, all CPUs together: /proc/stat's first line less idle and
+// iowait (and the hypervisor's steal).
+func machineBusy() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat begins %q, want the cpu line", line)
+	}
+	var busy int64
+	// user nice system idle iowait irq softirq (steal, the hypervisor's,
+	// is no process's here)
+	for i, v := range f[1:8] {
+		if i == 3 || i == 4 {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %q: %w", v, err)
+		}
+		busy += n
+	}
+	return time.Duration(busy) * clockTick, nil
 }
 
 // Metrics are one scrape of a /metrics endpoint: the harness's, which

@@ -83,6 +83,19 @@ func StartProcessTee(name, bin string, args []string, logPath string, also io.Wr
 // Pid is the process's identifier, for reading its resource usage.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
+// SetNice sets the scheduling niceness of every thread of the process
+// and of anything else in its process group (StartProcess makes it a
+// group's leader); threads created later inherit it from the thread
+// that creates them. The benchmark uses it to keep processes that would
+// run on other machines in a cluster from taking CPU from kube-apiserver
+// on this one.
+func (p *Process) SetNice(n int) error {
+	if err := syscall.Setpriority(syscall.PRIO_PGRP, p.cmd.Process.Pid, n); err != nil {
+		return fmt.Errorf("nice %d for %s: %w", n, p.name, err)
+	}
+	return nil
+}
+
 // Binary is the path of the program p runs, for starting another like it.
 func (p *Process) Binary() string { return p.cmd.Path }
 
