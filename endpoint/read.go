@@ -11,12 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
-	restclientwatch "k8s.io/client-go/rest/watch"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeproxy/nodeproxy/endpoint/relay"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
 
@@ -111,10 +110,7 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route,
 	if mediaType != "application/json" {
 		mediaType += ";stream=watch"
 	}
-	frames := info.StreamSerializer.Framer.NewFrameWriter(w)
-	enc := restclientwatch.NewEncoder(
-		streaming.NewEncoder(frames, codecs.EncoderForVersion(info.StreamSerializer.Serializer, coreV1)),
-		codecs.EncoderForVersion(info.Serializer, r.groupVersion()))
+	events := relay.NewWriter(w, info, relay.Codecs{Encoders: codecs, Decoder: deserializer}, r.groupVersion())
 
 	timeout := watchTimeout(r)
 	timer := time.NewTimer(timeout)
@@ -135,18 +131,17 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route,
 				open = false // given up, or stopping: nothing to close
 				return true
 			}
-			var obj runtime.Object
 			if ev.Type == watch.Error {
 				open = false
-				obj = ev.Status
-			} else if obj, err = runtime.Decode(deserializer, ev.Object); err != nil {
-				klog.ErrorS(err, "Undecodable event from the hub; ending the watch so the kubelet relists", "resource", resource)
-				obj = &apierrors.NewInternalError(fmt.Errorf("decode the hub's event: %w", err)).ErrStatus
-				ev.Type = watch.Error
 			}
-			if err := enc.Encode(&watch.Event{Type: ev.Type, Object: obj}); err != nil {
+			sent, err := events.Write(ev)
+			if err != nil {
 				return true // the kubelet went away
 			}
+			if sent != ev.Type {
+				klog.ErrorS(nil, "Undecodable event from the hub; ended the watch so the kubelet relists", "resource", resource)
+			}
+			ev.Type = sent
 			if ev.Type == watch.Error {
 				flusher.Flush()
 				if open {
