@@ -55,4 +55,3 @@ func hubEvent(tb testing.TB, t watch.EventType, obj runtime.Object) watchmux.Eve
 	}
 	return watchmux.Event{Type: t, Object: raw}
 }
-
