@@ -83,7 +83,8 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route,
 	if !ok {
 		return false
 	}
-	ch, err := hub.Watch(req.Context(), r.op)
+	events := relay.NewWriter(w, info, relay.Codecs{Encoders: codecs, Decoder: deserializer}, r.groupVersion())
+	ch, err := hub.Watch(req.Context(), r.op, events.Protobuf())
 	if err != nil && !decisive(err) {
 		e.noteFallback(err, r)
 		return false
@@ -110,8 +111,6 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route,
 	if mediaType != "application/json" {
 		mediaType += ";stream=watch"
 	}
-	events := relay.NewWriter(w, info, relay.Codecs{Encoders: codecs, Decoder: deserializer}, r.groupVersion())
-
 	timeout := watchTimeout(r)
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -138,10 +137,13 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route,
 			if err != nil {
 				return true // the kubelet went away
 			}
-			if sent != ev.Type {
+			if sent.Type != ev.Type {
 				klog.ErrorS(nil, "Undecodable event from the hub; ended the watch so the kubelet relists", "resource", resource)
 			}
-			ev.Type = sent
+			if ev.Type != watch.Error {
+				relayed(sent.Reencoded).Inc()
+			}
+			ev.Type = sent.Type
 			if ev.Type == watch.Error {
 				flusher.Flush()
 				if open {

@@ -37,6 +37,8 @@ type SessionChannel struct {
 	s *Session
 	// sel is the caller's selector; open what is sent first.
 	sel, open v1alpha1.GetOperation
+	// opts are the caller's, for every open of the channel.
+	opts []WatchOption
 	// The caller's wishes, which the session's own additions (bookmarks,
 	// initial events for a resume point) must not show through.
 	wantBookmarks, wantInitialEnd, wantInitial bool
@@ -64,9 +66,9 @@ type SessionChannel struct {
 // starts from "now" (no resourceVersion), with sendInitialEvents, whose
 // closing bookmark is the first resume point; the consumer sees bookmarks
 // and initial events only if sel asked for them.
-func (s *Session) Watch(ctx context.Context, sel v1alpha1.GetOperation) (*SessionChannel, error) {
+func (s *Session) Watch(ctx context.Context, sel v1alpha1.GetOperation, watchOpts ...WatchOption) (*SessionChannel, error) {
 	events := make(chan Event, ClientEventBuffer+1)
-	sc := &SessionChannel{Events: events, events: events, s: s, sel: sel, closing: make(chan struct{})}
+	sc := &SessionChannel{Events: events, events: events, s: s, sel: sel, opts: watchOpts, closing: make(chan struct{})}
 	opts := sel.Options
 	sc.wantBookmarks = opts.AllowWatchBookmarks
 	sc.wantInitialEnd = opts.SendInitialEvents != nil && *opts.SendInitialEvents
@@ -90,7 +92,7 @@ func (s *Session) Watch(ctx context.Context, sel v1alpha1.GetOperation) (*Sessio
 		if err != nil {
 			return nil, err
 		}
-		ch, err := c.Watch(ctx, sc.open)
+		ch, err := c.Watch(ctx, sc.open, sc.opts...)
 		var status *apierrors.StatusError
 		switch {
 		case err == nil:
@@ -197,7 +199,13 @@ type meta struct {
 // see it.
 func (sc *SessionChannel) note(ev Event) bool {
 	var m meta
-	if err := json.Unmarshal(ev.Object, &m); err != nil {
+	var err error
+	if ev.Protobuf != nil {
+		m, err = protobufMeta(ev.Protobuf)
+	} else {
+		err = json.Unmarshal(ev.Object, &m)
+	}
+	if err != nil {
 		// Unreachable from a hub; pass it on untouched and keep the
 		// resume point.
 		klog.ErrorS(err, "Bulk watch event without readable metadata")
@@ -273,7 +281,7 @@ func (sc *SessionChannel) reopen(dead *Client, lost time.Time) bool {
 			return false // closed, the session ended, or out of time
 		}
 		ctx, cancel := context.WithTimeout(rctx, reopenTimeout)
-		ch, err := c.Watch(ctx, sel)
+		ch, err := c.Watch(ctx, sel, sc.opts...)
 		cancel()
 		var status *apierrors.StatusError
 		switch {

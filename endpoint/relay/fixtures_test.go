@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"strconv"
 	"testing"
 
@@ -12,7 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodeproxy/nodeproxy/watchmux"
 )
 
 // The tests' scheme: the endpoint's groups that the tests use, Status and
@@ -94,3 +98,34 @@ func secret() *corev1.Secret {
 		},
 	}
 }
+
+// hubEvent is obj as the hub sends it on a channel, its object encoded
+// in mediaType as kube-apiserver encodes one.
+func hubEvent(tb testing.TB, t watch.EventType, obj runtime.Object, mediaType string) watchmux.Event {
+	tb.Helper()
+	info, ok := runtime.SerializerInfoForMediaType(testCodecs.Encoders.SupportedMediaTypes(), mediaType)
+	if !ok {
+		tb.Fatalf("no serializer for %s", mediaType)
+	}
+	raw, err := runtime.Encode(testCodecs.Encoders.EncoderForVersion(info.Serializer, gvOf(obj)), obj)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if mediaType == runtime.ContentTypeProtobuf {
+		return watchmux.Event{Type: t, Protobuf: raw}
+	}
+	return watchmux.Event{Type: t, Object: bytes.TrimSuffix(raw, []byte("\n"))}
+}
+
+// testGV is core/v1, where the scheme registers Status and the watch
+// event.
+var testGV = schema.GroupVersion{Version: "v1"}
+
+// hubEventRaw is an event whose object is JSON bytes as given.
+func hubEventRaw(t watch.EventType, object []byte) watchmux.Event {
+	return watchmux.Event{Type: t, Object: object}
+}
+
+type nopCloser struct{ *bytes.Buffer }
+
+func (nopCloser) Close() error { return nil }
