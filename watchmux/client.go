@@ -329,22 +329,30 @@ func (c *Client) readLoop() {
 			return
 		}
 		c.extendDeadline()
-		var msg v1alpha1.ServerMessage
-		var protobuf []byte
-		if kind == websocket.BinaryMessage {
-			protobuf, err = readBinaryEvent(data, &msg)
-		} else if err = json.Unmarshal(data, &msg); err != nil {
-			err = fmt.Errorf("server sent a message that is not JSON: %w", err)
-		}
-		if err != nil {
+		if err = c.handle(kind, data); err != nil {
 			return
 		}
-		if msg.Response != nil {
-			c.answer(msg.Response)
-			continue
-		}
-		c.deliver(&msg, protobuf)
 	}
+}
+
+// handle takes in one message of the server: a response or an event.
+func (c *Client) handle(kind int, data []byte) error {
+	var msg v1alpha1.ServerMessage
+	var protobuf []byte
+	if kind == websocket.BinaryMessage {
+		var err error
+		if protobuf, err = readBinaryEvent(data, &msg); err != nil {
+			return err
+		}
+	} else if err := json.Unmarshal(data, &msg); err != nil {
+		return fmt.Errorf("server sent a message that is not JSON: %w", err)
+	}
+	if msg.Response != nil {
+		c.answer(msg.Response)
+		return nil
+	}
+	c.deliver(&msg, protobuf)
+	return nil
 }
 
 func (c *Client) answer(r *v1alpha1.WatchResponse) {
