@@ -2,7 +2,6 @@ package relay
 
 import (
 	"bytes"
-	"strconv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,11 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/utils/ptr"
 
+	"github.com/nodeproxy/nodeproxy/test/workload"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
 
@@ -48,39 +46,9 @@ func gvOf(obj runtime.Object) schema.GroupVersion {
 	return obj.GetObjectKind().GroupVersionKind().GroupVersion()
 }
 
-// endpointSlice is a Service's slice of 10 ready endpoints on 2 ports, as
-// kube-proxy watches them, with type meta as the hub sends it.
-func endpointSlice() *discoveryv1.EndpointSlice {
-	es := &discoveryv1.EndpointSlice{
-		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "web-x7k2p", Namespace: "shop", GenerateName: "web-", UID: "5f0c8e53-1d7c-4a7e-9a3c-3b0b2f8c1e11",
-			ResourceVersion: "184467", Generation: 42,
-			CreationTimestamp: metav1.Unix(1764000000, 0),
-			Labels: map[string]string{
-				"endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
-				"kubernetes.io/service-name":             "web",
-			},
-			Annotations:     map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "2026-11-26T04:00:00Z"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: "web", UID: "0b6e1a9c-7f2d-4b8e-a1c4-9d3e5f7a2b60", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
-		},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports: []discoveryv1.EndpointPort{
-			{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)},
-			{Name: ptr.To("metrics"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](9090)},
-		},
-	}
-	for i := range 10 {
-		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{
-			Addresses:  []string{"10.244." + strconv.Itoa(i) + ".17"},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
-			NodeName:   ptr.To("node-" + strconv.Itoa(i)),
-			Zone:       ptr.To("zone-a"),
-			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "shop", Name: "web-7d9f8b6c5-" + strconv.Itoa(i), UID: types.UID("c4f1e2d3-0000-4000-8000-00000000000" + strconv.Itoa(i))},
-		})
-	}
-	return es
-}
+// endpointSlice is kube-proxy's typical object: a Service's slice of 10
+// ready endpoints.
+func endpointSlice() *discoveryv1.EndpointSlice { return workload.ServiceSlice("shop", "web", 10) }
 
 // secret is a TLS secret of the size a pod mounts.
 func secret() *corev1.Secret {
