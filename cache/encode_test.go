@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/randfill"
+
+	"github.com/nodeproxy/nodeproxy/test/workload"
 )
 
 // TestEncodeProtobufIsKubeAPIServersEncoding: for every type served, an
@@ -53,6 +55,38 @@ func TestEncodeProtobufIsKubeAPIServersEncoding(t *testing.T) {
 				}
 				if !bytes.Equal(got, b.Bytes()) {
 					t.Fatalf("round %d: EncodeProtobuf differs from kube-apiserver's serializer:\n got %q\nwant %q", i, got, b.Bytes())
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkEncodeObject measures what the hub pays once per object
+// version and encoding (the Encoder caches the bytes for every channel):
+// kube-proxy's typical EndpointSlice as JSON, for bulk gets and JSON
+// channels, and as protobuf, for channels that ask for it.
+// docs/benchmarks.md has the figures.
+func BenchmarkEncodeObject(b *testing.B) {
+	var r resource
+	for _, s := range served {
+		if s.kind == "EndpointSlice" {
+			r = s
+		}
+	}
+	s := newStore(r, 8)
+	o, err := newObject(workload.ServiceSlice("shop", "web", 10))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		encode func(*Store, *Object) ([]byte, error)
+	}{{"endpointslice/json", encodeObject}, {"endpointslice/protobuf", encodeProtobuf}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if _, err := tc.encode(s, o); err != nil {
+					b.Fatal(err)
 				}
 			}
 		})
