@@ -34,6 +34,14 @@ type Catalog struct {
 	// uncached answers the types the cache does not hold; nil refuses
 	// them (--bulk-uncached-types off).
 	uncached Uncached
+	// latest asks kube-apiserver which resourceVersion it has reached,
+	// for consistent reads and for resumes ahead of the cache: one
+	// checker for both, so that they share its questions. nil: nobody to
+	// ask (consistent reads are refused, resumes wait for the cache).
+	latest *LatestChecker
+	// progress shows a quiet type's cache current for consistent reads;
+	// nil: they wait for the cache alone.
+	progress *ProgressChecker
 }
 
 // NewCatalog serves the types of cache.Resources from c. Node identities
@@ -54,6 +62,28 @@ func NewCatalog(c *cache.Cache, g Reachability, nodes, delegated authorizer.Auth
 // by u (kube-apiserver, as the caller) instead of refused. Call it before
 // serving.
 func (c *Catalog) ServeUncached(u Uncached) { c.uncached = u }
+
+// AskLatest has consistent reads (resourceVersion "") and resumes ahead
+// of the cache ask v which resourceVersion kube-apiserver has reached.
+// Call it before serving; without it, a consistent read is refused with
+// 500 ServerTimeout, as kube-apiserver refuses one when it cannot reach etcd.
+// When v is also a Progress (hub's is), consistent reads of a quiet type
+// ask it whether the cache is current; otherwise they wait for the cache
+// to reach kube-apiserver's version, which a quiet type's does only with
+// its next bookmark.
+func (c *Catalog) AskLatest(v LatestVersions) {
+	c.latest, c.progress = nil, nil
+	if v != nil {
+		c.latest = NewLatestChecker(v)
+	}
+	if p, ok := v.(Progress); ok {
+		c.progress = NewProgressChecker(p)
+	}
+}
+
+// Latest asks kube-apiserver which resourceVersion it has reached; nil
+// when nobody may be asked.
+func (c *Catalog) Latest() *LatestChecker { return c.latest }
 
 // Store is the cached type r; nil if nodeproxy does not cache it.
 func (c *Catalog) Store(r metav1.GroupVersionResource) *cache.Store { return c.stores[r] }

@@ -14,7 +14,8 @@
 //	     |  Catalog.Authorize                   nodes: the graph; others: the delegated authorizer
 //	     v
 //	  allowed
-//	     |  ReadAt, ResumeAt (+ LatestChecker)  a state of the cache at a resourceVersion
+//	     |  ReadAt, ResumeAt, ReadConsistent    a state of the cache at a resourceVersion
+//	     |  (+ LatestChecker)                   ("": kube-apiserver's, asked once per type)
 //	     v
 //	  Snapshot --Query.Ascend, Query.Matches--> the objects, for bulk/get and bulk/watch
 //
@@ -40,7 +41,11 @@
 //     authorizer. Everyone else is asked as the list or watch the
 //     operation amounts to, with its selectors.
 //   - resourceVersion means what kube-apiserver's watch cache makes it
-//     mean: unset or "0" the latest state; N a state at least as new (waiting
+//     mean: "" on a list or a streaming list a consistent read, no older
+//     than kube-apiserver's state when the request arrived (ReadConsistent:
+//     one coalesced question per type, 500 ServerTimeout when it cannot be asked, never
+//     the cache as it stands); "0" (and "" on a plain watch) the cache's
+//     latest state; N a state at least as new (waiting
 //     up to 3 s for the cache, then 504 "Too large resource version");
 //     N with resourceVersionMatch=Exact the state at N, or 410 once the
 //     change log no longer holds it.

@@ -10,9 +10,10 @@ import (
 )
 
 // LatestVersions tells which resourceVersion kube-apiserver has reached
-// for a type: the hub asks it whether a resourceVersion a client resumes
-// from, newer than the hub's cache, is one kube-apiserver has handed out.
-// hub implements it with a consistent metadata-only list of
+// for a type: the hub asks it the version a consistent read (resourceVersion
+// "") must be no older than, and whether a resourceVersion a client
+// resumes from, newer than the hub's cache, is one kube-apiserver has
+// handed out. hub implements it with a consistent metadata-only list of
 // one item.
 type LatestVersions interface {
 	// LatestVersion returns a resourceVersion of resource that
@@ -69,22 +70,42 @@ func NewLatestChecker(source LatestVersions) *LatestChecker {
 // from an earlier answer or from the answer to a question asked after
 // this call began. An error means kube-apiserver could not say.
 func (c *LatestChecker) reached(ctx context.Context, resource schema.GroupVersionResource, rv uint64) (bool, error) {
+	latest, err := c.ask(ctx, resource, rv)
+	if err != nil {
+		return false, err
+	}
+	return latest >= rv, nil
+}
+
+// current is a resourceVersion of resource that kube-apiserver had
+// reached at some moment after this call began: the answer to a question
+// sent after it, never an earlier answer, which may predate changes the
+// caller has already been shown elsewhere (a consistent read).
+func (c *LatestChecker) current(ctx context.Context, resource schema.GroupVersionResource) (uint64, error) {
+	return c.ask(ctx, resource, 0)
+}
+
+// ask returns the highest answer seen if it is at least atLeast (never,
+// for atLeast 0), else the answer to a question sent after this call
+// began: the one queued behind the question in flight, or a new one.
+func (c *LatestChecker) ask(ctx context.Context, resource schema.GroupVersionResource, atLeast uint64) (uint64, error) {
 	c.mu.Lock()
 	st, ok := c.byType[resource]
 	if !ok {
 		st = &latestState{}
 		c.byType[resource] = st
 	}
-	if st.known >= rv {
+	if atLeast > 0 && st.known >= atLeast {
+		known := st.known
 		c.mu.Unlock()
-		return true, nil
+		return known, nil
 	}
 	var call *latestCall
 	switch {
 	case st.running == nil:
 		call = &latestCall{done: make(chan struct{})}
 		st.running = call
-		go c.ask(resource, st, call)
+		go c.run(resource, st, call)
 	case st.waiting == nil:
 		call = &latestCall{done: make(chan struct{})}
 		st.waiting = call
@@ -96,17 +117,14 @@ func (c *LatestChecker) reached(ctx context.Context, resource schema.GroupVersio
 	select {
 	case <-call.done:
 	case <-ctx.Done():
-		return false, fmt.Errorf("waiting for kube-apiserver's resourceVersion of %s: %w", resource.Resource, ctx.Err())
+		return 0, fmt.Errorf("waiting for kube-apiserver's resourceVersion of %s: %w", resource.Resource, ctx.Err())
 	}
-	if call.err != nil {
-		return false, call.err
-	}
-	return call.rv >= rv, nil
+	return call.rv, call.err
 }
 
-// ask runs call, then the question queued behind it, if any, until none
+// run asks call, then the question queued behind it, if any, until none
 // is left.
-func (c *LatestChecker) ask(resource schema.GroupVersionResource, st *latestState, call *latestCall) {
+func (c *LatestChecker) run(resource schema.GroupVersionResource, st *latestState, call *latestCall) {
 	for call != nil {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), latestVersionTimeout)

@@ -128,3 +128,48 @@ func waitUntil(t *testing.T, cond func() bool) {
 	}
 	t.Fatal("condition never met")
 }
+
+// TestConsistentVersionIsAskedAfterTheRead: a consistent read never takes
+// an answer it did not wait for: not the highest answer seen (a resume's
+// shortcut), not one to a question already in flight when it arrived
+// (both may predate a change the client was shown elsewhere).
+func TestConsistentVersionIsAskedAfterTheRead(t *testing.T) {
+	src := newScriptedVersions()
+	c := NewLatestChecker(src)
+	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	current := func() <-chan answer {
+		out := make(chan answer, 1)
+		go func() {
+			rv, err := c.current(context.Background(), secrets)
+			out <- answer{rv, err}
+		}()
+		return out
+	}
+
+	first := current()
+	<-src.started
+	src.answers <- answer{rv: 10}
+	if a := <-first; a.rv != 10 || a.err != nil {
+		t.Fatalf("first read: %+v", a)
+	}
+	again := current() // 10 is known: a resume at 10 would not ask; this does
+	<-src.started
+	inFlight := current() // arrives while the second question is in flight
+	waitUntil(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.byType[secrets].waiting != nil
+	})
+	src.answers <- answer{rv: 11}
+	if a := <-again; a.rv != 11 {
+		t.Fatalf("second read: %+v, want the answer to its own question", a)
+	}
+	<-src.started
+	src.answers <- answer{rv: 12}
+	if a := <-inFlight; a.rv != 12 {
+		t.Fatalf("a read that arrived while a question was in flight got %+v, want the next answer", a)
+	}
+	if n := src.questions(); n != 3 {
+		t.Errorf("%d questions, want 3", n)
+	}
+}

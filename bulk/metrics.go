@@ -36,7 +36,7 @@ var (
 		Namespace:      "nodeproxy",
 		Subsystem:      "bulk",
 		Name:           "latest_version_requests_total",
-		Help:           "Requests to kube-apiserver for its current resourceVersion of a type (a consistent metadata list of one item), made for resumes ahead of the cache, one at a time per type whatever the number waiting, by resource and result (ok, error).",
+		Help:           "Requests to kube-apiserver for its current resourceVersion of a type (a consistent metadata list of one item), made for consistent reads and for resumes ahead of the cache, one at a time per type (and one queued) whatever the number waiting, by resource and result (ok, error).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource", "result"})
 	latestVersionDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
@@ -48,6 +48,38 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
 
+	consistentReads = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "bulk",
+		Name:           "consistent_reads_total",
+		Help:           "Reads with resourceVersion \"\" (bulk get operations, channels with sendInitialEvents), by resource and result: fresh (the cache had reached kube-apiserver's version), caught_up (it reached it within 6 s), confirmed (a quiet type: a probe showed nothing of the type had changed since the cache's version), too_large (504 after 6 s), unavailable (500 ServerTimeout: kube-apiserver could not be asked), gone (the request ended first).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "result"})
+	consistentReadWait = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "bulk",
+		Name:           "consistent_read_wait_seconds",
+		Help:           "What a read with resourceVersion \"\" waited before it was answered or refused: kube-apiserver's answer, then the cache, by resource.",
+		Buckets:        []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 3, 6},
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+
+	progressProbes = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "bulk",
+		Name:           "progress_probes_total",
+		Help:           "Probes asking kube-apiserver whether a quiet type changed since the cache's resourceVersion (a watch from it until kube-apiserver's first bookmark, about 1 to 2 s), made for consistent reads, one at a time per type whatever the number waiting, by resource and result (ok, error).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "result"})
+	progressProbeDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "bulk",
+		Name:           "progress_probe_duration_seconds",
+		Help:           "How long a probe of a quiet type took, from the watch's request to kube-apiserver's bookmark, by resource.",
+		Buckets:        []float64{.1, .25, .5, 1, 1.5, 2, 2.5, 3, 5},
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+
 	registerOnce sync.Once
 )
 
@@ -56,12 +88,17 @@ var (
 // register their own.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(decisions, versionWaits, latestVersionRequests, latestVersionDuration)
+		legacyregistry.MustRegister(decisions, versionWaits, latestVersionRequests, latestVersionDuration, consistentReads, consistentReadWait, progressProbes, progressProbeDuration)
 	})
 }
 
 func observeVersionWait(s *cache.Store, request, result string) {
 	versionWaits.WithLabelValues(s.Resource.Resource, request, result).Inc()
+}
+
+func observeConsistentRead(s *cache.Store, result string, waited time.Duration) {
+	consistentReads.WithLabelValues(s.Resource.Resource, result).Inc()
+	consistentReadWait.WithLabelValues(s.Resource.Resource).Observe(waited.Seconds())
 }
 
 func observeLatestVersionRequest(resource string, err error, took time.Duration) {
@@ -92,4 +129,13 @@ func (s *decisionSeries) observe(allowed bool) {
 	} else {
 		s.denied.Inc()
 	}
+}
+
+func observeProgressProbe(resource string, err error, took time.Duration) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	progressProbes.WithLabelValues(resource, result).Inc()
+	progressProbeDuration.WithLabelValues(resource).Observe(took.Seconds())
 }

@@ -186,6 +186,11 @@ func (q *Query) parseWatchOptions(in *metav1.ListOptions, options func() *field.
 	if q.reachableFrom != "" {
 		errs = append(errs, field.Forbidden(options().Child("fieldSelector"), ReachableFromField+" is for bulk get; a watch channel names what it watches"))
 	}
+	// kube-apiserver (cacher.getWatchCacheResourceVersion) reads a
+	// streaming list from "" consistently: the initial state no older
+	// than etcd when the watch arrived. Without sendInitialEvents, "" is
+	// its legacy "any": the watch cache's state, then its changes.
+	q.consistent = in.ResourceVersion == "" && in.SendInitialEvents != nil && *in.SendInitialEvents
 	if in.ResourceVersion != "" && in.ResourceVersion != "0" {
 		rv, err := strconv.ParseUint(in.ResourceVersion, 10, 64)
 		if err != nil {
@@ -289,7 +294,11 @@ func (q *Query) parseVersion(in *metav1.ListOptions, options func() *field.Path)
 		return nil
 	}
 	switch in.ResourceVersion {
-	case "", "0":
+	case "":
+		// kube-apiserver's "most recent": a consistent read.
+		q.consistent = true
+		return nil
+	case "0":
 		return nil
 	}
 	rv, err := strconv.ParseUint(in.ResourceVersion, 10, 64)

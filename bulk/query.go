@@ -41,6 +41,9 @@ type Query struct {
 	rv    uint64 // 0: any
 	rvSet bool
 	exact bool
+	// consistent: resourceVersion "" where kube-apiserver makes it a
+	// consistent read (a list; a channel with sendInitialEvents).
+	consistent bool
 	// watch marks a bulk watch channel's selector; bookmarks and
 	// initialEvents are its options (initialEvents nil: not said).
 	watch         bool
@@ -80,6 +83,12 @@ func (q *Query) Node() string { return q.node }
 // ResourceVersion is the operation's resourceVersion, and whether one
 // was given (other than "0").
 func (q *Query) ResourceVersion() (rv uint64, set bool) { return q.rv, q.rvSet }
+
+// Consistent reports a read that must be no older than kube-apiserver's
+// state when it arrived (resourceVersion "" on a list, or on a channel
+// with sendInitialEvents): Catalog.ConsistentVersion, then
+// Catalog.ReadConsistent.
+func (q *Query) Consistent() bool { return q.consistent }
 
 // Exact reports resourceVersionMatch=Exact: the state at
 // ResourceVersion, not any state at least as new.

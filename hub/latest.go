@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"strconv"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodeproxy/nodeproxy/bulk"
 )
@@ -18,9 +22,10 @@ import (
 // kube-apiserver had handed out when it was asked), one item, metadata
 // only. kube-apiserver serves it from its watch cache once that has
 // caught up with etcd (ConsistentListFromCache), else from etcd, one key.
-// The bulk watch asks it, at most one request in flight per type, when a
-// channel resumes from a version this replica's cache has not reached;
-// each answer also settles every later resume at or below it. That
+// The bulk requests ask it, at most one request in flight per type (and
+// one queued), for every consistent read and when a channel resumes from
+// a version this replica's cache has not reached; each answer also
+// settles every later resume at or below it. That
 // coalescing is what bounds the requests, so the client has no
 // client-side rate limit (New).
 type latestVersions struct{ client metadata.Interface }
@@ -37,4 +42,59 @@ func (l latestVersions) LatestVersion(ctx context.Context, resource schema.Group
 		return 0, fmt.Errorf("list %s: resourceVersion %q: %w", resource.Resource, list.ResourceVersion, err)
 	}
 	return rv, nil
+}
+
+var _ bulk.Progress = latestVersions{}
+
+// progressWatchSeconds is the probe watch's timeoutSeconds: the least for
+// which kube-apiserver's cacher sends a bookmark, which it schedules 2 s
+// before the watch's deadline (cache_watcher.go, nextBookmarkTime); with
+// 2, that moment has passed when the watcher is registered and no
+// bookmark comes.
+const progressWatchSeconds = 3
+
+// Progress watches resource from resourceVersion from, metadata only,
+// with bookmarks and timeoutSeconds 3: kube-apiserver's watch cache sends
+// every change after from, then its bookmark about a second in, at the
+// version it has processed. A watch costs kube-apiserver no read of etcd;
+// every consistent read of a quiet type waiting on this replica shares
+// it (bulk.ProgressChecker).
+func (l latestVersions) Progress(ctx context.Context, resource schema.GroupVersionResource, from uint64) (last, through uint64, err error) {
+	w, err := l.client.Resource(resource).Watch(ctx, metav1.ListOptions{
+		ResourceVersion:     strconv.FormatUint(from, 10),
+		AllowWatchBookmarks: true,
+		TimeoutSeconds:      ptr.To[int64](progressWatchSeconds),
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("watch %s from %d: %w", resource.Resource, from, err)
+	}
+	defer w.Stop()
+	last = from
+	for {
+		var ev watch.Event
+		var ok bool
+		select {
+		case ev, ok = <-w.ResultChan():
+		case <-ctx.Done():
+			return 0, 0, fmt.Errorf("watch %s from %d: no bookmark: %w", resource.Resource, from, ctx.Err())
+		}
+		if !ok {
+			return 0, 0, fmt.Errorf("watch %s from %d: ended without a bookmark", resource.Resource, from)
+		}
+		if ev.Type == watch.Error {
+			return 0, 0, fmt.Errorf("watch %s from %d: %w", resource.Resource, from, apierrors.FromObject(ev.Object))
+		}
+		m, err := meta.Accessor(ev.Object)
+		if err != nil {
+			return 0, 0, fmt.Errorf("watch %s from %d: %s event: %w", resource.Resource, from, ev.Type, err)
+		}
+		rv, err := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("watch %s from %d: %s event: resourceVersion %q: %w", resource.Resource, from, ev.Type, m.GetResourceVersion(), err)
+		}
+		if ev.Type == watch.Bookmark {
+			return last, rv, nil
+		}
+		last = rv
+	}
 }

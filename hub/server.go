@@ -62,11 +62,12 @@ func (c *Config) New() (*Server, error) {
 	bulkget.RegisterMetrics()
 	bulkwatch.RegisterMetrics()
 	registerMetrics()
-	// One metadata client for the questions both checks ask kube-apiserver
-	// (the node authorizer's list of a node's pods, the bulk watch's
-	// latest version of a type). No client-side rate limit: each check
-	// bounds its own requests (one in flight per node, at most
-	// --node-refresh-max-concurrent; one per type), and client-go's
+	// One metadata client for the questions the checks ask kube-apiserver
+	// (the node authorizer's list of a node's pods; a type's latest
+	// version and its progress, for consistent reads and resumes). No
+	// client-side rate limit: each check bounds its own requests (one in
+	// flight per node, at most --node-refresh-max-concurrent; one per
+	// type), and client-go's
 	// default (5/s, burst 10) only added waits for a token
 	// (docs/operations.md, "Freshness").
 	metaConfig := restclient.CopyConfig(c.Kube)
@@ -85,6 +86,7 @@ func (c *Config) New() (*Server, error) {
 	}
 	generic.Handler.NonGoRestfulMux.Handle(authorizer.WebhookPath, &authorizer.Webhook{Authorizer: nodes})
 	catalog := bulk.NewCatalog(objects, g, nodes, withoutCredentialID{c.Generic.Authorization.Authorizer})
+	catalog.AskLatest(latestVersions{client: meta})
 	if c.UncachedTypes {
 		passthrough.RegisterMetrics()
 		uncached, err := passthrough.NewClient(c.Kube)
@@ -96,9 +98,7 @@ func (c *Config) New() (*Server, error) {
 	if err := installBulkAPI(generic, bulkget.NewGetter(catalog), c.BulkGet); err != nil {
 		return nil, err
 	}
-	watcherOptions := c.Watcher
-	watcherOptions.Latest = latestVersions{client: meta}
-	watcher := bulkwatch.NewWatcher(catalog, g, watcherOptions)
+	watcher := bulkwatch.NewWatcher(catalog, g, c.Watcher)
 	watchServer := watchmux.NewServer(watcher, c.Watch)
 	c.router.watch.Store(watchServer)
 

@@ -2,8 +2,6 @@ package hub_test
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -94,20 +92,7 @@ func TestNodeCannotWatchWhatItMayOnlyGet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, err := json.Marshal(&v1alpha1.BulkGetOperation{
-		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "BulkGetOperation"},
-		Spec:     v1alpha1.BulkGetOperationSpec{Operations: []v1alpha1.GetOperation{claims}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := srv.Client(t, nodeCfg).Post(srv.URL+"/apis/bulk.k8s.io/v1alpha1/bulkgetoperations", "application/json", strings.NewReader(string(body)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("the node's bulk get of its pod's claim: %d %s, want 201", resp.StatusCode, raw)
+	if code, _, status := postBulkGet(t, srv, srv.Client(t, nodeCfg), claims); code != http.StatusCreated {
+		t.Fatalf("the node's bulk get of its pod's claim: %d %+v, want 201", code, status)
 	}
 }

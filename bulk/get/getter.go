@@ -3,6 +3,7 @@ package get
 import (
 	"context"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -85,9 +86,14 @@ func (g *Getter) Answer(ctx context.Context, u user.Info, spec *v1alpha1.BulkGet
 		}
 		return nil, err
 	}
+	latest, err := g.consistentVersions(ctx, queries)
+	if err != nil {
+		observeRequest(outcomeError)
+		return nil, err
+	}
 	for i, q := range queries {
 		if q.Uncached() == nil {
-			l, err := g.run(ctx, q)
+			l, err := g.run(ctx, q, latest[q.Store()])
 			if err != nil {
 				observeRequest(outcomeError)
 				return nil, at(q, err)
@@ -109,6 +115,40 @@ func (g *Getter) Answer(ctx context.Context, u user.Info, spec *v1alpha1.BulkGet
 		}
 	}
 	return a, nil
+}
+
+// consistentVersions asks kube-apiserver's current resourceVersion once
+// per type that operations read consistently (resourceVersion ""): they
+// all arrived together, so one answer serves them all, and a request of
+// a hundred named operations costs one question, not a hundred in a row.
+func (g *Getter) consistentVersions(ctx context.Context, queries []*bulk.Query) (map[*cache.Store]consistentVersion, error) {
+	var out map[*cache.Store]consistentVersion
+	for _, q := range queries {
+		s := q.Store()
+		if s == nil || !q.Consistent() {
+			continue
+		}
+		if _, done := out[s]; done {
+			continue
+		}
+		start := time.Now()
+		rv, err := g.catalog.ConsistentVersion(ctx, s, "list")
+		if err != nil {
+			return nil, at(q, err)
+		}
+		if out == nil {
+			out = map[*cache.Store]consistentVersion{}
+		}
+		out[s] = consistentVersion{rv: rv, start: start}
+	}
+	return out, nil
+}
+
+// consistentVersion is kube-apiserver's resourceVersion for a type's
+// consistent reads, and when the request began asking for it.
+type consistentVersion struct {
+	rv    uint64
+	start time.Time
 }
 
 // at prefixes an API error's message with the operation it is about.

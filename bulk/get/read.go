@@ -23,9 +23,22 @@ type list struct {
 	items [][]byte
 }
 
-// run executes q.
-func (g *Getter) run(ctx context.Context, q *bulk.Query) (list, error) {
-	snap, listRV, err := snapshotFor(ctx, q)
+// run executes q; latest is its type's consistentVersion when q reads
+// consistently.
+func (g *Getter) run(ctx context.Context, q *bulk.Query, latest consistentVersion) (list, error) {
+	var (
+		snap   *cache.Snapshot
+		listRV uint64
+		err    error
+	)
+	if q.Consistent() {
+		snap, err = g.catalog.ReadConsistent(ctx, q, latest.rv, latest.start)
+		if snap != nil {
+			listRV = snap.RV
+		}
+	} else {
+		snap, listRV, err = snapshotFor(ctx, q)
+	}
 	if err != nil {
 		return list{}, err
 	}
@@ -68,8 +81,9 @@ func (g *Getter) run(ctx context.Context, q *bulk.Query) (list, error) {
 	return l, nil
 }
 
-// snapshotFor picks the state q reads, with kube-apiserver's meaning of
-// resourceVersion for lists: unset or "0", the cache's latest; N, any
+// snapshotFor picks the state q reads, unless q reads consistently
+// (resourceVersion "", Catalog.ReadConsistent), with kube-apiserver's
+// meaning of resourceVersion for lists: "0", the cache's latest; N, any
 // state at least as new as N (waiting briefly for the cache to reach
 // it); N with resourceVersionMatch=Exact, the state at N; a continue
 // token, the state its first page was read at. It returns the

@@ -36,7 +36,6 @@ const DefaultBookmarkInterval = time.Minute
 // refused.
 type Watcher struct {
 	catalog      *bulk.Catalog
-	latest       *bulk.LatestChecker // nil: kube-apiserver is never asked
 	dispatchers  map[*cache.Store]*dispatcher
 	revocations  *revocations
 	reauthorizer *reauthorizer
@@ -51,11 +50,6 @@ type Options struct {
 	// of users other than nodes, and a node's on the types the graph does
 	// not decide) are authorized again.
 	ReauthorizeInterval time.Duration
-	// Latest asks kube-apiserver which resourceVersion it has reached for
-	// a type, for channels that resume from a version this replica's
-	// cache has not reached yet (moved from another replica). Nil: such a
-	// channel waits for the cache, up to 3 s, then 504.
-	Latest bulk.LatestVersions
 }
 
 // DefaultOptions returns the defaults.
@@ -74,9 +68,6 @@ func NewWatcher(c *bulk.Catalog, changes Observable, o Options) *Watcher {
 	RegisterMetrics()
 	w := &Watcher{catalog: c, dispatchers: map[*cache.Store]*dispatcher{}, revocations: newRevocations(),
 		reauthorizer: newReauthorizer(c, o.ReauthorizeInterval)}
-	if o.Latest != nil {
-		w.latest = bulk.NewLatestChecker(o.Latest)
-	}
 	for _, s := range c.Stores() {
 		w.dispatchers[s] = newDispatcher(s, c.Encoder(), o.BookmarkInterval)
 	}
@@ -150,23 +141,43 @@ func (w *Watcher) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 	// client was on another replica, or on kube-apiserver) is held here,
 	// before it is announced, so that a 504 is a refusal: the node
 	// endpoint then asks kube-apiserver instead.
-	if rv, set := q.ResourceVersion(); set {
-		var err error
-		if initial := q.InitialEvents(); initial != nil && *initial {
-			_, err = bulk.ReadAt(ctx, q.Store(), rv)
-		} else {
-			err = bulk.ResumeAt(ctx, q.Store(), rv, w.latest)
+	// So is a streaming list from "" (a consistent read): its initial
+	// state, sent from the store's state when it starts, must be no older
+	// than kube-apiserver's when the channel was asked for.
+	if err := w.await(ctx, q); err != nil {
+		var st apierrors.APIStatus
+		if !errors.As(err, &st) {
+			return nil, &apierrors.NewInternalError(err).ErrStatus
 		}
-		if err != nil {
-			var st apierrors.APIStatus
-			if !errors.As(err, &st) {
-				return nil, &apierrors.NewInternalError(err).ErrStatus
-			}
-			status := st.Status()
-			return nil, &status
-		}
+		status := st.Status()
+		return nil, &status
 	}
 	return func() { w.start(s, d) }, nil
+}
+
+// await holds a channel until the store can serve it: a streaming list
+// from "" until the store holds kube-apiserver's state as of now; one
+// from X until it has reached X; a resume from X until it, or
+// kube-apiserver, has reached X.
+func (w *Watcher) await(ctx context.Context, q *bulk.Query) error {
+	if q.Consistent() {
+		start := time.Now()
+		latest, err := w.catalog.ConsistentVersion(ctx, q.Store(), "watch")
+		if err != nil {
+			return err
+		}
+		_, err = w.catalog.ReadConsistent(ctx, q, latest, start)
+		return err
+	}
+	rv, set := q.ResourceVersion()
+	switch {
+	case !set:
+		return nil
+	case q.InitialEvents() != nil && *q.InitialEvents():
+		_, err := bulk.ReadAt(ctx, q.Store(), rv)
+		return err
+	}
+	return bulk.ResumeAt(ctx, q.Store(), rv, w.catalog.Latest())
 }
 
 // start sends the initial state, if the selector asks for it, and joins

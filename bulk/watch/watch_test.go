@@ -100,7 +100,8 @@ func (r *recorder) wait(t *testing.T, n int) []string {
 
 func watcherFixture(t *testing.T) (*bulktest.Fixture, *Watcher) {
 	t.Helper()
-	return watcherFixtureWith(t, nil)
+	f := bulktest.New(t, 64)
+	return f, newTestWatcher(t, f)
 }
 
 // watcherFixtureWith asks latest (nil: nobody) for kube-apiserver's
@@ -108,12 +109,18 @@ func watcherFixture(t *testing.T) (*bulktest.Fixture, *Watcher) {
 func watcherFixtureWith(t *testing.T, latest bulk.LatestVersions) (*bulktest.Fixture, *Watcher) {
 	t.Helper()
 	f := bulktest.New(t, 64)
-	w := NewWatcher(f.Catalog, f.Graph, Options{BookmarkInterval: 50 * time.Millisecond, ReauthorizeInterval: time.Hour, Latest: latest})
+	f.Catalog.AskLatest(latest)
+	return f, newTestWatcher(t, f)
+}
+
+func newTestWatcher(t *testing.T, f *bulktest.Fixture) *Watcher {
+	t.Helper()
+	w := NewWatcher(f.Catalog, f.Graph, Options{BookmarkInterval: 50 * time.Millisecond, ReauthorizeInterval: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go w.Run(ctx)
 	time.Sleep(20 * time.Millisecond) // the dispatchers take their positions
-	return f, w
+	return w
 }
 
 func open(t *testing.T, w *Watcher, u user.Info, sel v1alpha1.GetOperation) *recorder {

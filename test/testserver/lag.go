@@ -14,7 +14,9 @@ import (
 // every chunk of that resource's watch streams for d before handing it to
 // the reflector, as a replica whose watch is slow (a loaded kube-apiserver,
 // a long network path, a busy hub) would see it. Lists, the refresher's
-// included, go through untouched.
+// included, go through untouched, and so do the metadata-only watches the
+// hub probes kube-apiserver's progress with: they are questions to
+// kube-apiserver, as the lists are, not the cache's feed.
 func LagWatches(resource string, d time.Duration) transport.WrapperFunc {
 	return func(rt http.RoundTripper) http.RoundTripper {
 		return lagging{rt: rt, resource: "/" + resource, d: d}
@@ -29,7 +31,8 @@ type lagging struct {
 
 func (l lagging) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := l.rt.RoundTrip(req)
-	if err != nil || req.URL.Query().Get("watch") != "true" || !strings.HasSuffix(req.URL.Path, l.resource) {
+	if err != nil || req.URL.Query().Get("watch") != "true" || !strings.HasSuffix(req.URL.Path, l.resource) ||
+		strings.Contains(req.Header.Get("Accept"), "as=PartialObjectMetadata") {
 		return resp, err
 	}
 	resp.Body = &laggingBody{ReadCloser: resp.Body, d: l.d}

@@ -51,12 +51,23 @@ func New(t testing.TB, logSize int) *Fixture {
 	f := &Fixture{Cache: c, Graph: graph.New(), allow: func(authorizer.Attributes) bool { return true }}
 	c.Store(GVR("pods")).AddHandler(f.Graph.PodHandler())
 	f.Catalog = bulk.NewCatalog(c, f.Graph, nodeauthorizer.New(f.Graph), authorizer.AuthorizerFunc(f.delegated))
+	// kube-apiserver is where the cache is: nothing written by hand is
+	// ever in flight.
+	f.Catalog.AskLatest(cacheVersions{c})
 	for _, r := range cache.Watched() {
 		if err := c.Store(r).Replace(nil, "1"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return f
+}
+
+// cacheVersions answers kube-apiserver's current resourceVersion of a
+// type with the store's own: a cache that is never behind.
+type cacheVersions struct{ c *cache.Cache }
+
+func (v cacheVersions) LatestVersion(_ context.Context, r schema.GroupVersionResource) (uint64, error) {
+	return v.c.Store(r).Snapshot().RV, nil
 }
 
 func (f *Fixture) delegated(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {

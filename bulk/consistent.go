@@ -1,0 +1,141 @@
+package bulk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeproxy/nodeproxy/cache"
+)
+
+// How a consistent read ended.
+const (
+	// consistentFresh: the cache had reached kube-apiserver's version.
+	consistentFresh = "fresh"
+	// consistentCaughtUp: the cache reached it within the bound.
+	consistentCaughtUp = "caught_up"
+	// consistentConfirmed: the cache had not reached the version (a quiet
+	// type), and a probe showed that nothing of the type had changed
+	// between the cache's version and it.
+	consistentConfirmed = "confirmed"
+	// consistentTooLarge: 504 "Too large resource version" after the
+	// bound; the endpoint asks kube-apiserver instead.
+	consistentTooLarge = "too_large"
+	// consistentUnavailable: kube-apiserver could not be asked; 500
+	// ServerTimeout, its own answer when etcd does not answer.
+	consistentUnavailable = "unavailable"
+	// consistentGone: the request ended while it waited.
+	consistentGone = "gone"
+)
+
+// consistentTimeout bounds a consistent read's wait: room for one probe
+// of a quiet type (progressTimeout) after kube-apiserver's version was
+// asked. kube-apiserver's own consistent read from its watch cache waits
+// 3 s for the cache, then reads etcd; the node endpoint's equivalent of
+// reading etcd is asking kube-apiserver, which a 504 here makes it do,
+// at the cost of a watch on kube-apiserver: waiting a little longer is
+// cheaper.
+const consistentTimeout = progressTimeout + time.Second
+
+// errNobodyToAsk: the catalog was built without AskLatest.
+var errNobodyToAsk = errors.New("nodeproxy has no kube-apiserver to ask for its current resourceVersion")
+
+// ConsistentVersion is kube-apiserver's resourceVersion of s's type at a
+// moment after the call began: the answer to a question sent after it
+// (LatestChecker, shared by every read of the type waiting for one). A
+// request with several operations of one type asks once: they all
+// arrived together.
+func (c *Catalog) ConsistentVersion(ctx context.Context, s *cache.Store, verb string) (uint64, error) {
+	if c.latest == nil {
+		observeConsistentRead(s, consistentUnavailable, 0)
+		return 0, storageUnavailable(s, verb, errNobodyToAsk)
+	}
+	rv, err := c.latest.current(ctx, s.Resource)
+	switch {
+	case err == nil:
+		return rv, nil
+	case ctx.Err() != nil:
+		observeConsistentRead(s, consistentGone, 0)
+		return 0, apierrors.NewTimeoutError("request ended while waiting for kube-apiserver's resourceVersion", 1)
+	}
+	observeConsistentRead(s, consistentUnavailable, 0)
+	klog.V(2).InfoS("Refused a consistent read: kube-apiserver could not be asked its resourceVersion", "resource", s.Resource.Resource, "err", err)
+	return 0, storageUnavailable(s, verb, err)
+}
+
+// ReadConsistent returns a state of q's type that holds every change
+// kube-apiserver had made when the request arrived, kube-apiserver's
+// meaning of resourceVersion "" (a consistent read), given latest, a
+// ConsistentVersion asked for this request; start is when it began
+// asking (the wait metric counts from there).
+//
+// A state at latest or later is one. A busy type's cache reaches latest
+// within StoreLagAllowance, with the next change kube-apiserver sends it.
+// A quiet type's reaches it only with its next bookmark, up to a minute
+// away, so a probe (ProgressChecker) asks kube-apiserver whether anything
+// of the type changed since the cache's version: one probe at a time per
+// type, shared by every read waiting. Either way the wait ends after
+// consistentTimeout with 504 "Too large resource version", as
+// kube-apiserver's watch cache ends one, and the node endpoint then asks
+// kube-apiserver.
+func (c *Catalog) ReadConsistent(ctx context.Context, q *Query, latest uint64, start time.Time) (*cache.Snapshot, error) {
+	s := q.store
+	if snap := s.Snapshot(); snap.RV >= latest {
+		observeConsistentRead(s, consistentFresh, time.Since(start))
+		return snap, nil
+	}
+	deadline := time.Now().Add(consistentTimeout)
+	if snap, err := awaitVersion(ctx, s, latest, time.Now().Add(StoreLagAllowance)); err == nil {
+		observeConsistentRead(s, consistentCaughtUp, time.Since(start))
+		return snap, nil
+	}
+	if c.progress != nil {
+		probeCtx, cancel := context.WithDeadline(ctx, deadline)
+		snap, how, err := c.progress.confirm(probeCtx, s, latest)
+		cancel()
+		if err == nil {
+			result := consistentConfirmed
+			if how == progressStore {
+				result = consistentCaughtUp
+			}
+			observeConsistentRead(s, result, time.Since(start))
+			return snap, nil
+		}
+		if ctx.Err() == nil && time.Now().Before(deadline) {
+			klog.V(2).InfoS("A consistent read waits for the cache alone: kube-apiserver's progress could not be asked", "resource", s.Resource.Resource, "err", err)
+		}
+	}
+	snap, err := awaitVersion(ctx, s, latest, deadline)
+	switch {
+	case err == nil:
+		observeConsistentRead(s, consistentCaughtUp, time.Since(start))
+	case ctx.Err() != nil:
+		observeConsistentRead(s, consistentGone, time.Since(start))
+	default:
+		observeConsistentRead(s, consistentTooLarge, time.Since(start))
+		klog.V(2).InfoS("Refused a consistent read: the cache was not shown current in time", "resource", s.Resource.Resource, "latest", latest, "cached", s.Snapshot().RV)
+	}
+	return snap, err
+}
+
+// verb is what q amounts to on kube-apiserver, for its errors.
+func (q *Query) verb() string {
+	if q.watch {
+		return "watch"
+	}
+	return "list"
+}
+
+// storageUnavailable is kube-apiserver's answer to a read it cannot
+// serve because etcd does not answer (storage.InterpretListError): 500
+// ServerTimeout, which clients retry. Never the cache's state instead: it
+// may be older than what the client was already shown.
+func storageUnavailable(s *cache.Store, verb string, cause error) error {
+	err := apierrors.NewServerTimeout(s.Resource.GroupResource(), verb, 2)
+	err.ErrStatus.Message = fmt.Sprintf("%s: a consistent read (resourceVersion \"\") needs kube-apiserver's current resourceVersion: %v", err.ErrStatus.Message, cause)
+	return err
+}

@@ -1,0 +1,154 @@
+package hub_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeproxy/nodeproxy/hub"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
+)
+
+// secretsLag is how far the lagging replica's secrets watch runs behind
+// kube-apiserver: long enough that a read right after a write finds the
+// cache without it, well inside the 3 s a consistent read may wait.
+const secretsLag = time.Second
+
+// startLaggingReplica runs a hub whose secrets watch runs secretsLag
+// behind kube-apiserver (test/testserver.LagWatches).
+func startLaggingReplica(t testing.TB) *testserver.Server {
+	t.Helper()
+	srv := testserver.Start(t, cp, testserver.Options{Configure: func(o *hub.Options) {
+		o.KubeTransportWrapper = testserver.LagWatches("secrets", secretsLag)
+	}})
+	srv.WaitReady(t, 90*time.Second)
+	return srv
+}
+
+// nodeGetsSecret is the named bulk get a node endpoint sends for a
+// kubelet's GET of ns/name with resourceVersion rv: the status code and
+// the secrets' data v, or the Status.
+func nodeGetsSecret(t testing.TB, srv *testserver.Server, node *http.Client, ns, name, rv string) (int, []string, *metav1.Status) {
+	t.Helper()
+	code, raw, status := postBulkGet(t, srv, node, secretsIn(ns, "metadata.name="+name, rv))
+	if status != nil {
+		return code, nil, status
+	}
+	var list corev1.SecretList
+	if err := json.Unmarshal(raw, &list); err != nil {
+		t.Fatal(err)
+	}
+	var vs []string
+	for _, s := range list.Items {
+		vs = append(vs, string(s.Data["v"]))
+	}
+	return code, vs, nil
+}
+
+// TestConsistentReadsThroughALaggingReplica: through a replica whose
+// secrets watch runs a second behind kube-apiserver, a node that reads
+// with resourceVersion "" right after a write (a CSI driver's
+// nodePublishSecretRef GET of a secret just created; a reflector's
+// streaming list after a 410) gets kube-apiserver's state, never an
+// older one: the secret just created (not an empty list, which the
+// endpoint turns into 404), nothing once it is deleted, the new data in
+// a streaming list's initial state. Before, "" read the cache as it
+// stood, as "0" still does: every one of these saw the state of a second
+// before (checked by reverting bulk/parse.go's "" case).
+func TestConsistentReadsThroughALaggingReplica(t *testing.T) {
+	const (
+		ns   = "consistent"
+		node = "node-consistent"
+	)
+	ctx := context.Background()
+	if err := cp.EnsureNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	testserver.InstallRBAC(t, cp)
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	podUsing(t, admin, ns, node, secretVolume("csi"), secretVolume("watched"))
+	srv := startLaggingReplica(t)
+	nodeCfg, err := cp.NodeConfig(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeClient := srv.Client(t, nodeCfg)
+	before := gatheredSum(t, "nodeproxy_bulk_consistent_reads_total", `resource="secrets"`)
+
+	t.Run("a secret read by name right after its creation", func(t *testing.T) {
+		writeSecret(t, admin, ns, "csi", "1")
+		code, got, status := nodeGetsSecret(t, srv, nodeClient, ns, "csi", "")
+		if code != http.StatusCreated || len(got) != 1 || got[0] != "1" {
+			t.Fatalf("the node read %d %v %+v, want the secret just created", code, got, status)
+		}
+	})
+	t.Run("a secret read by name right after its deletion", func(t *testing.T) {
+		// The replica has the secret: the question is whether a read
+		// after the deletion still sees it.
+		testserver.Eventually(t, 30*time.Second, "the replica has the secret", func(context.Context) error {
+			if _, got, _ := nodeGetsSecret(t, srv, nodeClient, ns, "csi", "0"); len(got) != 1 {
+				return fmt.Errorf("v=%v", got)
+			}
+			return nil
+		})
+		if err := admin.CoreV1().Secrets(ns).Delete(ctx, "csi", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		code, got, status := nodeGetsSecret(t, srv, nodeClient, ns, "csi", "")
+		if code != http.StatusCreated || len(got) != 0 {
+			t.Fatalf("the node read %d %v %+v, want nothing: the secret was deleted", code, got, status)
+		}
+	})
+	t.Run("a streaming list right after an update", func(t *testing.T) {
+		writeSecret(t, admin, ns, "watched", "1")
+		c := dialAsNode(t, srv, node)
+		// Wait until the replica has the first version: the question
+		// is whether the streaming list sees the second.
+		testserver.Eventually(t, 30*time.Second, "the replica has v=1", func(context.Context) error {
+			if _, got, _ := nodeGetsSecret(t, srv, nodeClient, ns, "watched", "0"); len(got) != 1 || got[0] != "1" {
+				return fmt.Errorf("v=%v", got)
+			}
+			return nil
+		})
+		writeSecret(t, admin, ns, "watched", "2")
+		sel := secretsIn(ns, "metadata.name=watched", "")
+		sel.Options.SendInitialEvents = ptr.To(true)
+		sel.Options.AllowWatchBookmarks = true
+		sel.Options.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
+		ch, err := c.Watch(ctx, sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev := nextSeen(t, ch); ev.typ != watch.Added || ev.v != "2" {
+			t.Fatalf("initial state %+v, want ADDED with v=2", ev)
+		}
+	})
+	t.Run("a quiet type after writes to another", func(t *testing.T) {
+		// kube-apiserver's resourceVersion moves with the configmap; the
+		// replica's secrets stay where they were until their next
+		// bookmark, a minute away. A probe shows them current.
+		confirmedBefore := gatheredSum(t, "nodeproxy_bulk_consistent_reads_total", `resource="secrets",result="confirmed"`)
+		if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "moves-"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		code, got, status := nodeGetsSecret(t, srv, nodeClient, ns, "watched", "")
+		if code != http.StatusCreated || len(got) != 1 || got[0] != "2" {
+			t.Fatalf("the node read %d %v %+v, want v=2", code, got, status)
+		}
+		if n := gatheredSum(t, "nodeproxy_bulk_consistent_reads_total", `resource="secrets",result="confirmed"`) - confirmedBefore; n < 1 {
+			t.Errorf("no read of the quiet type was shown current by a probe")
+		}
+	})
+	if got := gatheredSum(t, "nodeproxy_bulk_consistent_reads_total", `resource="secrets"`) - before; got < 4 {
+		t.Errorf("nodeproxy_bulk_consistent_reads_total{resource=\"secrets\"} grew by %v, want at least 4", got)
+	}
+}
