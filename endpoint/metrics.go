@@ -47,8 +47,8 @@ var (
 	}, []string{"reason"})
 	hubEvents = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "hub_watch_events_total",
-		Help: "Events of hub channels written to watches, by how: passed_through (the object's bytes as the hub sent them, in the watch's media type), " +
-			"reencoded (decoded and encoded again: a hub that sends only JSON to a protobuf watch, or a bookmark).",
+		Help: "Events of hub channels written to watches, bookmarks and errors aside, by how: passed_through (the object's bytes as the hub sent them, in the watch's media type), " +
+			"reencoded (decoded and encoded again: a hub that sends only JSON to a protobuf watch).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"encoding"})
 	hubConnected = metrics.NewGauge(&metrics.GaugeOpts{

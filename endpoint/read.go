@@ -140,7 +140,10 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route,
 			if sent.Type != ev.Type {
 				klog.ErrorS(nil, "Undecodable event from the hub; ended the watch so the kubelet relists", "resource", resource)
 			}
-			if ev.Type != watch.Error {
+			if ev.Type != watch.Error && ev.Type != watch.Bookmark {
+				// Bookmarks are left out: every hub sends them as JSON,
+				// and they would blur what the count tells, which hub
+				// sends objects as the watch wants them.
 				relayed(sent.Reencoded).Inc()
 			}
 			ev.Type = sent.Type
