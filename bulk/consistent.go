@@ -32,29 +32,40 @@ const (
 	consistentGone = "gone"
 )
 
-// consistentTimeout bounds a consistent read's wait: room for one probe
-// of a quiet type (progressTimeout) after kube-apiserver's version was
-// asked. kube-apiserver's own consistent read from its watch cache waits
-// 3 s for the cache, then reads etcd; the node endpoint's equivalent of
-// reading etcd is asking kube-apiserver, which a 504 here makes it do,
-// at the cost of a watch on kube-apiserver: waiting a little longer is
-// cheaper.
-const consistentTimeout = progressTimeout + time.Second
+// consistentBudget bounds a consistent read, from its arrival to its
+// answer or its 504: kube-apiserver's version (latestVersionTimeout, asked
+// again once if the first question fails in time), then the cache or a
+// probe (progressTimeout). The node endpoint gives the hub 10 s
+// (endpoint.hubRequestTimeout) before it asks kube-apiserver itself: 8 s
+// leaves it that room. kube-apiserver's own consistent read waits 3 s for
+// its cache, then reads etcd; the endpoint asking kube-apiserver is this
+// read's etcd, and it costs a watch on kube-apiserver that lasts the
+// kubelet's watch: waiting longer for the hub is cheaper.
+const consistentBudget = 8 * time.Second
 
 // errNobodyToAsk: the catalog was built without AskLatest.
 var errNobodyToAsk = errors.New("nodeproxy has no kube-apiserver to ask for its current resourceVersion")
 
 // ConsistentVersion is kube-apiserver's resourceVersion of s's type at a
 // moment after the call began: the answer to a question sent after it
-// (LatestChecker, shared by every read of the type waiting for one). A
-// request with several operations of one type asks once: they all
-// arrived together.
-func (c *Catalog) ConsistentVersion(ctx context.Context, s *cache.Store, verb string) (uint64, error) {
+// (LatestChecker, shared by every read of the type waiting for one),
+// asked again once if the first fails while the read's budget allows
+// another. A request with several operations of one type asks once: they
+// all arrived together. start is when the read arrived.
+func (c *Catalog) ConsistentVersion(ctx context.Context, s *cache.Store, verb string, start time.Time) (uint64, error) {
 	if c.latest == nil {
 		observeConsistentRead(s, consistentUnavailable, 0)
 		return 0, storageUnavailable(s, verb, errNobodyToAsk)
 	}
-	rv, err := c.latest.current(ctx, s.Resource)
+	if c.progress != nil {
+		c.progress.prime(s)
+	}
+	askCtx, cancel := context.WithDeadline(ctx, start.Add(consistentBudget))
+	defer cancel()
+	rv, err := c.latest.current(askCtx, s.Resource)
+	if err != nil && ctx.Err() == nil && time.Until(start.Add(consistentBudget)) > latestVersionTimeout/2 {
+		rv, err = c.latest.current(askCtx, s.Resource)
+	}
 	switch {
 	case err == nil:
 		return rv, nil
@@ -70,16 +81,16 @@ func (c *Catalog) ConsistentVersion(ctx context.Context, s *cache.Store, verb st
 // ReadConsistent returns a state of q's type that holds every change
 // kube-apiserver had made when the request arrived, kube-apiserver's
 // meaning of resourceVersion "" (a consistent read), given latest, a
-// ConsistentVersion asked for this request; start is when it began
-// asking (the wait metric counts from there).
+// ConsistentVersion asked for this request; start is when the read
+// arrived (its budget and the wait metric count from there).
 //
 // A state at latest or later is one. A busy type's cache reaches latest
 // within StoreLagAllowance, with the next change kube-apiserver sends it.
 // A quiet type's reaches it only with its next bookmark, up to a minute
 // away, so a probe (ProgressChecker) asks kube-apiserver whether anything
 // of the type changed since the cache's version: one probe at a time per
-// type, shared by every read waiting. Either way the wait ends after
-// consistentTimeout with 504 "Too large resource version", as
+// type, shared by every read waiting. Either way the wait ends with the
+// read's consistentBudget with 504 "Too large resource version", as
 // kube-apiserver's watch cache ends one, and the node endpoint then asks
 // kube-apiserver.
 func (c *Catalog) ReadConsistent(ctx context.Context, q *Query, latest uint64, start time.Time) (*cache.Snapshot, error) {
@@ -88,7 +99,7 @@ func (c *Catalog) ReadConsistent(ctx context.Context, q *Query, latest uint64, s
 		observeConsistentRead(s, consistentFresh, time.Since(start))
 		return snap, nil
 	}
-	deadline := time.Now().Add(consistentTimeout)
+	deadline := start.Add(consistentBudget)
 	if snap, err := awaitVersion(ctx, s, latest, time.Now().Add(StoreLagAllowance)); err == nil {
 		observeConsistentRead(s, consistentCaughtUp, time.Since(start))
 		return snap, nil

@@ -10,13 +10,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// scriptedVersions answers each question with what the test sends on
-// answers, and counts the questions.
+// scriptedVersions hands each question to the test (started), which
+// answers it on the question's own channel, and counts the questions.
 type scriptedVersions struct {
 	mu      sync.Mutex
 	asked   int
-	started chan struct{}
-	answers chan answer
+	started chan chan answer
 }
 
 type answer struct {
@@ -25,16 +24,17 @@ type answer struct {
 }
 
 func newScriptedVersions() *scriptedVersions {
-	return &scriptedVersions{started: make(chan struct{}, 16), answers: make(chan answer)}
+	return &scriptedVersions{started: make(chan chan answer, 64)}
 }
 
 func (s *scriptedVersions) LatestVersion(ctx context.Context, _ schema.GroupVersionResource) (uint64, error) {
 	s.mu.Lock()
 	s.asked++
 	s.mu.Unlock()
-	s.started <- struct{}{}
+	reply := make(chan answer, 1)
+	s.started <- reply
 	select {
-	case a := <-s.answers:
+	case a := <-reply:
 		return a.rv, a.err
 	case <-ctx.Done():
 		return 0, ctx.Err()
@@ -52,14 +52,16 @@ type verdict struct {
 	err     error
 }
 
-// TestLatestCheckerAsksOnceForManyWaiters: one question in flight per
-// type; waiters that arrive while it is in flight share one queued
-// question and do not take the earlier answer (which may predate their
-// version); a version at or below an answer already seen needs no
+// TestLatestCheckerAsksOnceForManyWaiters: waiters that arrive while a
+// question is out share the next one, sent latestSpacing after it whether
+// or not it has come back, and do not take its answer (which may predate
+// their version); a version at or below an answer already seen needs no
 // question; an error reaches the waiters of that question.
 func TestLatestCheckerAsksOnceForManyWaiters(t *testing.T) {
 	src := newScriptedVersions()
 	c := NewLatestChecker(src)
+	// Long enough for the 50 to join the next question on a loaded machine.
+	c.spacing = time.Second
 	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 	ask := func(rv uint64) <-chan verdict {
 		out := make(chan verdict, 1)
@@ -71,7 +73,7 @@ func TestLatestCheckerAsksOnceForManyWaiters(t *testing.T) {
 	}
 
 	first := ask(10)
-	<-src.started // question 1 in flight
+	q1 := <-src.started
 	var later []<-chan verdict
 	for range 50 {
 		later = append(later, ask(20))
@@ -79,43 +81,83 @@ func TestLatestCheckerAsksOnceForManyWaiters(t *testing.T) {
 	waitUntil(t, func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		w := c.byType[secrets].waiting
-		return w != nil && w.waiters == len(later)
+		next := c.byType[secrets].next
+		return next != nil && next.waiters == len(later)
 	})
-	src.answers <- answer{rv: 15} // too low for the later waiters, who must not take it
+	q2 := <-src.started  // sent while q1 is still out
+	q1 <- answer{rv: 15} // too low for the later waiters, who must not take it
 	if v := <-first; !v.reached || v.err != nil {
 		t.Fatalf("first waiter: %+v, want reached", v)
 	}
-	<-src.started // question 2, shared by all 50
-	src.answers <- answer{rv: 25}
+	q2 <- answer{rv: 25}
 	for i, ch := range later {
-		if v := <-ch; !v.reached || v.err != nil {
-			t.Fatalf("later waiter %d: %+v, want reached from the second answer", i, v)
+		v := <-ch
+		if v.err != nil {
+			t.Fatalf("later waiter %d: %+v", i, v)
+		}
+		if !v.reached {
+			t.Fatalf("later waiter %d: not reached, want reached from q2's answer", i)
 		}
 	}
 	if n := src.questions(); n != 2 {
 		t.Errorf("%d questions for 51 waiters, want 2", n)
 	}
-
+	asked := src.questions()
 	if v := <-ask(25); !v.reached || v.err != nil {
 		t.Errorf("a version already answered for: %+v", v)
 	}
-	if n := src.questions(); n != 2 {
-		t.Errorf("a version already answered for asked again: %d questions", n)
+	if n := src.questions(); n != asked {
+		t.Errorf("a version already answered for asked again: %d questions", n-asked)
 	}
 
 	future := ask(1000)
-	<-src.started
-	src.answers <- answer{rv: 30}
+	(<-src.started) <- answer{rv: 30}
 	if v := <-future; v.reached || v.err != nil {
 		t.Errorf("a version kube-apiserver has not reached: %+v", v)
 	}
 
 	unreachable := ask(1000)
-	<-src.started
-	src.answers <- answer{err: errors.New("connection refused")}
+	(<-src.started) <- answer{err: errors.New("connection refused")}
 	if v := <-unreachable; v.err == nil {
 		t.Errorf("kube-apiserver unreachable: %+v, want the error", v)
+	}
+}
+
+// TestLatestQuestionsAreBoundedInFlight: a kube-apiserver that does not
+// answer holds at most latestMaxInFlight questions of a type; the next is
+// sent when one ends.
+func TestLatestQuestionsAreBoundedInFlight(t *testing.T) {
+	src := newScriptedVersions()
+	c := NewLatestChecker(src)
+	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	var out []chan error
+	var replies []chan answer
+	for range latestMaxInFlight + 1 {
+		done := make(chan error, 1)
+		out = append(out, done)
+		go func() {
+			_, err := c.current(context.Background(), secrets)
+			done <- err
+		}()
+		if len(replies) < latestMaxInFlight {
+			replies = append(replies, <-src.started)
+		}
+	}
+	select {
+	case <-src.started:
+		t.Fatalf("more than %d questions out", latestMaxInFlight)
+	case <-time.After(3 * latestSpacing):
+	}
+	replies[0] <- answer{rv: 1}
+	last := <-src.started // sent once the first ended
+	last <- answer{rv: 2}
+	for _, r := range replies[1:] {
+		r <- answer{rv: 2}
+	}
+	for i, ch := range out {
+		if err := <-ch; err != nil {
+			t.Fatalf("waiter %d: %v", i, err)
+		}
 	}
 }
 
@@ -131,8 +173,8 @@ func waitUntil(t *testing.T, cond func() bool) {
 
 // TestConsistentVersionIsAskedAfterTheRead: a consistent read never takes
 // an answer it did not wait for: not the highest answer seen (a resume's
-// shortcut), not one to a question already in flight when it arrived
-// (both may predate a change the client was shown elsewhere).
+// shortcut), not one to a question already sent when it arrived (both
+// may predate a change the client was shown elsewhere).
 func TestConsistentVersionIsAskedAfterTheRead(t *testing.T) {
 	src := newScriptedVersions()
 	c := NewLatestChecker(src)
@@ -147,27 +189,26 @@ func TestConsistentVersionIsAskedAfterTheRead(t *testing.T) {
 	}
 
 	first := current()
-	<-src.started
-	src.answers <- answer{rv: 10}
+	(<-src.started) <- answer{rv: 10}
 	if a := <-first; a.rv != 10 || a.err != nil {
 		t.Fatalf("first read: %+v", a)
 	}
 	again := current() // 10 is known: a resume at 10 would not ask; this does
-	<-src.started
-	inFlight := current() // arrives while the second question is in flight
-	waitUntil(t, func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.byType[secrets].waiting != nil
-	})
-	src.answers <- answer{rv: 11}
+	q2 := <-src.started
+	inFlight := current() // arrives while the second question is out
+	q3 := <-src.started
+	q2 <- answer{rv: 11}
 	if a := <-again; a.rv != 11 {
 		t.Fatalf("second read: %+v, want the answer to its own question", a)
 	}
-	<-src.started
-	src.answers <- answer{rv: 12}
+	select {
+	case a := <-inFlight:
+		t.Fatalf("a read that arrived while a question was out took its answer: %+v", a)
+	case <-time.After(50 * time.Millisecond):
+	}
+	q3 <- answer{rv: 12}
 	if a := <-inFlight; a.rv != 12 {
-		t.Fatalf("a read that arrived while a question was in flight got %+v, want the next answer", a)
+		t.Fatalf("a read that arrived while a question was out got %+v, want the next answer", a)
 	}
 	if n := src.questions(); n != 3 {
 		t.Errorf("%d questions, want 3", n)

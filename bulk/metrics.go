@@ -36,7 +36,7 @@ var (
 		Namespace:      "nodeproxy",
 		Subsystem:      "bulk",
 		Name:           "latest_version_requests_total",
-		Help:           "Requests to kube-apiserver for its current resourceVersion of a type (a consistent metadata list of one item), made for consistent reads and for resumes ahead of the cache, one at a time per type (and one queued) whatever the number waiting, by resource and result (ok, error).",
+		Help:           "Requests to kube-apiserver for its current resourceVersion of a type (a consistent metadata list of one item), made for consistent reads and for resumes ahead of the cache, at most one every 200 ms per type (8 out at once) whatever the number waiting, by resource and result (ok, error).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource", "result"})
 	latestVersionDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
@@ -52,7 +52,7 @@ var (
 		Namespace:      "nodeproxy",
 		Subsystem:      "bulk",
 		Name:           "consistent_reads_total",
-		Help:           "Reads with resourceVersion \"\" (bulk get operations, channels with sendInitialEvents), by resource and result: fresh (the cache had reached kube-apiserver's version), caught_up (it reached it within 6 s), confirmed (a quiet type: a probe showed nothing of the type had changed since the cache's version), too_large (504 after 6 s), unavailable (500 ServerTimeout: kube-apiserver could not be asked), gone (the request ended first).",
+		Help:           "Reads with resourceVersion \"\" (bulk get operations, channels with sendInitialEvents), by resource and result: fresh (the cache had reached kube-apiserver's version), caught_up (it reached it within 8 s of the read), confirmed (a quiet type: a probe showed nothing of the type had changed since the cache's version), too_large (504 8 s after the read), unavailable (500 ServerTimeout: kube-apiserver could not be asked), gone (the request ended first).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource", "result"})
 	consistentReadWait = metrics.NewHistogramVec(&metrics.HistogramOpts{
@@ -60,7 +60,7 @@ var (
 		Subsystem:      "bulk",
 		Name:           "consistent_read_wait_seconds",
 		Help:           "What a read with resourceVersion \"\" waited before it was answered or refused: kube-apiserver's answer, then the cache, by resource.",
-		Buckets:        []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 3, 6},
+		Buckets:        []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, .75, 1, 1.5, 2, 3, 4, 6},
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
 
@@ -68,7 +68,7 @@ var (
 		Namespace:      "nodeproxy",
 		Subsystem:      "bulk",
 		Name:           "progress_probes_total",
-		Help:           "Probes asking kube-apiserver whether a quiet type changed since the cache's resourceVersion (a watch from it until kube-apiserver's first bookmark, about 1 to 2 s), made for consistent reads, one at a time per type whatever the number waiting, by resource and result (ok, error).",
+		Help:           "Probes asking kube-apiserver whether a quiet type changed since the cache's resourceVersion (a watch from it until kube-apiserver's first bookmark, about 1 to 2 s), made for consistent reads, at most one every 300 ms per type (8 out at once) whatever the number waiting, by resource and result (ok, error).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource", "result"})
 	progressProbeDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{

@@ -38,10 +38,27 @@ const progressTimeout = 5 * time.Second
 // by every read that arrives meanwhile.
 const progressRetryAfter = time.Second
 
+// progressSpacing and progressMaxInFlight pipeline a type's probes while
+// reads wait. kube-apiserver's cacher sends bookmarks only on its tick,
+// about once a second, and only to watches due one; a probe is due a
+// second after it opens. A read that arrives while a probe is open has
+// its own version newer than that probe may cover, and would wait for
+// the next probe, up to two ticks more. A new probe every 300 ms while
+// reads wait keeps one due at every tick, so a read waits for the next
+// tick, not the next probe: at most about 1.3 s, where the kubelet's
+// secret and configmap managers wait 1 s for their reflector before the
+// volume manager backs off (500 ms, doubling). Eight in flight is more
+// than a tick's worth of spacing needs; it bounds what a stuck
+// kube-apiserver holds.
+const (
+	progressSpacing     = 300 * time.Millisecond
+	progressMaxInFlight = 8
+)
+
 // ProgressChecker runs Progress for every consistent read of a type that
-// the cache has not shown current, one probe in flight per type whatever
-// the number of reads waiting: the probe's answer serves every read whose
-// version it covers, and a read it does not cover waits for the next.
+// the cache has not shown current, pipelined (progressSpacing) whatever
+// the number of reads waiting: a probe's answer serves every read whose
+// version it covers, and a read it does not cover waits for a later one.
 //
 // A probe's answer is a proof about the cache: from the moment the store
 // holds the last change the probe was sent, it holds kube-apiserver's
@@ -61,10 +78,11 @@ type progressState struct {
 	// last and through are the best proof so far: a store at last or
 	// later holds kube-apiserver's state at through.
 	last, through uint64
-	// probing marks a probe in flight; ended is closed when it ends and
-	// replaced by the next probe's.
-	probing bool
-	ended   chan struct{}
+	// inFlight counts the probes open, lastStart is when the newest
+	// began; ended is closed when any ends and replaced.
+	inFlight  int
+	lastStart time.Time
+	ended     chan struct{}
 	// err is the last probe's error, failedAt when it came.
 	err      error
 	failedAt time.Time
@@ -88,6 +106,8 @@ const (
 // it. It returns an error when ctx ends first, or when a probe it waited
 // for failed (the caller then waits for the store alone).
 func (c *ProgressChecker) confirm(ctx context.Context, s *cache.Store, rv uint64) (*cache.Snapshot, string, error) {
+	spacing := time.NewTimer(0)
+	defer spacing.Stop()
 	for {
 		snap := s.Snapshot()
 		if snap.RV >= rv {
@@ -108,14 +128,22 @@ func (c *ProgressChecker) confirm(ctx context.Context, s *cache.Store, rv uint64
 			}
 			return snap, progressProbe, nil
 		}
-		if !st.probing {
-			if st.err != nil && time.Since(st.failedAt) < progressRetryAfter {
-				err := st.err
-				c.mu.Unlock()
-				return nil, "", err
+		if st.inFlight == 0 && st.err != nil && time.Since(st.failedAt) < progressRetryAfter {
+			err := st.err
+			c.mu.Unlock()
+			return nil, "", err
+		}
+		c.startLocked(s, st)
+		var next <-chan time.Time
+		if st.inFlight < progressMaxInFlight {
+			// Come back to start the next probe if none has ended by then
+			// (a full spacing when one could not start: a failure's rest).
+			d := progressSpacing - time.Since(st.lastStart)
+			if d <= 0 {
+				d = progressSpacing
 			}
-			st.probing = true
-			go c.probe(s, st)
+			spacing.Reset(d)
+			next = spacing.C
 		}
 		ended := st.ended
 		c.mu.Unlock()
@@ -129,10 +157,44 @@ func (c *ProgressChecker) confirm(ctx context.Context, s *cache.Store, rv uint64
 				return nil, "", err
 			}
 		case <-snap.Next():
+		case <-next:
 		case <-ctx.Done():
 			return nil, "", fmt.Errorf("wait for kube-apiserver's progress of %s: %w", s.Resource.Resource, ctx.Err())
 		}
 	}
+}
+
+// prime starts a probe of s now if the pipeline allows one: a consistent
+// read calls it when it arrives, so that the probe's second until its
+// bookmark runs while the read asks kube-apiserver's version, rather than
+// after. A probe that ends before the version comes back covers nothing
+// newer than it and costs one watch.
+func (c *ProgressChecker) prime(s *cache.Store) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, ok := c.byType[s]
+	if !ok {
+		st = &progressState{ended: make(chan struct{})}
+		c.byType[s] = st
+	}
+	c.startLocked(s, st)
+}
+
+// startLocked starts a probe of s if none is open, or if the newest began
+// progressSpacing ago and fewer than progressMaxInFlight are open, unless
+// the last one failed within progressRetryAfter. It reports whether one
+// started.
+func (c *ProgressChecker) startLocked(s *cache.Store, st *progressState) bool {
+	if st.err != nil && time.Since(st.failedAt) < progressRetryAfter {
+		return false
+	}
+	if st.inFlight > 0 && (st.inFlight >= progressMaxInFlight || time.Since(st.lastStart) < progressSpacing) {
+		return false
+	}
+	st.inFlight++
+	st.lastStart = time.Now()
+	go c.probe(s, st)
+	return true
 }
 
 // probe runs one probe of s from the store's current resourceVersion and
@@ -157,7 +219,7 @@ func (c *ProgressChecker) probe(s *cache.Store, st *progressState) {
 	case through > st.through:
 		st.last, st.through = last, through
 	}
-	st.probing = false
+	st.inFlight--
 	close(st.ended)
 	st.ended = make(chan struct{})
 }

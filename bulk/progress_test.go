@@ -207,3 +207,34 @@ func TestProgressWaitEndsWithTheRequest(t *testing.T) {
 	}
 	src.answers <- progressAnswer{last: 10, through: 30}
 }
+
+// TestProgressProbesArePipelinedWhileReadsWait: a read that waits longer
+// than progressSpacing for the probe in flight starts another, so that
+// one is due at each of kube-apiserver's bookmark ticks; never more than
+// progressMaxInFlight at once; the first answer that covers it serves it.
+func TestProgressProbesArePipelinedWhileReadsWait(t *testing.T) {
+	s := secretsAt(t, 10)
+	src := newScriptedProgress()
+	c := NewProgressChecker(src)
+	read := confirmAsync(c, s, 20, 10*time.Second)
+	for range progressMaxInFlight {
+		select {
+		case <-src.started:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d probes in flight, want %d while the read waits", src.count(), progressMaxInFlight)
+		}
+	}
+	select {
+	case <-src.started:
+		t.Fatalf("more than %d probes in flight", progressMaxInFlight)
+	case <-time.After(2 * progressSpacing):
+	}
+	src.answers <- progressAnswer{last: 10, through: 19} // does not cover 20
+	src.answers <- progressAnswer{last: 10, through: 20}
+	if r := <-read; r.err != nil || r.how != progressProbe {
+		t.Fatalf("%+v", r)
+	}
+	for range progressMaxInFlight - 2 {
+		src.answers <- progressAnswer{last: 10, through: 20}
+	}
+}

@@ -144,6 +144,10 @@ func awaitVersion(ctx context.Context, s *cache.Store, rv uint64, deadline time.
 	return nil, tooLargeResourceVersion(rv, snap.RV)
 }
 
+// TooLargeResourceVersion is tooLargeResourceVersion, for the node view's
+// resumes, which wait for the cache in their own way.
+func TooLargeResourceVersion(rv, current uint64) error { return tooLargeResourceVersion(rv, current) }
+
 // tooLargeResourceVersion is kube-apiserver's answer to a version its
 // cache did not reach in time: 504 with the ResourceVersionTooLarge cause,
 // which client-go's reflector takes as "list again from the latest".

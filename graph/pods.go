@@ -58,11 +58,8 @@ func (g *Graph) addPodLocked(pod *corev1.Pod) {
 	rec := &podRecord{node: node, self: g.acquireLocked(self)}
 	g.addPathsLocked(rec.self, node, 1)
 	g.pods[rec.self] = rec
-	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return
-	}
 	uses := g.scratch[:0]
-	podReferences(pod, func(ref ObjectRef) {
+	PodUses(pod, func(ref ObjectRef) {
 		for _, e := range uses {
 			if e.kind == ref.Kind && e.name == ref.Name && e.ns == ref.Namespace {
 				return // one path per pod, however often it names the object

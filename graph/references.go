@@ -4,6 +4,24 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
+// PodUses calls visit for every object a pod bound to a node lets that
+// node reach besides the pod itself, with duplicates: exactly what AddPod
+// records, so that a consumer that follows one node's objects from the
+// cache (package nodeview) decides reachability by the graph's own rules,
+// not a copy of them. A mirror pod grants nothing: the kubelet made it
+// from a static manifest, and its references are not the API's to vouch
+// for.
+func PodUses(pod *corev1.Pod, visit func(ObjectRef)) {
+	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return
+	}
+	podReferences(pod, visit)
+}
+
+// PVSecrets calls visit for the secrets a bound PersistentVolume lets the
+// nodes that reach it read: what AddPV records (see pvSecrets).
+func PVSecrets(pv *corev1.PersistentVolume, visit func(ObjectRef)) { pvSecrets(pv, visit) }
+
 // podReferences calls visit for every object a pod grants its node, with
 // duplicates: the service account, secrets, configmaps, PVCs (including
 // the PVCs of generic ephemeral volumes) and resource claims. These are the

@@ -22,8 +22,8 @@ import (
 // kube-apiserver had handed out when it was asked), one item, metadata
 // only. kube-apiserver serves it from its watch cache once that has
 // caught up with etcd (ConsistentListFromCache), else from etcd, one key.
-// The bulk requests ask it, at most one request in flight per type (and
-// one queued), for every consistent read and when a channel resumes from
+// The bulk requests ask it, at most one request every 200 ms per type
+// (bulk.LatestChecker), for every consistent read and when a channel resumes from
 // a version this replica's cache has not reached; each answer also
 // settles every later resume at or below it. That
 // coalescing is what bounds the requests, so the client has no

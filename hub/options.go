@@ -184,7 +184,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&o.Watch.PingInterval, "watch-ping-interval", o.Watch.PingInterval,
 		"How often the server pings each connection; a client silent for two intervals is disconnected.")
 	fs.DurationVar(&o.Watcher.BookmarkInterval, "watch-bookmark-interval", o.Watcher.BookmarkInterval,
-		"How often channels that asked for bookmarks (allowWatchBookmarks) get one.")
+		"How often channels that asked for bookmarks (allowWatchBookmarks) get one, and node views whose position moved without an event.")
 	fs.DurationVar(&o.Watcher.ReauthorizeInterval, "watch-reauthorize-interval", o.Watcher.ReauthorizeInterval,
 		"How often the open channels RBAC decides (of users other than nodes, and of nodes on types the graph does not decide, such as endpointslices) are authorized again (a node's channels on the graph's types end the moment the graph says it lost access); "+
 			"a channel no longer allowed ends with ERROR 403.")

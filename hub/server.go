@@ -22,6 +22,7 @@ import (
 	bulkwatch "github.com/nodeproxy/nodeproxy/bulk/watch"
 	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/graph"
+	"github.com/nodeproxy/nodeproxy/nodeview"
 	"github.com/nodeproxy/nodeproxy/passthrough"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
@@ -33,6 +34,7 @@ type Server struct {
 	generic     *genericapiserver.GenericAPIServer
 	cache       *cache.Cache
 	watcher     *bulkwatch.Watcher
+	views       *nodeview.Views
 	watchServer *watchmux.Server
 	// drainTimeout bounds the wait for bulk watch connections to end.
 	drainTimeout time.Duration
@@ -99,7 +101,11 @@ func (c *Config) New() (*Server, error) {
 		return nil, err
 	}
 	watcher := bulkwatch.NewWatcher(catalog, g, c.Watcher)
-	watchServer := watchmux.NewServer(watcher, c.Watch)
+	views, err := nodeview.NewViews(objects, g, c.Watcher.BookmarkInterval)
+	if err != nil {
+		return nil, fmt.Errorf("node views: %w", err)
+	}
+	watchServer := watchmux.NewServer(channelRouter{views: nodeview.NewHandler(views, latestVersions{client: meta}), watches: watcher}, c.Watch)
 	c.router.watch.Store(watchServer)
 
 	// Ready only once every type has been listed into the cache and the
@@ -114,7 +120,7 @@ func (c *Config) New() (*Server, error) {
 	); err != nil {
 		return nil, fmt.Errorf("readiness check: %w", err)
 	}
-	s := &Server{generic: generic, cache: objects, watcher: watcher, watchServer: watchServer, drainTimeout: c.Watch.DrainTimeout()}
+	s := &Server{generic: generic, cache: objects, watcher: watcher, views: views, watchServer: watchServer, drainTimeout: c.Watch.DrainTimeout()}
 	if err := generic.AddPostStartHook("nodeproxy-start-cache", s.startCache); err != nil {
 		return nil, fmt.Errorf("cache start hook: %w", err)
 	}
@@ -142,6 +148,7 @@ func (s *Server) startCache(ctx genericapiserver.PostStartHookContext) error {
 		if !toolscache.WaitForCacheSync(ctx.Done(), func() bool { return len(s.cache.Unsynced()) == 0 }) {
 			return
 		}
+		go s.views.Run(ctx)
 		s.watcher.Run(ctx)
 	}()
 	return nil

@@ -55,6 +55,10 @@ type SessionChannel struct {
 	initial          bool   // the initial events are still coming
 	initialDelivered int    // initial events handed to the consumer
 	justResumed      bool
+	// batched: see WatchBatches; pending is the batch held back until
+	// its bookmark.
+	batched bool
+	pending []Event
 }
 
 // Watch opens a channel of the objects sel selects, as Client.Watch does,
@@ -66,9 +70,28 @@ type SessionChannel struct {
 // starts from "now" (no resourceVersion), with sendInitialEvents, whose
 // closing bookmark is the first resume point; the consumer sees bookmarks
 // and initial events only if sel asked for them.
-func (s *Session) Watch(ctx context.Context, sel v1alpha1.GetOperation, watchOpts ...WatchOption) (*SessionChannel, error) {
+func (s *Session) Watch(ctx context.Context, sel v1alpha1.GetOperation, opts ...WatchOption) (*SessionChannel, error) {
+	return s.watch(ctx, sel, false, opts)
+}
+
+// WatchBatches is Watch for a channel whose events come in batches, each
+// closed by a BOOKMARK whose resourceVersion is the channel's position
+// after it (a node view, docs/api.md "The node view": its events carry
+// objects of many types, whose own resourceVersions are no resume
+// point). The consumer gets a batch, then its bookmark, only once the
+// bookmark has arrived, and every bookmark whatever sel asked; the
+// channel resumes from the last bookmark alone. A connection lost in the
+// middle of a batch then loses and repeats nothing: the batch held back
+// is dropped, and the replica the channel resumes on sends the change
+// from that bookmark whole. The initial state is the first batch, so a
+// connection lost during it reopens the channel as first asked.
+func (s *Session) WatchBatches(ctx context.Context, sel v1alpha1.GetOperation, opts ...WatchOption) (*SessionChannel, error) {
+	return s.watch(ctx, sel, true, opts)
+}
+
+func (s *Session) watch(ctx context.Context, sel v1alpha1.GetOperation, batched bool, watchOpts []WatchOption) (*SessionChannel, error) {
 	events := make(chan Event, ClientEventBuffer+1)
-	sc := &SessionChannel{Events: events, events: events, s: s, sel: sel, opts: watchOpts, closing: make(chan struct{})}
+	sc := &SessionChannel{Events: events, events: events, s: s, sel: sel, opts: watchOpts, closing: make(chan struct{}), batched: batched}
 	opts := sel.Options
 	sc.wantBookmarks = opts.AllowWatchBookmarks
 	sc.wantInitialEnd = opts.SendInitialEvents != nil && *opts.SendInitialEvents
@@ -181,10 +204,39 @@ func (sc *SessionChannel) drain(ch *Channel, c *Client) end {
 			sc.deliver(ev)
 			return endFinal
 		}
-		if sc.note(ev) && !sc.deliver(ev) {
+		if sc.batched {
+			if !sc.noteBatch(ev) {
+				continue
+			}
+			for _, held := range sc.pending {
+				if !sc.deliver(held) {
+					return endClosed
+				}
+			}
+			clear(sc.pending)
+			sc.pending = sc.pending[:0]
+		}
+		if (sc.batched || sc.note(ev)) && !sc.deliver(ev) {
 			return endClosed
 		}
 	}
+}
+
+// noteBatch holds ev back until its batch's bookmark, whose
+// resourceVersion becomes the resume point; true for the bookmark.
+func (sc *SessionChannel) noteBatch(ev Event) bool {
+	if ev.Type != watch.Bookmark {
+		sc.pending = append(sc.pending, ev)
+		return false
+	}
+	m, err := eventMeta(ev)
+	if err != nil {
+		klog.ErrorS(err, "Bulk watch bookmark without readable metadata")
+		return true
+	}
+	sc.initial = false
+	sc.rv = m.Metadata.ResourceVersion
+	return true
 }
 
 // meta is what the session reads of an event's object.
@@ -195,16 +247,21 @@ type meta struct {
 	} `json:"metadata"`
 }
 
+// eventMeta reads ev's object's metadata, from whichever encoding it
+// came in.
+func eventMeta(ev Event) (meta, error) {
+	if ev.Protobuf != nil {
+		return protobufMeta(ev.Protobuf)
+	}
+	var m meta
+	err := json.Unmarshal(ev.Object, &m)
+	return m, err
+}
+
 // note takes in ev's resourceVersion and says whether the consumer is to
 // see it.
 func (sc *SessionChannel) note(ev Event) bool {
-	var m meta
-	var err error
-	if ev.Protobuf != nil {
-		m, err = protobufMeta(ev.Protobuf)
-	} else {
-		err = json.Unmarshal(ev.Object, &m)
-	}
+	m, err := eventMeta(ev)
 	if err != nil {
 		// Unreachable from a hub; pass it on untouched and keep the
 		// resume point.
@@ -253,6 +310,8 @@ func (sc *SessionChannel) deliver(ev Event) bool {
 // its resume point; false when the channel is over (an ERROR went to the
 // consumer, or it was closed).
 func (sc *SessionChannel) reopen(dead *Client, lost time.Time) bool {
+	clear(sc.pending) // a batch without its bookmark: the next replica sends it again
+	sc.pending = sc.pending[:0]
 	sel := sc.open
 	if !sc.initial {
 		sel = sc.sel

@@ -88,7 +88,7 @@ func (r *replica) Open(_ context.Context, sel *v1alpha1.GetOperation, sink Sink)
 	}, nil
 }
 
-func startReplica(t *testing.T, r *replica) (*Server, *httptest.Server) {
+func startReplica(t *testing.T, r Handler) (*Server, *httptest.Server) {
 	t.Helper()
 	o := DefaultOptions()
 	o.PingInterval = 100 * time.Millisecond
@@ -269,10 +269,17 @@ func behindForwarder(t *testing.T, hs *httptest.Server) (*forwarder.Forwarder, *
 
 func waitSubscribed(t *testing.T, l *changeLog) {
 	t.Helper()
+	waitFollowed(t, &l.mu, func() int { return len(l.subs) })
+}
+
+// waitFollowed waits until subscribers, read under mu, says a channel
+// follows a fake replica's log.
+func waitFollowed(t *testing.T, mu *sync.Mutex, subscribers func() int) {
+	t.Helper()
 	for range 500 {
-		l.mu.Lock()
-		n := len(l.subs)
-		l.mu.Unlock()
+		mu.Lock()
+		n := subscribers()
+		mu.Unlock()
 		if n > 0 {
 			return
 		}

@@ -132,7 +132,7 @@ func (g *Getter) consistentVersions(ctx context.Context, queries []*bulk.Query) 
 			continue
 		}
 		start := time.Now()
-		rv, err := g.catalog.ConsistentVersion(ctx, s, "list")
+		rv, err := g.catalog.ConsistentVersion(ctx, s, "list", start)
 		if err != nil {
 			return nil, at(q, err)
 		}

@@ -162,7 +162,7 @@ func (w *Watcher) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 func (w *Watcher) await(ctx context.Context, q *bulk.Query) error {
 	if q.Consistent() {
 		start := time.Now()
-		latest, err := w.catalog.ConsistentVersion(ctx, q.Store(), "watch")
+		latest, err := w.catalog.ConsistentVersion(ctx, q.Store(), "watch", start)
 		if err != nil {
 			return err
 		}

@@ -62,10 +62,16 @@ var Rules = []Rule{
 		Within: []string{"cache", "graph", "authorizer", "watchmux", "apis/...", "bulk/...", "passthrough"},
 	},
 	{
+		Name:   "the node view links only the core and the bulk API",
+		Why:    "the node view is one of the hub's handlers, beside bulk get and bulk watch; the hub wires it, never the reverse",
+		From:   []string{"nodeview"},
+		Within: []string{"cache", "graph", "authorizer", "watchmux", "apis/...", "bulk", "passthrough"}, // passthrough through bulk
+	},
+	{
 		Name:   "the hub links no harness and no node endpoint",
 		Why:    "the hub and the node endpoint are two rooms: the endpoint is the hub's client, and the hub does not know it exists",
 		From:   []string{"hub"},
-		Within: []string{"cache", "graph", "authorizer", "watchmux", "apis/...", "bulk/...", "passthrough"},
+		Within: []string{"cache", "graph", "authorizer", "watchmux", "apis/...", "bulk/...", "passthrough", "nodeview"},
 	},
 	{
 		Name: "the node endpoint does not link the hub's internals",

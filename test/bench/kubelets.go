@@ -68,9 +68,17 @@ func runKubelets(ctx context.Context, env *Env, t Target) (*Result, error) {
 	if err != nil {
 		return interrupted(ctx, r, fmt.Errorf("kubelets straight on kube-apiserver: %w", err))
 	}
+	consistentBefore, err := hubConsistency(ctx, t)
+	if err != nil {
+		return nil, err
+	}
 	fronted, err := runKubeletSide(ctx, env, t, tools["kubemark"], true)
 	if err != nil {
 		return interrupted(ctx, r, fmt.Errorf("kubelets behind node endpoints: %w", err))
+	}
+	consistentAfter, err := hubConsistency(ctx, t)
+	if err != nil {
+		return nil, err
 	}
 	secs := func(d time.Duration) float64 { return d.Seconds() }
 	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
@@ -111,6 +119,7 @@ func runKubelets(ctx context.Context, env *Env, t Target) (*Result, error) {
 		{"endpoint RSS per node, max", mib(epMax), "MiB"},
 	}
 	r.Figures = append(r.Figures, requestFigures(d.requests, f.requests)...)
+	r.Figures = append(r.Figures, consistencyFigures(consistentBefore, consistentAfter, len(fronted.rounds))...)
 	r.Latencies = []Latency{
 		latencyOf("secret update to file, direct", direct.latencies()),
 		latencyOf("secret update to file, behind endpoints", fronted.latencies()),

@@ -1,0 +1,111 @@
+package nodeview
+
+import (
+	"sync"
+
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+)
+
+// How a view opened (nodeproxy_nodeview_opens_total).
+const (
+	openInitial = "initial" // its initial state sent
+	openResumed = "resumed" // from a position, the changes since sent
+	openExpired = "expired" // from a position older than the change logs: ERROR 410
+	openRefused = "refused" // another node's view, or a position the cache did not reach in time
+)
+
+// How a resumed view's type was settled (nodeproxy_nodeview_resume_settles_total).
+const (
+	settleCaughtUp  = "caught_up"
+	settleUnchanged = "unchanged"
+	settleTooLarge  = "too_large"
+	settleGone      = "gone"
+)
+
+var (
+	openViews = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "nodeview",
+		Name:           "views",
+		Help:           "Open node views: one per node endpoint that follows its node's view.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	heldObjects = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "nodeview",
+		Name:           "objects",
+		Help:           "Objects in the open node views, summed over views: each node's pods, Node and what the graph lets it reach; the cluster-wide types every view carries (services, runtime classes, CSI drivers) are not counted.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	viewObjects = metrics.NewHistogram(&metrics.HistogramOpts{
+		Namespace: "nodeproxy",
+		Subsystem: "nodeview",
+		Name:      "view_objects",
+		Help:      "Objects of its own (as nodeproxy_nodeview_objects counts them) a node view held when it opened or resumed.",
+		// A node at the default 110 pods with a few references each
+		// holds a few hundred objects.
+		Buckets:        []float64{1, 10, 50, 100, 250, 500, 1000, 2500, 5000},
+		StabilityLevel: metrics.ALPHA,
+	})
+	events = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "nodeview",
+		Name:           "events_total",
+		Help:           "Events sent on node views, by type: ADDED, MODIFIED, DELETED, ENTERED, LEFT (bookmarks are not counted).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"type"})
+	opens = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "nodeview",
+		Name:           "opens_total",
+		Help:           "Node view requests, by how they went: initial (the initial state sent), resumed (from a position), expired (a position older than the change logs: ERROR 410), refused (another node's view, or 504 for a position the cache did not reach in 3 s).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"how"})
+	settles = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "nodeview",
+		Name:           "resume_settles_total",
+		Help:           "Types of a resumed view this replica could not read at the view's position at once, by resource and how it was settled: caught_up (the cache reached the position within 3 s), unchanged (kube-apiserver showed the type did not change between the position and a version the cache can read), too_large (504 after 3 s), gone (the request ended first).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "how"})
+	heldTooLong = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "nodeview",
+		Name:           "pods_sent_without_references_total",
+		Help:           "Pod changes held back for an object the pod uses that this replica's cache did not have yet, then sent without it after 2 s: the object was created after the pod, or its type's watch lagged that long.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	withheld = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "nodeview",
+		Name:           "withheld_total",
+		Help:           "Objects a view would have sent that the live graph no longer let its node reach (the change taking them away was not yet in the cache): not sent, or sent as LEFT.",
+		StabilityLevel: metrics.ALPHA,
+	})
+
+	// eventCounters are looked up once: a step may send thousands.
+	eventCounters = map[watch.EventType]metrics.CounterMetric{}
+
+	registerOnce sync.Once
+)
+
+// RegisterMetrics registers the node view's metrics with the legacy
+// registry that k8s.io/apiserver serves on /metrics.
+func RegisterMetrics() {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(openViews, heldObjects, viewObjects, events, opens, settles, heldTooLong, withheld)
+		for _, t := range []watch.EventType{watch.Added, watch.Modified, watch.Deleted, v1alpha1.NodeViewEntered, v1alpha1.NodeViewLeft} {
+			eventCounters[t] = events.WithLabelValues(string(t))
+		}
+	})
+}
+
+func countEvent(t watch.EventType) {
+	if c, ok := eventCounters[t]; ok {
+		c.Inc()
+	}
+}

@@ -1,0 +1,592 @@
+package nodeview
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+	"github.com/nodeproxy/nodeproxy/cache"
+	"github.com/nodeproxy/nodeproxy/graph"
+	"github.com/nodeproxy/nodeproxy/watchmux"
+)
+
+// Reachability is the live authorization graph; *graph.Graph is one.
+type Reachability interface {
+	Reachable(node string, ref graph.ObjectRef) bool
+}
+
+// index is told which graph objects a view reaches, so that their
+// changes are routed to it (Views keeps it); a view calls it when an
+// object's paths go from none to some and back.
+type index interface {
+	want(v *view, ref graph.ObjectRef)
+	unwant(v *view, ref graph.ObjectRef)
+}
+
+// state is the cache as views read it at one position: a snapshot per
+// type, and which volumes are bound to which claim at the volumes'
+// snapshot.
+type state struct {
+	stores  *[numTypes]*cache.Store
+	encoder *cache.Encoder
+	snaps   [numTypes]*cache.Snapshot
+	claims  map[graph.ObjectRef]map[string]struct{} // claim -> names of the PVs bound to it
+	// last is the object encoded last, with its JSON: a change sent to
+	// every view (a service's) is looked up in the encoder once, not
+	// once per view.
+	last      *cache.Object
+	lastBytes []byte
+}
+
+// get returns the object ref names, at the state's snapshot of type i.
+func (st *state) get(i int, namespace, name string) (*cache.Object, bool) {
+	return st.snaps[i].Get(namespace, name)
+}
+
+// volumesOf returns the PVs bound to claim, by name.
+func (st *state) volumesOf(claim graph.ObjectRef) []*cache.Object {
+	names := st.claims[claim]
+	if len(names) == 0 {
+		return nil
+	}
+	out := make([]*cache.Object, 0, len(names))
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		if o, ok := st.get(pvIndex, "", name); ok {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// bindClaims records in claims the binding of the volume o (nil: none).
+func bindClaims(claims map[graph.ObjectRef]map[string]struct{}, prev, o *cache.Object) {
+	if c, ok := claimOf(prev); ok {
+		if set := claims[c]; set != nil {
+			delete(set, prev.Name)
+			if len(set) == 0 {
+				delete(claims, c)
+			}
+		}
+	}
+	if c, ok := claimOf(o); ok {
+		set := claims[c]
+		if set == nil {
+			set = map[string]struct{}{}
+			claims[c] = set
+		}
+		set[o.Name] = struct{}{}
+	}
+}
+
+// claimsAt indexes the volumes of snap by the claim each is bound to.
+func claimsAt(snap *cache.Snapshot) map[graph.ObjectRef]map[string]struct{} {
+	claims := map[graph.ObjectRef]map[string]struct{}{}
+	snap.Ascend("", "", "", func(o *cache.Object) bool {
+		bindClaims(claims, nil, o)
+		return true
+	})
+	return claims
+}
+
+var (
+	pvIndex   = typeIndex("persistentvolumes")
+	podIndex  = typeIndex("pods")
+	nodeIndex = typeIndex("nodes")
+)
+
+// view is one node's view: the synchronous core. It holds what its
+// consumer holds (the objects' identities, not their data, which stay
+// the cache's) and turns each change of the cache into the events that
+// take the consumer from the view at one position to the view at the
+// next. It takes no lock and starts no goroutine: Views calls it, one
+// change at a time, in types order within a step.
+type view struct {
+	node string
+	sink watchmux.Sink
+	live Reachability
+	ix   index
+
+	// wanted counts the paths from reached objects (claims included) to
+	// the node: one per pod of the node that uses it, one per volume in
+	// the view that names it. Counted, as the graph counts, so that an
+	// object two pods use stays when one goes.
+	wanted map[graph.ObjectRef]int32
+	// held are the reached objects and volumes the consumer holds.
+	held map[graph.ObjectRef]struct{}
+	// volumes are the PVs in the view: bound to a claim in wanted.
+	volumes map[string]volume
+	// pods are the node's pods in the view, with what each added a path
+	// to: removal takes away exactly that, whatever the pod looks like by
+	// then.
+	pods    map[objectKey]podEntry
+	hasNode bool
+
+	// quiet: building the state the consumer already holds (a resume,
+	// or before the initial state is sent): record, send nothing.
+	quiet bool
+	// initial: sending the initial state, which the channel does not
+	// bound (watchmux.Sink.Initial).
+	initial bool
+	// sent counts events since the last bookmark; marked is the position
+	// of the last bookmark.
+	sent   int
+	marked Position
+	dead   bool
+	joined bool
+}
+
+type volume struct {
+	claim   graph.ObjectRef
+	secrets []graph.ObjectRef
+}
+
+type objectKey struct{ namespace, name string }
+
+// podEntry is a pod of the node in the view: what it added a path to,
+// and whether the consumer holds it.
+type podEntry struct {
+	uses []graph.ObjectRef
+	held bool
+}
+
+func newView(node string, sink watchmux.Sink, live Reachability, ix index) *view {
+	return &view{
+		node: node, sink: sink, live: live, ix: ix,
+		wanted: map[graph.ObjectRef]int32{}, held: map[graph.ObjectRef]struct{}{},
+		volumes: map[string]volume{}, pods: map[objectKey]podEntry{},
+	}
+}
+
+// objects is how many objects of its own the view holds: everything but
+// the cluster-wide types, which every view holds alike.
+func (v *view) objects() int {
+	n := len(v.held) + len(v.pods)
+	if v.hasNode {
+		n++
+	}
+	return n
+}
+
+// build records the view at st as held by the consumer, sending nothing:
+// the node's pods and what they reach, its Node. A resume builds the view
+// at the client's position; a first sync builds at the hub's and then
+// sends it (sendAll).
+func (v *view) build(st *state) {
+	v.quiet = true
+	defer func() { v.quiet = false }()
+	st.snaps[podIndex].AscendNode(v.node, "", "", "", func(o *cache.Object) bool {
+		uses := podUses(o)
+		v.pods[objectKey{o.Namespace, o.Name}] = podEntry{uses: uses, held: true}
+		for _, r := range uses {
+			v.addPath(r, 1, st)
+		}
+		return true
+	})
+	_, v.hasNode = st.get(nodeIndex, "", v.node)
+}
+
+// sendAll sends the view build recorded as its initial state, in types
+// order, each type in key order, then the bookmark that ends it. An
+// object the live graph no longer lets the node reach is withheld (the
+// graph is ahead of the snapshot: the change that took it away is about
+// to be published).
+func (v *view) sendAll(st *state, pos Position) {
+	v.initial = true
+	defer func() { v.initial = false }()
+	for i, t := range types {
+		switch t.role {
+		case reached, boundVolume:
+			var refs []graph.ObjectRef
+			for r := range v.held {
+				if r.Kind == t.kind {
+					refs = append(refs, r)
+				}
+			}
+			slices.SortFunc(refs, compareRefs)
+			for _, r := range refs {
+				o, _ := st.get(i, r.Namespace, r.Name)
+				delete(v.held, r)
+				v.show(i, r, o, watch.Added, st)
+			}
+		case ownNode:
+			if o, ok := st.get(i, "", v.node); ok {
+				v.emit(watch.Added, v.encode(st, i, o))
+			}
+		case clusterWide:
+			st.snaps[i].Ascend("", "", "", func(o *cache.Object) bool {
+				v.emit(watch.Added, v.encode(st, i, o))
+				return !v.dead
+			})
+		case ownPods:
+			st.snaps[i].AscendNode(v.node, "", "", "", func(o *cache.Object) bool {
+				key := objectKey{o.Namespace, o.Name}
+				if v.live.Reachable(v.node, graph.ObjectRef{Kind: graph.Pod, Namespace: o.Namespace, Name: o.Name}) {
+					v.emit(watch.Added, v.encode(st, i, o))
+				} else {
+					withheld.Inc()
+					v.pods[key] = podEntry{uses: v.pods[key].uses}
+				}
+				return !v.dead
+			})
+		}
+	}
+	v.sink.Initial(watch.Bookmark, bookmarkObject(pos, true))
+	v.sent, v.marked = 0, pos
+}
+
+// apply takes in one change of type i, st being the state at the view's
+// position for every type before i in types order (the order Views and
+// the resume keep). It sends what the change is to this view, if
+// anything: the changes of other nodes' pods, and of objects the node
+// does not reach, are none of its business.
+func (v *view) apply(i int, e *cache.Event, st *state) {
+	o := e.Object
+	switch t := types[i]; t.role {
+	case reached:
+		ref := graph.ObjectRef{Kind: t.kind, Namespace: o.Namespace, Name: o.Name}
+		if v.wanted[ref] == 0 {
+			return
+		}
+		if e.Type == watch.Deleted {
+			v.hide(i, ref, o, watch.Deleted, st)
+			return
+		}
+		v.show(i, ref, o, e.Type, st)
+	case boundVolume:
+		v.applyVolume(e, st)
+	case ownNode:
+		if o.Name != v.node {
+			return
+		}
+		switch {
+		case e.Type == watch.Deleted && v.hasNode:
+			v.hasNode = false
+			v.emit(watch.Deleted, v.encode(st, i, o))
+		case e.Type != watch.Deleted && v.hasNode:
+			v.emit(watch.Modified, v.encode(st, i, o))
+		case e.Type != watch.Deleted:
+			v.hasNode = true
+			v.emit(watch.Added, v.encode(st, i, o))
+		}
+	case clusterWide:
+		v.emit(e.Type, v.encode(st, i, o))
+	case ownPods:
+		v.applyPod(e, st)
+	}
+}
+
+// applyPod: a pod's references enter the view before the pod and leave
+// it after the pod, so that the consumer never holds a pod without what
+// it uses. A pod the live graph no longer has on the node (deleted, the
+// deletion not yet taken in) is withheld as its references are (show):
+// sending it would send a pod without what it uses, which the graph has
+// already taken away.
+func (v *view) applyPod(e *cache.Event, st *state) {
+	o := e.Object
+	key := objectKey{o.Namespace, o.Name}
+	old, was := v.pods[key]
+	is := e.Type != watch.Deleted && o.NodeName == v.node
+	switch {
+	case is:
+		uses := podUses(o)
+		for _, r := range uses {
+			v.addPath(r, 1, st)
+		}
+		held := old.held
+		if v.quiet {
+			held = true
+		} else if v.live.Reachable(v.node, graph.ObjectRef{Kind: graph.Pod, Namespace: o.Namespace, Name: o.Name}) {
+			t := watch.Added
+			if held {
+				t = watch.Modified
+			}
+			v.emit(t, v.encode(st, podIndex, o))
+			held = true
+		} else {
+			withheld.Inc()
+		}
+		v.pods[key] = podEntry{uses: uses, held: held}
+		for _, r := range old.uses {
+			v.addPath(r, -1, st)
+		}
+	case was:
+		delete(v.pods, key)
+		if old.held {
+			v.emit(watch.Deleted, v.encode(st, podIndex, o))
+		}
+		for _, r := range old.uses {
+			v.addPath(r, -1, st)
+		}
+	}
+}
+
+// applyVolume: a PV is in the view while it is bound to a claim the node
+// reaches; its secrets enter before it and leave after it.
+func (v *view) applyVolume(e *cache.Event, st *state) {
+	o := e.Object
+	ref := graph.ObjectRef{Kind: graph.PersistentVolume, Name: o.Name}
+	old, was := v.volumes[o.Name]
+	claim, bound := claimOf(o)
+	is := e.Type != watch.Deleted && bound && v.wanted[claim] > 0
+	switch {
+	case is && !was:
+		t := watch.Added
+		if e.Type != watch.Added {
+			t = v1alpha1.NodeViewEntered
+		}
+		v.volumeIn(o, claim, t, st)
+	case is:
+		secrets := volumeSecrets(o)
+		for _, s := range secrets {
+			v.addPath(s, 1, st)
+		}
+		v.volumes[o.Name] = volume{claim: claim, secrets: secrets}
+		v.show(pvIndex, ref, o, watch.Modified, st)
+		for _, s := range old.secrets {
+			v.addPath(s, -1, st)
+		}
+	case was:
+		t := v1alpha1.NodeViewLeft
+		if e.Type == watch.Deleted {
+			t = watch.Deleted
+		}
+		v.volumeOut(o.Name, o, t, st)
+	}
+}
+
+func (v *view) volumeIn(o *cache.Object, claim graph.ObjectRef, t watch.EventType, st *state) {
+	secrets := volumeSecrets(o)
+	v.volumes[o.Name] = volume{claim: claim, secrets: secrets}
+	for _, s := range secrets {
+		v.addPath(s, 1, st)
+	}
+	v.show(pvIndex, graph.ObjectRef{Kind: graph.PersistentVolume, Name: o.Name}, o, t, st)
+}
+
+func (v *view) volumeOut(name string, o *cache.Object, t watch.EventType, st *state) {
+	vol := v.volumes[name]
+	delete(v.volumes, name)
+	v.hide(pvIndex, graph.ObjectRef{Kind: graph.PersistentVolume, Name: name}, o, t, st)
+	for _, s := range vol.secrets {
+		v.addPath(s, -1, st)
+	}
+}
+
+// addPath adds delta paths from ref to the node. When the first path
+// appears the object enters the view (for a claim, the volumes bound to
+// it first); when the last goes it leaves (for a claim, its volumes
+// after it).
+func (v *view) addPath(ref graph.ObjectRef, delta int32, st *state) {
+	i := typeOfKind[ref.Kind]
+	if i < 0 {
+		return
+	}
+	before := v.wanted[ref]
+	after := max(before+delta, 0)
+	if after == 0 {
+		delete(v.wanted, ref)
+	} else {
+		v.wanted[ref] = after
+	}
+	switch {
+	case before == 0 && after > 0:
+		v.ix.want(v, ref)
+		if ref.Kind == graph.PersistentVolumeClaim {
+			for _, pv := range st.volumesOf(ref) {
+				if _, in := v.volumes[pv.Name]; !in {
+					v.volumeIn(pv, ref, v1alpha1.NodeViewEntered, st)
+				}
+			}
+		}
+		if o, ok := st.get(i, ref.Namespace, ref.Name); ok {
+			v.show(i, ref, o, v1alpha1.NodeViewEntered, st)
+		}
+	case before > 0 && after == 0:
+		v.hide(i, ref, nil, v1alpha1.NodeViewLeft, st)
+		if ref.Kind == graph.PersistentVolumeClaim {
+			var gone []string
+			for name, vol := range v.volumes {
+				if vol.claim == ref {
+					gone = append(gone, name)
+				}
+			}
+			slices.Sort(gone)
+			for _, name := range gone {
+				v.volumeOut(name, nil, v1alpha1.NodeViewLeft, st)
+			}
+		}
+		v.ix.unwant(v, ref)
+	}
+}
+
+// show sends o, of type i, as in the view: ADDED, MODIFIED or ENTERED by
+// what the consumer holds. Only if the live graph lets the node reach it.
+// The graph takes in a change before the cache publishes it, so when it
+// says no, the change taking the object away is already published or
+// about to be, and this view will take it in at the latest in its next
+// step: the object is withheld, and the consumer keeps the version it
+// has until then, when it leaves after what used it (a pod's DELETED,
+// then its secret's LEFT), as it would have without the race. Sending
+// LEFT at once instead would take the secret from under a pod the
+// consumer still holds.
+func (v *view) show(i int, ref graph.ObjectRef, o *cache.Object, t watch.EventType, st *state) {
+	if v.quiet {
+		v.held[ref] = struct{}{}
+		return
+	}
+	_, held := v.held[ref]
+	if !v.live.Reachable(v.node, ref) {
+		withheld.Inc()
+		return
+	}
+	switch {
+	case held:
+		t = watch.Modified
+	case t == watch.Modified:
+		t = v1alpha1.NodeViewEntered
+	}
+	v.held[ref] = struct{}{}
+	v.emit(t, v.encode(st, i, o))
+}
+
+// hide takes ref out of the consumer's copy: DELETED with its last state
+// when the object was deleted while the node reaches it, otherwise LEFT
+// with its identity alone.
+func (v *view) hide(i int, ref graph.ObjectRef, o *cache.Object, t watch.EventType, st *state) {
+	if _, held := v.held[ref]; !held {
+		return
+	}
+	delete(v.held, ref)
+	if v.quiet {
+		return
+	}
+	if t == watch.Deleted && o != nil && v.live.Reachable(v.node, ref) {
+		v.emit(watch.Deleted, v.encode(st, i, o))
+		return
+	}
+	v.emit(v1alpha1.NodeViewLeft, identityObject(st.stores[i], ref, st.snaps[i].RV))
+}
+
+// encode is o's JSON from the cache's encoder: one encoding per object
+// version, whatever the number of views that send it.
+func (v *view) encode(st *state, i int, o *cache.Object) []byte {
+	if o == st.last {
+		return st.lastBytes
+	}
+	b, err := st.encoder.Encode(st.stores[i], o)
+	if err != nil {
+		// Not the node's fault and not to be skipped: the view cannot
+		// go on without this object.
+		v.fail(fmt.Errorf("encode %s %s/%s: %w", types[i].gvr.Resource, o.Namespace, o.Name, err))
+		return nil
+	}
+	st.last, st.lastBytes = o, b
+	return b
+}
+
+func (v *view) emit(t watch.EventType, object []byte) {
+	if v.dead || v.quiet || object == nil {
+		return
+	}
+	var ok bool
+	if v.initial {
+		ok = v.sink.Initial(t, object)
+	} else {
+		ok = v.sink.Send(t, object)
+	}
+	if !ok {
+		v.dead = true
+		return
+	}
+	v.sent++
+	countEvent(t)
+}
+
+func (v *view) fail(err error) {
+	if v.dead {
+		return
+	}
+	v.dead = true
+	v.sink.Close(&metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError, Message: err.Error()})
+}
+
+// podUses is what a pod adds a path to, once each: graph.PodUses,
+// without the kinds a view does not carry.
+func podUses(o *cache.Object) []graph.ObjectRef {
+	pod, ok := o.Obj.(*corev1.Pod)
+	if !ok {
+		return nil
+	}
+	var uses []graph.ObjectRef
+	graph.PodUses(pod, func(r graph.ObjectRef) {
+		if typeOfKind[r.Kind] >= 0 && !slices.Contains(uses, r) {
+			uses = append(uses, r)
+		}
+	})
+	return uses
+}
+
+// volumeSecrets is what a PV adds a path to, once each.
+func volumeSecrets(o *cache.Object) []graph.ObjectRef {
+	pv, ok := o.Obj.(*corev1.PersistentVolume)
+	if !ok {
+		return nil
+	}
+	var out []graph.ObjectRef
+	graph.PVSecrets(pv, func(r graph.ObjectRef) {
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	})
+	return out
+}
+
+// claimOf is the claim a PV is bound to (spec.claimRef), as the graph
+// reads it.
+func claimOf(o *cache.Object) (graph.ObjectRef, bool) {
+	if o == nil {
+		return graph.ObjectRef{}, false
+	}
+	pv, ok := o.Obj.(*corev1.PersistentVolume)
+	if !ok || pv.Spec.ClaimRef == nil {
+		return graph.ObjectRef{}, false
+	}
+	return graph.ObjectRef{Kind: graph.PersistentVolumeClaim, Namespace: pv.Spec.ClaimRef.Namespace, Name: pv.Spec.ClaimRef.Name}, true
+}
+
+func compareRefs(a, b graph.ObjectRef) int {
+	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+}
+
+// identityObject is the object of a LEFT event: the type and the name,
+// none of the state the node may no longer read.
+func identityObject(s *cache.Store, ref graph.ObjectRef, rv uint64) []byte {
+	b, _ := json.Marshal(&metav1.PartialObjectMetadata{
+		TypeMeta:   metav1.TypeMeta{Kind: s.Kind, APIVersion: s.Resource.GroupVersion().String()},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name, ResourceVersion: strconv.FormatUint(rv, 10)},
+	})
+	return b
+}
+
+// bookmarkObject is a view's BOOKMARK: its position, a resume point, with
+// the annotation that ends the initial state when initialEnd is set.
+func bookmarkObject(pos Position, initialEnd bool) []byte {
+	m := metav1.PartialObjectMetadata{
+		TypeMeta:   metav1.TypeMeta{Kind: v1alpha1.NodeViewKind, APIVersion: v1alpha1.SchemeGroupVersion.String()},
+		ObjectMeta: metav1.ObjectMeta{ResourceVersion: pos.String()},
+	}
+	if initialEnd {
+		m.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
+	}
+	b, _ := json.Marshal(&m)
+	return b
+}
