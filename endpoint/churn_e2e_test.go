@@ -7,14 +7,11 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 )
 
 // churnChanges is TestKubeProxySeesEveryChangeInOrder's number of
@@ -29,24 +26,10 @@ var churnChanges = flag.Int("churn-changes", 200, "EndpointSlice changes TestKub
 // process (the hub, the endpoint and the watching client; kube-apiserver
 // is another) spends its CPU on one event at a time.
 func TestKubeProxySeesEveryChangeInOrder(t *testing.T) {
-	hub := startHub(t)
-	n := startNode(t, "node-churn", hub.URL)
-	ns := workload(t, "node-churn")
+	n, ns, proxyConfig, es := kubeProxyBehindEndpoint(t, "node-churn")
 	ctx := context.Background()
-	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
-	proxy := kubernetes.NewForConfigOrDie(&rest.Config{Host: n.kubelet.Host, BearerToken: proxierToken(t, ns, "kube-proxy", true),
-		TLSClientConfig: rest.TLSClientConfig{CAData: n.kubelet.CAData},
-		ContentConfig: rest.ContentConfig{
-			AcceptContentTypes: "application/vnd.kubernetes.protobuf,application/json", ContentType: "application/vnd.kubernetes.protobuf"}})
-	slices := admin.DiscoveryV1().EndpointSlices(ns)
-	es, err := slices.Create(ctx, &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	slices := kubernetes.NewForConfigOrDie(cp.AdminConfig()).DiscoveryV1().EndpointSlices(ns)
+	proxy := kubernetes.NewForConfigOrDie(proxyConfig)
 	w, err := proxy.DiscoveryV1().EndpointSlices(ns).Watch(ctx, metav1.ListOptions{
 		LabelSelector: "!service.kubernetes.io/headless", ResourceVersion: es.ResourceVersion,
 	})

@@ -34,21 +34,9 @@ import (
 // managedFields, which the hub never carries (docs/api.md, "The node
 // endpoint"): everything else of the object is compared.
 func TestWatchEventsAreKubeAPIServersBytes(t *testing.T) {
-	hub := startHub(t)
-	n := startNode(t, "node-wire", hub.URL)
-	ns := workload(t, "node-wire")
+	n, ns, proxy, _ := kubeProxyBehindEndpoint(t, "node-wire")
 	ctx := context.Background()
 	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
-	proxy := &rest.Config{Host: n.kubelet.Host, BearerToken: proxierToken(t, ns, "kube-proxy", true),
-		TLSClientConfig: rest.TLSClientConfig{CAData: n.kubelet.CAData}}
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
-	}
-	if _, err := admin.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	kubelet := kubernetes.NewForConfigOrDie(n.kubelet)
 	testserver.Eventually(t, 30*time.Second, "the secret through the endpoint", func(ctx context.Context) error {
 		_, err := kubelet.CoreV1().Secrets(ns).Get(ctx, "s", metav1.GetOptions{})
@@ -119,6 +107,31 @@ func TestWatchEventsAreKubeAPIServersBytes(t *testing.T) {
 			})
 		}
 	}
+}
+
+// kubeProxyBehindEndpoint starts a hub, and node's endpoint in front of
+// it with workload's objects, and creates EndpointSlice web-1 of Service
+// web there. It returns the endpoint, the namespace, kube-proxy's
+// configuration for the endpoint (a token of its own, protobuf as
+// kube-proxy asks) and the slice.
+func kubeProxyBehindEndpoint(t *testing.T, node string) (*node, string, *rest.Config, *discoveryv1.EndpointSlice) {
+	t.Helper()
+	hub := startHub(t)
+	n := startNode(t, node, hub.URL)
+	ns := workload(t, node)
+	proxy := &rest.Config{Host: n.kubelet.Host, BearerToken: proxierToken(t, ns, "kube-proxy", true),
+		TLSClientConfig: rest.TLSClientConfig{CAData: n.kubelet.CAData},
+		ContentConfig: rest.ContentConfig{
+			AcceptContentTypes: "application/vnd.kubernetes.protobuf,application/json", ContentType: "application/vnd.kubernetes.protobuf"}}
+	es, err := kubernetes.NewForConfigOrDie(cp.AdminConfig()).DiscoveryV1().EndpointSlices(ns).Create(context.Background(), &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, ns, proxy, es
 }
 
 func rvOf(o metav1.Object, err error) (string, error) {
