@@ -6,16 +6,20 @@ import (
 	"fmt"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/component-base/metrics"
 )
 
-// Encoder serializes object versions to JSON once, whatever the number of
+// Encoder serializes object versions to JSON, or to protobuf for watch
+// channels that ask for it, once per encoding whatever the number of
 // readers: a bulk get of kube-root-ca.crt by 5,000 nodes encodes it once.
 //
-// Entries are keyed by (type, namespace, name, resourceVersion), so a new
-// version never finds an old one's bytes, and nothing has to be
+// Entries are keyed by (type, namespace, name, resourceVersion, encoding),
+// so a new version never finds an old one's bytes, and nothing has to be
 // invalidated: the store's writer never touches this cache (its lock is
-// the readers' alone), and versions no one reads age out.
+// the readers' alone), and versions no one reads age out. An object read
+// in both encodings takes two entries.
 type Encoder struct {
 	lru          *lru.Cache[encodedKey, []byte]
 	hits, misses metrics.CounterMetric
@@ -24,6 +28,7 @@ type Encoder struct {
 type encodedKey struct {
 	kind, namespace, name string
 	rv                    uint64
+	protobuf              bool
 }
 
 // NewEncoder holds up to entries encoded versions.
@@ -40,13 +45,25 @@ func NewEncoder(entries int) (*Encoder, error) {
 // sends an object in a watch event. The bytes are shared: callers must
 // not modify them.
 func (e *Encoder) Encode(s *Store, o *Object) ([]byte, error) {
-	key := encodedKey{kind: s.Kind, namespace: o.Namespace, name: o.Name, rv: o.RV}
+	return e.encode(s, o, false, encodeObject)
+}
+
+// EncodeProtobuf returns o as kube-apiserver encodes an object in
+// protobuf: the "k8s\x00" magic, then a runtime.Unknown carrying
+// apiVersion, kind and the object. The bytes are shared: callers must not
+// modify them.
+func (e *Encoder) EncodeProtobuf(s *Store, o *Object) ([]byte, error) {
+	return e.encode(s, o, true, encodeProtobuf)
+}
+
+func (e *Encoder) encode(s *Store, o *Object, protobuf bool, encode func(*Store, *Object) ([]byte, error)) ([]byte, error) {
+	key := encodedKey{kind: s.Kind, namespace: o.Namespace, name: o.Name, rv: o.RV, protobuf: protobuf}
 	if b, ok := e.lru.Get(key); ok {
 		e.hits.Inc()
 		return b, nil
 	}
 	e.misses.Inc()
-	b, err := encodeObject(s, o)
+	b, err := encode(s, o)
 	if err != nil {
 		return nil, err
 	}
@@ -77,3 +94,30 @@ func encodeObject(s *Store, o *Object) ([]byte, error) {
 	b.Write(body[1:])
 	return b.Bytes(), nil
 }
+
+// encodeProtobuf marshals o.Obj and wraps it in the runtime.Unknown that
+// carries its apiVersion and kind, as kube-apiserver's protobuf serializer
+// does for an object (its Unknown path writes the same bytes as its
+// typed one); the type meta goes on the envelope rather than on the shared
+// object, as in encodeObject.
+func encodeProtobuf(s *Store, o *Object) ([]byte, error) {
+	m, ok := o.Obj.(interface{ Marshal() ([]byte, error) })
+	if !ok {
+		return nil, fmt.Errorf("encode %s %s/%s: %T has no protobuf encoding", s.Kind, o.Namespace, o.Name, o.Obj)
+	}
+	raw, err := m.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("encode %s %s/%s as protobuf: %w", s.Kind, o.Namespace, o.Name, err)
+	}
+	unk := &runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: s.Resource.GroupVersion().String(), Kind: s.Kind}, Raw: raw}
+	var b bytes.Buffer
+	b.Grow(unk.Size() + 8)
+	if err := protobufEnvelope.Encode(unk, &b); err != nil {
+		return nil, fmt.Errorf("encode %s %s/%s as protobuf: %w", s.Kind, o.Namespace, o.Name, err)
+	}
+	return b.Bytes(), nil
+}
+
+// protobufEnvelope writes a runtime.Unknown behind the magic; it needs no
+// scheme for that.
+var protobufEnvelope = protobuf.NewSerializer(nil, nil)

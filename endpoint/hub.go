@@ -149,14 +149,19 @@ func (h *Hub) connected() *watchmux.Session {
 }
 
 // Watch opens a channel for op, which lives on across the hub's
-// connections; the caller closes it.
-func (h *Hub) Watch(ctx context.Context, op v1alpha1.GetOperation) (*watchmux.SessionChannel, error) {
+// connections; the caller closes it. With protobuf, the channel asks for
+// its objects in protobuf, which a hub that can sends (watchmux.Event
+// says which it sent).
+func (h *Hub) Watch(ctx context.Context, op v1alpha1.GetOperation, protobuf bool) (*watchmux.SessionChannel, error) {
 	s := h.connected()
 	if s == nil {
 		return nil, errHubDown
 	}
 	ctx, cancel := context.WithTimeout(ctx, hubRequestTimeout)
 	defer cancel()
+	if protobuf {
+		return s.Watch(ctx, op, watchmux.InProtobuf())
+	}
 	return s.Watch(ctx, op)
 }
 

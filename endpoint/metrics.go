@@ -45,6 +45,12 @@ var (
 			"error (the hub failed or refused the form of the request).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
+	hubEvents = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "hub_watch_events_total",
+		Help: "Events of hub channels written to watches, bookmarks and errors aside, by how: passed_through (the object's bytes as the hub sent them, in the watch's media type), " +
+			"reencoded (decoded and encoded again: a hub that sends only JSON to a protobuf watch).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"encoding"})
 	hubConnected = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "hub_connected",
 		Help: "1 while the bulk watch connection to the hub is up.", StabilityLevel: metrics.ALPHA,
@@ -101,6 +107,14 @@ type callerMetrics struct {
 	watches  *metrics.GaugeVec
 }
 
+// relayed is the hub events counter of an event written re-encoded or not.
+func relayed(reencoded bool) metrics.CounterMetric {
+	if reencoded {
+		return hubEvents.WithLabelValues("reencoded")
+	}
+	return hubEvents.WithLabelValues("passed_through")
+}
+
 func (who caller) metrics() callerMetrics {
 	if who == client {
 		return callerMetrics{clientRequests, clientWatches}
@@ -112,7 +126,7 @@ func (who caller) metrics() callerMetrics {
 // registry it serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(requests, watches, fallbacks, hubConnected, hubDials, returnsToHub, refused, readyProbes, scrapeReviews,
+		legacyregistry.MustRegister(requests, watches, fallbacks, hubEvents, hubConnected, hubDials, returnsToHub, refused, readyProbes, scrapeReviews,
 			clientRequests, clientWatches, clientConnections, clientDials)
 		// How the kubelet's channels fared when a hub replica went:
 		// nodeproxy_watchmux_client_resumes_total{outcome}.

@@ -167,7 +167,15 @@ func TestHollowProxies(t *testing.T) {
 			t.Fatalf("an EndpointSlice's change (%s): %v", round, err)
 		}
 	}
+	// kube-proxy's own code asks for protobuf, and the hub's bytes are
+	// what it gets (TestWatchEventsAreKubeAPIServersBytes checks them).
+	passed, reencoded := `nodeproxy_node_hub_watch_events_total{encoding="passed_through"}`, `nodeproxy_node_hub_watch_events_total{encoding="reencoded"}`
+	passedBefore, reencodedBefore := counter(t, nodes[0], passed), counter(t, nodes[0], reencoded)
 	sawChanges(t, "hub")
+	if p, r := counter(t, nodes[0], passed), counter(t, nodes[0], reencoded); p < passedBefore+2*hollowProxies || r != reencodedBefore {
+		t.Errorf("the proxies' service and slice events: %s grew by %v, %s by %v; want at least %d and 0",
+			passed, p-passedBefore, reencoded, r-reencodedBefore, 2*hollowProxies)
+	}
 
 	// The hub goes: the proxies' watches fall back to kube-apiserver, with
 	// their own tokens, and changes still reach them.

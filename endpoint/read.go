@@ -11,12 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
-	restclientwatch "k8s.io/client-go/rest/watch"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeproxy/nodeproxy/endpoint/relay"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
 
@@ -84,7 +83,8 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route,
 	if !ok {
 		return false
 	}
-	ch, err := hub.Watch(req.Context(), r.op)
+	events := relay.NewWriter(w, info, relay.Codecs{Encoders: codecs, Decoder: deserializer}, r.groupVersion())
+	ch, err := hub.Watch(req.Context(), r.op, events.Protobuf())
 	if err != nil && !decisive(err) {
 		e.noteFallback(err, r)
 		return false
@@ -111,11 +111,6 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route,
 	if mediaType != "application/json" {
 		mediaType += ";stream=watch"
 	}
-	frames := info.StreamSerializer.Framer.NewFrameWriter(w)
-	enc := restclientwatch.NewEncoder(
-		streaming.NewEncoder(frames, codecs.EncoderForVersion(info.StreamSerializer.Serializer, coreV1)),
-		codecs.EncoderForVersion(info.Serializer, r.groupVersion()))
-
 	timeout := watchTimeout(r)
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -135,18 +130,23 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route,
 				open = false // given up, or stopping: nothing to close
 				return true
 			}
-			var obj runtime.Object
 			if ev.Type == watch.Error {
 				open = false
-				obj = ev.Status
-			} else if obj, err = runtime.Decode(deserializer, ev.Object); err != nil {
-				klog.ErrorS(err, "Undecodable event from the hub; ending the watch so the kubelet relists", "resource", resource)
-				obj = &apierrors.NewInternalError(fmt.Errorf("decode the hub's event: %w", err)).ErrStatus
-				ev.Type = watch.Error
 			}
-			if err := enc.Encode(&watch.Event{Type: ev.Type, Object: obj}); err != nil {
+			sent, err := events.Write(ev)
+			if err != nil {
 				return true // the kubelet went away
 			}
+			if sent.Type != ev.Type {
+				klog.ErrorS(nil, "Undecodable event from the hub; ended the watch so the kubelet relists", "resource", resource)
+			}
+			if ev.Type != watch.Error && ev.Type != watch.Bookmark {
+				// Bookmarks are left out: every hub sends them as JSON,
+				// and they would blur what the count tells, which hub
+				// sends objects as the watch wants them.
+				relayed(sent.Reencoded).Inc()
+			}
+			ev.Type = sent.Type
 			if ev.Type == watch.Error {
 				flusher.Flush()
 				if open {

@@ -215,6 +215,7 @@ func (s *recordingSink) Send(t watch.EventType, object []byte) bool    { return 
 func (s *recordingSink) Initial(t watch.EventType, object []byte) bool { return s.add(t, object) }
 func (s *recordingSink) OnClose(f func())                              { s.onClose = f }
 func (s *recordingSink) Done() <-chan struct{}                         { return nil }
+func (s *recordingSink) Protobuf() bool                                { return false }
 
 func (s *recordingSink) add(t watch.EventType, object []byte) bool {
 	s.mu.Lock()

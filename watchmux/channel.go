@@ -14,7 +14,9 @@ import (
 // Options.ChannelQueue is closed with ERROR 410.
 type Sink interface {
 	// Send queues an event of an object already encoded as JSON (with
-	// apiVersion and kind). The bytes are not copied and must not change.
+	// apiVersion and kind) or, on a channel that asked for it (Protobuf),
+	// as kube-apiserver encodes it in protobuf (from the "k8s\x00" magic
+	// on). The bytes are not copied and must not change.
 	// It returns false once the channel is closed: by the client, by the
 	// server, by overflow, or with the connection. The stream should then
 	// stop.
@@ -35,12 +37,18 @@ type Sink interface {
 	Close(status *metav1.Status)
 	// Done is closed when the channel is closed, whoever closed it.
 	Done() <-chan struct{}
+	// Protobuf reports whether the client asked for the channel's objects
+	// in protobuf. JSON is always welcome as well: a stream may send
+	// what it has only as JSON (a bookmark) that way.
+	Protobuf() bool
 }
 
 // channel is one watch on a connection.
 type channel struct {
 	id   int64
 	conn *conn
+	// protobuf: the client asked for protobuf objects (Sink.Protobuf).
+	protobuf bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -118,6 +126,8 @@ func (c *channel) Close(status *metav1.Status) {
 }
 
 func (c *channel) Done() <-chan struct{} { return c.ctx.Done() }
+
+func (c *channel) Protobuf() bool { return c.protobuf }
 
 // tooSlow is the ERROR of a channel whose queue overflowed. The client
 // resubscribes from the last resourceVersion it saw.

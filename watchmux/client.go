@@ -35,9 +35,14 @@ const ClientEventBuffer = 256
 // Event is one event of a channel. For ERROR, Status says why the channel
 // closed, and the Events channel closes after it.
 type Event struct {
-	Type   watch.EventType
+	Type watch.EventType
+	// Object is the object as JSON, unless it came as Protobuf.
 	Object json.RawMessage
-	Status *metav1.Status
+	// Protobuf is the object as kube-apiserver encodes it in protobuf
+	// ("k8s\x00", then a runtime.Unknown), on a channel opened
+	// InProtobuf whose server sent it so; Object is then nil.
+	Protobuf []byte
+	Status   *metav1.Status
 }
 
 // Channel is one open watch.
@@ -68,6 +73,10 @@ type Client struct {
 	// idleTimeout is how long the reader waits for anything from the
 	// server; 0 forever.
 	idleTimeout time.Duration
+
+	// protobuf: the server speaks WatchSubprotocolProtobuf, so a channel
+	// may ask for protobuf objects.
+	protobuf bool
 }
 
 // extendDeadline gives the server another idleTimeout to be heard from.
@@ -148,7 +157,9 @@ func Dial(ctx context.Context, cfg *rest.Config, opts ...DialOption) (*Client, e
 	if err != nil {
 		return nil, fmt.Errorf("bulk watch request for %s: %w", u, err)
 	}
-	ws, err := clientwebsocket.Negotiate(rt, holder, req, v1alpha1.WatchSubprotocol)
+	// Protobuf first: a server that knows it picks it; an older one
+	// picks the JSON one, and every event comes as JSON.
+	ws, err := clientwebsocket.Negotiate(rt, holder, req, v1alpha1.WatchSubprotocolProtobuf, v1alpha1.WatchSubprotocol)
 	if err != nil {
 		// client-go keeps the server's Status in an error that does not
 		// unwrap; the caller needs it (a 401 or 403 is an answer).
@@ -161,6 +172,7 @@ func Dial(ctx context.Context, cfg *rest.Config, opts ...DialOption) (*Client, e
 	c := &Client{
 		ws: ws, pending: map[int64]chan result{}, watches: map[int64]bool{},
 		channels: map[int64]*Channel{}, done: make(chan struct{}), idleTimeout: o.idleTimeout,
+		protobuf: ws.Subprotocol() == v1alpha1.WatchSubprotocolProtobuf,
 	}
 	if o.maxOpening > 0 {
 		c.opening = make(chan struct{}, o.maxOpening)
@@ -186,11 +198,26 @@ func Dial(ctx context.Context, cfg *rest.Config, opts ...DialOption) (*Client, e
 	return c, nil
 }
 
+// WatchOption adjusts Watch.
+type WatchOption func(*v1alpha1.Watch, *Client)
+
+// InProtobuf asks for the channel's objects as kube-apiserver encodes them
+// in protobuf (Event.Protobuf), when the server can send them so; events
+// it sends as JSON, and every event from a server that cannot, carry
+// Event.Object as before.
+func InProtobuf() WatchOption {
+	return func(w *v1alpha1.Watch, c *Client) {
+		if c.protobuf {
+			w.ContentType = v1alpha1.ContentTypeProtobuf
+		}
+	}
+}
+
 // Watch opens a channel of the objects sel selects. A refusal is an
 // *apierrors.StatusError with the server's status. It waits first while
 // the connection has its most Watch requests awaiting answers
 // (WithMaxOpening).
-func (c *Client) Watch(ctx context.Context, sel v1alpha1.GetOperation) (*Channel, error) {
+func (c *Client) Watch(ctx context.Context, sel v1alpha1.GetOperation, opts ...WatchOption) (*Channel, error) {
 	if c.opening != nil {
 		select {
 		case c.opening <- struct{}{}:
@@ -201,7 +228,11 @@ func (c *Client) Watch(ctx context.Context, sel v1alpha1.GetOperation) (*Channel
 			return nil, fmt.Errorf("connection closed: %w", c.Err())
 		}
 	}
-	r, err := c.request(ctx, v1alpha1.WatchRequest{Watch: &v1alpha1.Watch{Selector: sel}})
+	w := &v1alpha1.Watch{Selector: sel}
+	for _, opt := range opts {
+		opt(w, c)
+	}
+	r, err := c.request(ctx, v1alpha1.WatchRequest{Watch: w})
 	if err != nil {
 		return nil, err
 	}
@@ -292,22 +323,36 @@ func (c *Client) readLoop() {
 		close(c.done)
 	}()
 	for {
+		var kind int
 		var data []byte
-		if _, data, err = c.ws.ReadMessage(); err != nil {
+		if kind, data, err = c.ws.ReadMessage(); err != nil {
 			return
 		}
 		c.extendDeadline()
-		var msg v1alpha1.ServerMessage
-		if err = json.Unmarshal(data, &msg); err != nil {
-			err = fmt.Errorf("server sent a message that is not JSON: %w", err)
+		if err = c.handle(kind, data); err != nil {
 			return
 		}
-		if msg.Response != nil {
-			c.answer(msg.Response)
-			continue
-		}
-		c.deliver(&msg)
 	}
+}
+
+// handle takes in one message of the server: a response or an event.
+func (c *Client) handle(kind int, data []byte) error {
+	var msg v1alpha1.ServerMessage
+	var protobuf []byte
+	if kind == websocket.BinaryMessage {
+		var err error
+		if protobuf, err = readBinaryEvent(data, &msg); err != nil {
+			return err
+		}
+	} else if err := json.Unmarshal(data, &msg); err != nil {
+		return fmt.Errorf("server sent a message that is not JSON: %w", err)
+	}
+	if msg.Response != nil {
+		c.answer(msg.Response)
+		return nil
+	}
+	c.deliver(&msg, protobuf)
+	return nil
 }
 
 func (c *Client) answer(r *v1alpha1.WatchResponse) {
@@ -343,7 +388,7 @@ func (c *Client) answer(r *v1alpha1.WatchResponse) {
 // deliver hands an event to its channel without ever waiting. Only the
 // reader sends on or closes a channel's Events, so the room it sees is
 // there when it sends.
-func (c *Client) deliver(msg *v1alpha1.ServerMessage) {
+func (c *Client) deliver(msg *v1alpha1.ServerMessage, protobuf []byte) {
 	c.mu.Lock()
 	ch, ok := c.channels[msg.Channel]
 	overflow := ok && msg.Type != watch.Error && len(ch.events) >= ClientEventBuffer
@@ -363,7 +408,7 @@ func (c *Client) deliver(msg *v1alpha1.ServerMessage) {
 		c.closeQuietly(ch.ID)
 		return
 	}
-	ev := Event{Type: msg.Type, Object: msg.Object}
+	ev := Event{Type: msg.Type, Object: msg.Object, Protobuf: protobuf}
 	if msg.Type == watch.Error {
 		var s metav1.Status
 		if err := json.Unmarshal(msg.Object, &s); err == nil {

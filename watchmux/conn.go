@@ -33,6 +33,9 @@ type conn struct {
 	opts    Options
 	handler Handler
 	metrics *counters
+	// protobuf is set when the connection speaks
+	// WatchSubprotocolProtobuf: its channels may ask for protobuf.
+	protobuf bool
 
 	ctx    context.Context // ends with the connection
 	cancel context.CancelFunc
@@ -141,7 +144,13 @@ func (c *conn) readLoop() {
 			continue
 		}
 		if req.Watch != nil {
-			c.open(req.ID, &req.Watch.Selector)
+			protobuf, refused := c.contentType(req.Watch.ContentType)
+			if refused != nil {
+				c.metrics.requests.WithLabelValues("invalid").Inc()
+				c.respond(v1alpha1.WatchResponse{RequestID: req.ID, Error: refused})
+				continue
+			}
+			c.open(req.ID, &req.Watch.Selector, protobuf)
 		} else {
 			c.closeWatch(req.ID, req.CloseWatch.Channel)
 		}
@@ -150,7 +159,7 @@ func (c *conn) readLoop() {
 
 // open starts a channel. Authorizing it may take a round trip to
 // kube-apiserver, so it runs beside the reader, at most MaxPending at once.
-func (c *conn) open(requestID int64, sel *v1alpha1.GetOperation) {
+func (c *conn) open(requestID int64, sel *v1alpha1.GetOperation, protobuf bool) {
 	c.mu.Lock()
 	taken := c.slots
 	if taken < c.opts.MaxChannels {
@@ -173,7 +182,7 @@ func (c *conn) open(requestID int64, sel *v1alpha1.GetOperation) {
 		return
 	}
 	c.nextID++
-	ch := &channel{id: c.nextID, conn: c}
+	ch := &channel{id: c.nextID, conn: c, protobuf: protobuf}
 	ch.ctx, ch.cancel = context.WithCancel(c.ctx)
 	go func() {
 		run, refused := c.handler.Open(ch.ctx, sel, ch)
@@ -433,7 +442,11 @@ func (c *conn) write(f *frame) error {
 	if err := c.ws.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout)); err != nil {
 		return err
 	}
-	w, err := c.ws.NextWriter(websocket.TextMessage)
+	kind := websocket.TextMessage
+	if f.binary() {
+		kind = websocket.BinaryMessage
+	}
+	w, err := c.ws.NextWriter(kind)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,14 @@
 // Channel identifiers are chosen by the server, per connection, and never
 // reused.
 //
+// Under subprotocol bulk.k8s.io.v1alpha1+json+protobuf, which a client
+// offers first and a server prefers, a watch may ask for
+// "contentType":"application/vnd.kubernetes.protobuf"; its events whose
+// objects the stream sends as kube-apiserver's protobuf (Sink.Protobuf)
+// go as binary messages, {"channel":7,"type":"MODIFIED"}, a newline, the
+// object's bytes. Peers that know only the JSON subprotocol pick it and
+// see text messages alone.
+//
 // Inside a connection:
 //
 //	reader ----open/close----> channels (map, under mu)

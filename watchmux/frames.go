@@ -1,6 +1,7 @@
 package watchmux
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,23 +31,44 @@ type frame struct {
 	final, unbounded bool
 }
 
-// writeTo writes f as one message body.
+// binary reports whether f goes as a binary message: an event whose
+// object is protobuf (WatchSubprotocolProtobuf). kube-apiserver's own
+// decoders tell protobuf from JSON by the same magic, which no JSON
+// document can begin with.
+func (f *frame) binary() bool {
+	return f.raw == nil && bytes.HasPrefix(f.object, protobufMagic)
+}
+
+// protobufMagic begins every object kube-apiserver encodes in protobuf.
+// Never modified.
+var protobufMagic = []byte("k8s\x00")
+
+// writeTo writes f as one message body: a text message's JSON, or a
+// binary message's JSON head, newline, and protobuf object.
 func (f *frame) writeTo(w io.Writer) error {
 	if f.raw != nil {
 		_, err := w.Write(f.raw)
 		return err
 	}
+	binary := f.binary()
 	var head [64]byte
 	b := append(head[:0], `{"channel":`...)
 	b = strconv.AppendInt(b, f.ch.id, 10)
 	b = append(b, `,"type":"`...)
 	b = append(b, f.typ...)
-	b = append(b, `","object":`...)
+	if binary {
+		b = append(b, "\"}\n"...)
+	} else {
+		b = append(b, `","object":`...)
+	}
 	if _, err := w.Write(b); err != nil {
 		return err
 	}
 	if _, err := w.Write(f.object); err != nil {
 		return err
+	}
+	if binary {
+		return nil
 	}
 	_, err := w.Write(closeBrace)
 	return err
@@ -87,4 +109,17 @@ func withTypeMeta(s *metav1.Status) *metav1.Status {
 		out.Status = metav1.StatusFailure
 	}
 	return &out
+}
+
+// readBinaryEvent reads a binary message into msg, the event without its
+// object, and returns the object's protobuf bytes.
+func readBinaryEvent(data []byte, msg *v1alpha1.ServerMessage) ([]byte, error) {
+	head, object, ok := bytes.Cut(data, []byte{'\n'})
+	if !ok || !bytes.HasPrefix(object, protobufMagic) {
+		return nil, fmt.Errorf("server sent a binary message that is not an event with a protobuf object")
+	}
+	if err := json.Unmarshal(head, msg); err != nil || msg.Response != nil || msg.Object != nil || msg.Type == watch.Error {
+		return nil, fmt.Errorf("server sent a binary message whose head is not an event's: %q", head)
+	}
+	return object, nil
 }

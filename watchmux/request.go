@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 )
@@ -36,6 +37,21 @@ func decodeRequest(data []byte) (v1alpha1.WatchRequest, *metav1.Status) {
 		return req, badRequest("a request has watch or closeWatch")
 	}
 	return req, nil
+}
+
+// contentType reads a Watch's ContentType: whether the channel's objects
+// may go as protobuf, or why the request is refused.
+func (c *conn) contentType(ct string) (protobuf bool, refused *metav1.Status) {
+	switch ct {
+	case "", runtime.ContentTypeJSON:
+		return false, nil
+	case v1alpha1.ContentTypeProtobuf:
+		if !c.protobuf {
+			return false, badRequest("contentType " + ct + " needs subprotocol " + v1alpha1.WatchSubprotocolProtobuf)
+		}
+		return true, nil
+	}
+	return false, badRequest(fmt.Sprintf("contentType %q: the objects of a channel are %s or %s", ct, runtime.ContentTypeJSON, v1alpha1.ContentTypeProtobuf))
 }
 
 func badRequest(msg string) *metav1.Status {

@@ -51,7 +51,10 @@ func NewServer(h Handler, o Options) *Server {
 		opts:    o,
 		conns:   map[*conn]struct{}{},
 		upgrader: websocket.Upgrader{
-			Subprotocols: []string{v1alpha1.WatchSubprotocol},
+			// In the server's order of preference: gorilla picks the
+			// client's first that is here, and a client offers
+			// protobuf first.
+			Subprotocols: []string{v1alpha1.WatchSubprotocolProtobuf, v1alpha1.WatchSubprotocol},
 			// Authentication and authorization happened before the
 			// request got here, on the request itself; a browser's
 			// cross-origin request carries no client certificate or
@@ -89,6 +92,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		written: framesTotal, batch: batchFrames, writeTimeouts: writeTimeoutsTotal,
 	})
 	c.batch = hijacker.conn
+	c.protobuf = ws.Subprotocol() == v1alpha1.WatchSubprotocolProtobuf
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()
@@ -112,7 +116,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func hasSubprotocol(r *http.Request) bool {
 	for _, p := range websocket.Subprotocols(r) {
-		if p == v1alpha1.WatchSubprotocol {
+		if p == v1alpha1.WatchSubprotocol || p == v1alpha1.WatchSubprotocolProtobuf {
 			return true
 		}
 	}

@@ -37,6 +37,8 @@ type SessionChannel struct {
 	s *Session
 	// sel is the caller's selector; open what is sent first.
 	sel, open v1alpha1.GetOperation
+	// opts are the caller's, for every open of the channel.
+	opts []WatchOption
 	// The caller's wishes, which the session's own additions (bookmarks,
 	// initial events for a resume point) must not show through.
 	wantBookmarks, wantInitialEnd, wantInitial bool
@@ -68,8 +70,8 @@ type SessionChannel struct {
 // starts from "now" (no resourceVersion), with sendInitialEvents, whose
 // closing bookmark is the first resume point; the consumer sees bookmarks
 // and initial events only if sel asked for them.
-func (s *Session) Watch(ctx context.Context, sel v1alpha1.GetOperation) (*SessionChannel, error) {
-	return s.watch(ctx, sel, false)
+func (s *Session) Watch(ctx context.Context, sel v1alpha1.GetOperation, opts ...WatchOption) (*SessionChannel, error) {
+	return s.watch(ctx, sel, false, opts)
 }
 
 // WatchBatches is Watch for a channel whose events come in batches, each
@@ -83,13 +85,13 @@ func (s *Session) Watch(ctx context.Context, sel v1alpha1.GetOperation) (*Sessio
 // is dropped, and the replica the channel resumes on sends the change
 // from that bookmark whole. The initial state is the first batch, so a
 // connection lost during it reopens the channel as first asked.
-func (s *Session) WatchBatches(ctx context.Context, sel v1alpha1.GetOperation) (*SessionChannel, error) {
-	return s.watch(ctx, sel, true)
+func (s *Session) WatchBatches(ctx context.Context, sel v1alpha1.GetOperation, opts ...WatchOption) (*SessionChannel, error) {
+	return s.watch(ctx, sel, true, opts)
 }
 
-func (s *Session) watch(ctx context.Context, sel v1alpha1.GetOperation, batched bool) (*SessionChannel, error) {
+func (s *Session) watch(ctx context.Context, sel v1alpha1.GetOperation, batched bool, watchOpts []WatchOption) (*SessionChannel, error) {
 	events := make(chan Event, ClientEventBuffer+1)
-	sc := &SessionChannel{Events: events, events: events, s: s, sel: sel, closing: make(chan struct{}), batched: batched}
+	sc := &SessionChannel{Events: events, events: events, s: s, sel: sel, opts: watchOpts, closing: make(chan struct{}), batched: batched}
 	opts := sel.Options
 	sc.wantBookmarks = opts.AllowWatchBookmarks
 	sc.wantInitialEnd = opts.SendInitialEvents != nil && *opts.SendInitialEvents
@@ -113,7 +115,7 @@ func (s *Session) watch(ctx context.Context, sel v1alpha1.GetOperation, batched 
 		if err != nil {
 			return nil, err
 		}
-		ch, err := c.Watch(ctx, sc.open)
+		ch, err := c.Watch(ctx, sc.open, sc.opts...)
 		var status *apierrors.StatusError
 		switch {
 		case err == nil:
@@ -227,8 +229,8 @@ func (sc *SessionChannel) noteBatch(ev Event) bool {
 		sc.pending = append(sc.pending, ev)
 		return false
 	}
-	var m meta
-	if err := json.Unmarshal(ev.Object, &m); err != nil {
+	m, err := eventMeta(ev)
+	if err != nil {
 		klog.ErrorS(err, "Bulk watch bookmark without readable metadata")
 		return true
 	}
@@ -245,11 +247,22 @@ type meta struct {
 	} `json:"metadata"`
 }
 
+// eventMeta reads ev's object's metadata, from whichever encoding it
+// came in.
+func eventMeta(ev Event) (meta, error) {
+	if ev.Protobuf != nil {
+		return protobufMeta(ev.Protobuf)
+	}
+	var m meta
+	err := json.Unmarshal(ev.Object, &m)
+	return m, err
+}
+
 // note takes in ev's resourceVersion and says whether the consumer is to
 // see it.
 func (sc *SessionChannel) note(ev Event) bool {
-	var m meta
-	if err := json.Unmarshal(ev.Object, &m); err != nil {
+	m, err := eventMeta(ev)
+	if err != nil {
 		// Unreachable from a hub; pass it on untouched and keep the
 		// resume point.
 		klog.ErrorS(err, "Bulk watch event without readable metadata")
@@ -327,7 +340,7 @@ func (sc *SessionChannel) reopen(dead *Client, lost time.Time) bool {
 			return false // closed, the session ended, or out of time
 		}
 		ctx, cancel := context.WithTimeout(rctx, reopenTimeout)
-		ch, err := c.Watch(ctx, sel)
+		ch, err := c.Watch(ctx, sel, sc.opts...)
 		cancel()
 		var status *apierrors.StatusError
 		switch {

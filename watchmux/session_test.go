@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -33,13 +34,22 @@ func (l *changeLog) object(rv int) []byte {
 	return fmt.Appendf(nil, `{"metadata":{"name":"x","resourceVersion":"%d"}}`, rv)
 }
 
+// objectFor is change rv as sink asked for it: JSON, or protobuf as
+// kube-apiserver encodes a Secret.
+func (l *changeLog) objectFor(sink Sink, rv int) []byte {
+	if !sink.Protobuf() {
+		return l.object(rv)
+	}
+	return protobufSecret(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x", ResourceVersion: strconv.Itoa(rv)}})
+}
+
 // write appends a change and sends it to every channel following.
 func (l *changeLog) write() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.last++
 	for s := range l.subs {
-		s.Send(watch.Modified, l.object(l.last))
+		s.Send(watch.Modified, l.objectFor(s, l.last))
 	}
 }
 
@@ -57,7 +67,7 @@ func (r *replica) Open(_ context.Context, sel *v1alpha1.GetOperation, sink Sink)
 		defer l.mu.Unlock()
 		o := sel.Options
 		if o.SendInitialEvents != nil && *o.SendInitialEvents {
-			sink.Initial(watch.Added, l.object(l.last))
+			sink.Initial(watch.Added, l.objectFor(sink, l.last))
 			sink.Initial(watch.Bookmark, fmt.Appendf(nil, `{"metadata":{"resourceVersion":"%d","annotations":{%q:"true"}}}`, l.last, metav1.InitialEventsAnnotationKey))
 		} else {
 			from, _ := strconv.Atoi(o.ResourceVersion)
@@ -66,7 +76,7 @@ func (r *replica) Open(_ context.Context, sel *v1alpha1.GetOperation, sink Sink)
 				return
 			}
 			for rv := from + 1; rv <= l.last; rv++ {
-				sink.Send(watch.Modified, l.object(rv))
+				sink.Send(watch.Modified, l.objectFor(sink, rv))
 			}
 		}
 		l.subs[sink] = struct{}{}
@@ -94,8 +104,22 @@ func startReplica(t *testing.T, r Handler) (*Server, *httptest.Server) {
 // TestSessionResumesOnAnotherReplica moves a session from replica a to b
 // while changes are written, in each way a replica goes; the consumer must
 // see every change once, in order, or an explicit 410 when b's log begins
-// after the channel's resourceVersion.
+// after the channel's resourceVersion. A channel that asked for protobuf
+// objects resumes from the resourceVersion read in them, and still gets
+// protobuf from b.
 func TestSessionResumesOnAnotherReplica(t *testing.T) {
+	for _, protobuf := range []bool{false, true} {
+		t.Run(map[bool]string{false: "json", true: "protobuf"}[protobuf], func(t *testing.T) {
+			testSessionResumesOnAnotherReplica(t, protobuf)
+		})
+	}
+}
+
+func testSessionResumesOnAnotherReplica(t *testing.T, protobuf bool) {
+	var opts []WatchOption
+	if protobuf {
+		opts = append(opts, InProtobuf())
+	}
 	for _, tc := range []struct {
 		name string
 		// end ends replica a, whose address behind fwd is addr.
@@ -142,7 +166,7 @@ func TestSessionResumesOnAnotherReplica(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			ch, err := s.Watch(context.Background(), sel("things"))
+			ch, err := s.Watch(context.Background(), sel("things"), opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -154,7 +178,7 @@ func TestSessionResumesOnAnotherReplica(t *testing.T) {
 			for range 5 {
 				log.write()
 			}
-			got := readRVs(t, ch, 5)
+			got := readRVsIn(t, ch, 5, protobuf)
 			if tc.bLate {
 				b.first = 6 // b's log begins after the channel's resourceVersion
 			}
@@ -171,7 +195,7 @@ func TestSessionResumesOnAnotherReplica(t *testing.T) {
 					t.Fatal("Events open after the ERROR")
 				}
 			} else {
-				got = append(got, readRVs(t, ch, 5)...)
+				got = append(got, readRVsIn(t, ch, 5, protobuf)...)
 				for i, rv := range got {
 					if rv != i+1 {
 						t.Fatalf("resourceVersions %v: want 1..10, each once", got)
@@ -281,17 +305,31 @@ func nextSession(t *testing.T, ch *SessionChannel) Event {
 // readRVs reads n events and returns their resourceVersions.
 func readRVs(t *testing.T, ch *SessionChannel, n int) []int {
 	t.Helper()
+	return readRVsIn(t, ch, n, false)
+}
+
+// readRVsIn is readRVs of events whose objects must be protobuf, or JSON.
+func readRVsIn(t *testing.T, ch *SessionChannel, n int, protobuf bool) []int {
+	t.Helper()
 	var out []int
 	for range n {
 		ev := nextSession(t, ch)
 		if ev.Type == watch.Error {
 			t.Fatalf("ERROR %d %s", ev.Status.Code, ev.Status.Message)
 		}
-		var m meta
-		if err := json.Unmarshal(ev.Object, &m); err != nil {
-			t.Fatal(err)
+		if (ev.Protobuf != nil) != protobuf || (ev.Object != nil) == protobuf {
+			t.Fatalf("event with %d bytes of protobuf and %d of JSON; want protobuf %v", len(ev.Protobuf), len(ev.Object), protobuf)
 		}
-		rv, _ := strconv.Atoi(m.Metadata.ResourceVersion)
+		var rv int
+		if protobuf {
+			rv, _ = strconv.Atoi(decodeProtobufSecret(t, ev.Protobuf).ResourceVersion)
+		} else {
+			var m meta
+			if err := json.Unmarshal(ev.Object, &m); err != nil {
+				t.Fatal(err)
+			}
+			rv, _ = strconv.Atoi(m.Metadata.ResourceVersion)
+		}
 		out = append(out, rv)
 	}
 	return out

@@ -160,22 +160,34 @@ func (d *dispatcher) fanOutGroupsLocked(e *encodedEvent, groups map[bulk.Selecti
 	}
 }
 
-// encodedEvent is a change with its object's JSON, encoded on first use.
+// encodedEvent is a change with its object's encodings, each made on
+// first use: JSON, and protobuf for the channels that ask for it.
 type encodedEvent struct {
 	*cache.Event
 	store   *cache.Store
 	encoder *cache.Encoder
-	done    bool
-	b       []byte
-	err     error
+	json    encoded
+	proto   encoded
 }
 
-func (e *encodedEvent) bytes() ([]byte, error) {
-	if !e.done {
-		e.b, e.err = e.encoder.Encode(e.store, e.Object)
-		e.done = true
+// encoded is one encoding of an event's object, once made.
+type encoded struct {
+	done bool
+	b    []byte
+	err  error
+}
+
+// bytes is the object in the encoding the channel asked for.
+func (e *encodedEvent) bytes(protobuf bool) ([]byte, error) {
+	enc, encode := &e.json, e.encoder.Encode
+	if protobuf {
+		enc, encode = &e.proto, e.encoder.EncodeProtobuf
 	}
-	return e.b, e.err
+	if !enc.done {
+		enc.b, enc.err = encode(e.store, e.Object)
+		enc.done = true
+	}
+	return enc.b, enc.err
 }
 
 // register adds s, which has seen the state at from, replaying the log

@@ -21,6 +21,7 @@ func (d *discard) Initial(apiwatch.EventType, []byte) bool { return true }
 func (d *discard) OnClose(func())                          {}
 func (d *discard) Close(*metav1.Status)                    {}
 func (d *discard) Done() <-chan struct{}                   { return nil }
+func (d *discard) Protobuf() bool                          { return false }
 
 // BenchmarkDispatchSharedSelector measures what one service update costs
 // the dispatcher with 1,000 channels open on services: kube-proxy's

@@ -65,10 +65,10 @@ func (d *dispatcher) resumeFromStateLocked(s *stream, from uint64, snap *cache.S
 	case ok && o.RV <= from:
 	case ok && q.Matches(o, s.graph):
 		typ = apiwatch.Modified
-		b, err = d.encoder.Encode(d.store, o)
+		b, err = s.encode(d.store, o)
 	case ok:
 		typ = apiwatch.Deleted
-		b, err = d.encoder.Encode(d.store, o)
+		b, err = s.encode(d.store, o)
 	default:
 		typ = apiwatch.Deleted
 		b, err = identityObject(d.store, namespace, name, snap.RV)

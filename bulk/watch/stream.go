@@ -42,6 +42,14 @@ func (s *stream) wants(e *encodedEvent) bool {
 	return e.RV > s.after && !s.dead.Load()
 }
 
+// encode is o in the encoding the channel asked for.
+func (s *stream) encode(store *cache.Store, o *cache.Object) ([]byte, error) {
+	if s.sink.Protobuf() {
+		return s.encoder.EncodeProtobuf(store, o)
+	}
+	return s.encoder.Encode(store, o)
+}
+
 // eventFor is the event a change is to a watch selecting q: ADDED when the
 // object enters the selection, MODIFIED while in it, DELETED when it
 // leaves it or is deleted; false when the change is none of its business.
@@ -61,7 +69,7 @@ func eventFor(e *encodedEvent, q *bulk.Query, g bulk.Reachability) (apiwatch.Eve
 
 // send sends e as t, closing the channel if its object cannot be encoded.
 func (s *stream) send(e *encodedEvent, t apiwatch.EventType) {
-	b, err := e.bytes()
+	b, err := e.bytes(s.sink.Protobuf())
 	if err != nil {
 		klog.ErrorS(err, "Encoding an object for a bulk watch")
 		s.dead.Store(true)

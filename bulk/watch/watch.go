@@ -202,7 +202,7 @@ func (w *Watcher) start(s *stream, d *dispatcher) {
 			if !q.Matches(o, s.graph) {
 				return true
 			}
-			b, encErr := s.encoder.Encode(store, o)
+			b, encErr := s.encode(store, o)
 			if encErr != nil {
 				err = encErr
 				return false

@@ -57,6 +57,7 @@ func (r *recorder) record(t apiwatch.EventType, object []byte) bool {
 func (r *recorder) Send(t apiwatch.EventType, object []byte) bool    { return r.record(t, object) }
 func (r *recorder) Initial(t apiwatch.EventType, object []byte) bool { return r.record(t, object) }
 func (r *recorder) Done() <-chan struct{}                            { return r.done }
+func (r *recorder) Protobuf() bool                                   { return false }
 func (r *recorder) OnClose(f func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

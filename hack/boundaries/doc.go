@@ -15,7 +15,7 @@
 //	  +---------------+-----------+       passthrough, hub
 //	                              |
 //	                              +---- endpoint (nodeproxy node):
-//	                                      endpoint, podapi, nodeinstall
+//	                                      endpoint/..., podapi, nodeinstall
 //
 //	harness (test/...) and tooling (hack/...): linked by tests, the
 //	benchmark and the build only, never by nodeproxy or nodeproxy-node.

@@ -16,6 +16,21 @@ import (
 // WatchSubprotocol is the websocket subprotocol of the bulk watch.
 const WatchSubprotocol = "bulk.k8s.io.v1alpha1+json"
 
+// WatchSubprotocolProtobuf is WatchSubprotocol with one addition: a
+// channel may ask (Watch.ContentType) for its objects in kube-apiserver's
+// protobuf encoding, and the server may then send an event of it as a
+// binary message: the event's ServerMessage without its object, as JSON,
+// a newline, then the object's bytes (the "k8s\x00" magic and a
+// runtime.Unknown, as kube-apiserver encodes an object). Every text
+// message keeps its meaning. A client offers both subprotocols, this one
+// first; a server that knows only WatchSubprotocol picks that one, and
+// every event comes as JSON.
+const WatchSubprotocolProtobuf = "bulk.k8s.io.v1alpha1+json+protobuf"
+
+// ContentTypeProtobuf is kube-apiserver's protobuf media type, the one
+// Watch.ContentType other than JSON.
+const ContentTypeProtobuf = "application/vnd.kubernetes.protobuf"
+
 // WatchRequest is a client's message: exactly one of Watch and CloseWatch.
 //
 // +k8s:deepcopy-gen=false
@@ -37,6 +52,11 @@ type WatchRequest struct {
 // +k8s:openapi-gen=false
 type Watch struct {
 	Selector GetOperation `json:"selector"`
+	// ContentType is how the client would have the channel's objects:
+	// "" or application/json, or, on a connection of
+	// WatchSubprotocolProtobuf only, ContentTypeProtobuf. It is a wish:
+	// the server may send any event as JSON (an ERROR always is).
+	ContentType string `json:"contentType,omitempty"`
 }
 
 // CloseWatch closes Channel; no event of it follows the response.

@@ -1,0 +1,94 @@
+package cache
+
+import (
+	"bytes"
+	"strconv"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/randfill"
+
+	"github.com/nodeproxy/nodeproxy/test/workload"
+)
+
+// TestEncodeProtobufIsKubeAPIServersEncoding: for every type served, an
+// object filled at random, as the store holds it (no type meta, no
+// managedFields), encodes to the bytes kube-apiserver's protobuf
+// serializer makes of it with its type meta set: what a protobuf watch
+// embeds in its events.
+func TestEncodeProtobufIsKubeAPIServersEncoding(t *testing.T) {
+	codecs := serializer.NewCodecFactory(scheme.Scheme).WithoutConversion()
+	info, ok := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
+	if !ok {
+		t.Fatal("no protobuf serializer")
+	}
+	enc, err := NewEncoder(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill := randfill.NewWithSeed(1).NilChance(0.2).NumElements(1, 3)
+	for _, r := range served {
+		t.Run(r.kind, func(t *testing.T) {
+			s := newStore(r, 8)
+			for i := range 20 {
+				obj := r.example.DeepCopyObject()
+				fill.Fill(obj)
+				meta := obj.(metav1.Object)
+				meta.SetResourceVersion(strconv.Itoa(i + 1)) // a new version each round, not a cached one
+				meta.SetManagedFields(nil)
+				want := obj.DeepCopyObject()
+				want.GetObjectKind().SetGroupVersionKind(r.gvr.GroupVersion().WithKind(r.kind))
+				var b bytes.Buffer
+				if err := info.Serializer.Encode(want, &b); err != nil {
+					t.Fatal(err)
+				}
+				o, err := newObject(obj)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := enc.EncodeProtobuf(s, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, b.Bytes()) {
+					t.Fatalf("round %d: EncodeProtobuf differs from kube-apiserver's serializer:\n got %q\nwant %q", i, got, b.Bytes())
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkEncodeObject measures what the hub pays once per object
+// version and encoding (the Encoder caches the bytes for every channel):
+// kube-proxy's typical EndpointSlice as JSON, for bulk gets and JSON
+// channels, and as protobuf, for channels that ask for it.
+// docs/benchmarks.md has the figures.
+func BenchmarkEncodeObject(b *testing.B) {
+	var r resource
+	for _, s := range served {
+		if s.kind == "EndpointSlice" {
+			r = s
+		}
+	}
+	s := newStore(r, 8)
+	o, err := newObject(workload.ServiceSlice("shop", "web", 10))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		encode func(*Store, *Object) ([]byte, error)
+	}{{"endpointslice/json", encodeObject}, {"endpointslice/protobuf", encodeProtobuf}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if _, err := tc.encode(s, o); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
