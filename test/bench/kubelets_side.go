@@ -72,7 +72,7 @@ func runKubeletSide(ctx context.Context, env *Env, t Target, kubemark string, fr
 	if err := controlplane.EnsureNamespace(ctx, admin, s.ns, map[string]string{benchLabel: run}); err != nil {
 		return side, err
 	}
-	watchesBefore, err := kubeletWatches(ctx, t)
+	watchesBefore, err := lastingWatches(ctx, func(ctx context.Context) (float64, error) { return kubeletWatches(ctx, t) })
 	if err != nil {
 		return side, err
 	}
@@ -109,7 +109,7 @@ func runKubeletSide(ctx context.Context, env *Env, t Target, kubemark string, fr
 	if err := s.waitPods(ctx, k, corev1.PodRunning); err != nil {
 		return side, err
 	}
-	watchesUp, err := kubeletWatches(ctx, t)
+	watchesUp, err := lastingWatches(ctx, func(ctx context.Context) (float64, error) { return kubeletWatches(ctx, t) })
 	if err != nil {
 		return side, err
 	}

@@ -444,6 +444,13 @@ type opener func(ctx context.Context, t *tally) (closeAll func(), err error)
 
 func (c *comparison) measure(ctx context.Context, way string, open opener) (WayResult, error) {
 	r := WayResult{Way: way}
+	watchesBefore, err := lastingWatches(ctx, func(ctx context.Context) (float64, error) {
+		s, err := c.sample(ctx)
+		return float64(s.apiserverWatches), err
+	})
+	if err != nil {
+		return r, err
+	}
 	before, err := c.sample(ctx)
 	if err != nil {
 		return r, err
@@ -498,7 +505,16 @@ func (c *comparison) measure(ctx context.Context, way string, open opener) (WayR
 		return r, err
 	}
 	r.Events = t.modified.Load()
-	r.APIServerWatches, r.APIServerWatchesBefore, r.Channels = updated.apiserverWatches, before.apiserverWatches, updated.npChannels
+	// The hub's probes for consistent reads are WATCHes too, for a
+	// second or two: count what lasts.
+	lasting, err := lastingWatches(ctx, func(ctx context.Context) (float64, error) {
+		s, err := c.sample(ctx)
+		return float64(s.apiserverWatches), err
+	})
+	if err != nil {
+		return r, err
+	}
+	r.APIServerWatches, r.APIServerWatchesBefore, r.Channels = int(lasting), int(watchesBefore), updated.npChannels
 	r.APIServer = ServerFigures{
 		OpenCPU: opened.apiserver.CPU - before.apiserver.CPU, IdleCPU: idled.apiserver.CPU - opened.apiserver.CPU,
 		UpdateCPU: updated.apiserver.CPU - idled.apiserver.CPU, RSSBefore: before.apiserver.RSS, RSSOpen: updated.apiserver.RSS,
