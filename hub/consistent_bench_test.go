@@ -103,6 +103,9 @@ func writeConfigMaps(ctx context.Context, admin kubernetes.Interface, ns string)
 		return
 	}
 	for i := 0; ctx.Err() == nil; i++ {
+		if cm.Data == nil { // an empty map does not survive the round trip
+			cm.Data = map[string]string{}
+		}
 		cm.Data["i"] = strconv.Itoa(i)
 		if updated, err := admin.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err == nil {
 			cm = updated
