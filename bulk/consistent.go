@@ -85,11 +85,11 @@ func (c *Catalog) ConsistentVersion(ctx context.Context, s *cache.Store, verb st
 // arrived (its budget and the wait metric count from there).
 //
 // A state at latest or later is one. A busy type's cache reaches latest
-// within StoreLagAllowance, with the next change kube-apiserver sends it.
-// A quiet type's reaches it only with its next bookmark, up to a minute
-// away, so a probe (ProgressChecker) asks kube-apiserver whether anything
-// of the type changed since the cache's version: one probe at a time per
-// type, shared by every read waiting. Either way the wait ends with the
+// with the next change kube-apiserver sends it. A quiet type's reaches it
+// only with its next bookmark, up to a minute away, so probes
+// (ProgressChecker, pipelined per type and shared by every read waiting)
+// ask kube-apiserver whether anything of the type changed since the
+// cache's version; whichever comes first serves. Either way the wait ends with the
 // read's consistentBudget with 504 "Too large resource version", as
 // kube-apiserver's watch cache ends one, and the node endpoint then asks
 // kube-apiserver.
@@ -100,10 +100,6 @@ func (c *Catalog) ReadConsistent(ctx context.Context, q *Query, latest uint64, s
 		return snap, nil
 	}
 	deadline := start.Add(consistentBudget)
-	if snap, err := awaitVersion(ctx, s, latest, time.Now().Add(StoreLagAllowance)); err == nil {
-		observeConsistentRead(s, consistentCaughtUp, time.Since(start))
-		return snap, nil
-	}
 	if c.progress != nil {
 		probeCtx, cancel := context.WithDeadline(ctx, deadline)
 		snap, how, err := c.progress.confirm(probeCtx, s, latest)

@@ -114,11 +114,7 @@ func (c *ProgressChecker) confirm(ctx context.Context, s *cache.Store, rv uint64
 			return snap, progressStore, nil
 		}
 		c.mu.Lock()
-		st, ok := c.byType[s]
-		if !ok {
-			st = &progressState{ended: make(chan struct{})}
-			c.byType[s] = st
-		}
+		st := c.stateLocked(s)
 		if st.through >= rv {
 			last := st.last
 			c.mu.Unlock()
@@ -172,12 +168,17 @@ func (c *ProgressChecker) confirm(ctx context.Context, s *cache.Store, rv uint64
 func (c *ProgressChecker) prime(s *cache.Store) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.startLocked(s, c.stateLocked(s))
+}
+
+// stateLocked is s's probes, made on first use.
+func (c *ProgressChecker) stateLocked(s *cache.Store) *progressState {
 	st, ok := c.byType[s]
 	if !ok {
 		st = &progressState{ended: make(chan struct{})}
 		c.byType[s] = st
 	}
-	c.startLocked(s, st)
+	return st
 }
 
 // startLocked starts a probe of s if none is open, or if the newest began

@@ -68,7 +68,7 @@ func runKubelets(ctx context.Context, env *Env, t Target) (*Result, error) {
 	if err != nil {
 		return interrupted(ctx, r, fmt.Errorf("kubelets straight on kube-apiserver: %w", err))
 	}
-	consistentBefore, err := hubConsistency(ctx, t)
+	consistentBefore, waitsBefore, err := hubConsistency(ctx, t)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func runKubelets(ctx context.Context, env *Env, t Target) (*Result, error) {
 	if err != nil {
 		return interrupted(ctx, r, fmt.Errorf("kubelets behind node endpoints: %w", err))
 	}
-	consistentAfter, err := hubConsistency(ctx, t)
+	consistentAfter, waitsAfter, err := hubConsistency(ctx, t)
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +119,7 @@ func runKubelets(ctx context.Context, env *Env, t Target) (*Result, error) {
 		{"endpoint RSS per node, max", mib(epMax), "MiB"},
 	}
 	r.Figures = append(r.Figures, requestFigures(d.requests, f.requests)...)
-	r.Figures = append(r.Figures, consistencyFigures(consistentBefore, consistentAfter, len(fronted.rounds))...)
+	r.Figures = append(r.Figures, consistencyFigures(consistentBefore, consistentAfter, waitsBefore, waitsAfter, len(fronted.rounds))...)
 	r.Latencies = []Latency{
 		latencyOf("secret update to file, direct", direct.latencies()),
 		latencyOf("secret update to file, behind endpoints", fronted.latencies()),
