@@ -9,6 +9,8 @@ import (
 
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 )
 
 // step writes ws to r, steps its views once, and returns what c read.
@@ -235,11 +237,11 @@ func TestPositionRoundTrips(t *testing.T) {
 	}
 	behind := p
 	behind.At[1] = 2 // a replica without the serving one's bookmark of configmaps
-	if !behind.reaches(p) {
+	if !behind.Reaches(p) {
 		t.Error("a replica that has taken in every change must reach the position, whatever bookmarks it lacks")
 	}
 	behind.At[1] = 1
-	if behind.reaches(p) {
+	if behind.Reaches(p) {
 		t.Error("a replica without the last change reaches the position")
 	}
 }
@@ -259,5 +261,16 @@ func TestPositionOlderThanTheChangeLogExpires(t *testing.T) {
 	r.views.Step()
 	if st := resumed.sink.closed; st == nil || st.Code != 410 {
 		t.Fatalf("a resume from a position the change logs no longer hold: %v, want ERROR 410", st)
+	}
+}
+
+// TestTypesAreTheProtocols holds types to the protocol's list, which a
+// position's indexes and a client's copy follow.
+func TestTypesAreTheProtocols(t *testing.T) {
+	for i, vt := range types {
+		p := v1alpha1.NodeViewTypes[i]
+		if vt.gvr.Group != p.Group || vt.gvr.Version != p.Version || vt.gvr.Resource != p.Resource {
+			t.Errorf("type %d: the view's %v, the protocol's %+v", i, vt.gvr, p)
+		}
 	}
 }

@@ -319,7 +319,7 @@ func (m *Views) joinLocked() {
 	for _, j := range m.joining {
 		switch {
 		case j.v.dead:
-		case j.resume && !m.pos.reaches(j.from):
+		case j.resume && !m.pos.Reaches(j.from):
 			waiting = append(waiting, j)
 		case j.resume:
 			m.resumeLocked(j.v, j.from)

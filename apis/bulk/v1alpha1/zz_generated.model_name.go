@@ -35,6 +35,16 @@ func (in GetOperation) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NodeViewPosition) OpenAPIModelName() string {
+	return "io.k8s.bulk.v1alpha1.NodeViewPosition"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NodeViewType) OpenAPIModelName() string {
+	return "io.k8s.bulk.v1alpha1.NodeViewType"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ServerMessage) OpenAPIModelName() string {
 	return "io.k8s.bulk.v1alpha1.ServerMessage"
 }
