@@ -1,0 +1,263 @@
+package nodecopy
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+)
+
+const numTypes = len(v1alpha1.NodeViewTypes)
+
+// Copy is the endpoint's copy of its node's view: the objects of each
+// type, the position of the last batch applied, and a log of the changes
+// that lets a watch resume from a resourceVersion. It is a synchronous
+// data structure: Apply takes in a batch, readers read and wait under
+// mu, and nothing in it starts a goroutine.
+type Copy struct {
+	node string
+
+	mu sync.RWMutex
+	// whole: the copy holds a whole view, at pos. Before the first
+	// initial state, or after Clear, nothing is served from it.
+	whole   bool                                // guarded by mu
+	pos     v1alpha1.NodeViewPosition           // guarded by mu
+	objects [numTypes]map[objKey]*Object        // guarded by mu
+	log     changeLog                           // guarded by mu
+	// generation counts the views the copy has held: a watch of an
+	// earlier one ends with 410, as a watch of kube-apiserver's watch
+	// cache does when the cache starts over.
+	generation uint64 // guarded by mu
+	// changed is closed, and replaced, each time the copy changes.
+	changed chan struct{} // guarded by mu
+	// progress is the token of the last progress bookmark applied.
+	progress uint64 // guarded by mu
+}
+
+// New returns an empty copy of node's view.
+func New(node string) *Copy {
+	c := &Copy{node: node, changed: make(chan struct{})}
+	for i := range c.objects {
+		c.objects[i] = map[objKey]*Object{}
+	}
+	return c
+}
+
+// Node is the node whose view the copy holds.
+func (c *Copy) Node() string { return c.node }
+
+// Event is one event of a batch: its type and its object, as the hub sent
+// them.
+type Event struct {
+	Type   watch.EventType
+	Object []byte
+}
+
+// Batch is the change of the view from one bookmark to the next: its
+// events, and the closing bookmark's position. Initial says that it is a
+// whole view (the initial state), which replaces the copy.
+type Batch struct {
+	Events   []Event
+	Position string
+	Initial  bool
+	// Progress is the token of the progress request the bookmark
+	// answers, 0 if none: the endpoint's tokens are increasing numbers.
+	Progress uint64
+}
+
+// ErrOutsideView is the error of an event whose object the node may not
+// have: a pod of another node, another node's Node. The event is not
+// applied; the rest of the batch is.
+var ErrOutsideView = errors.New("an object outside the node's view")
+
+// Apply takes in b whole. It returns the events it refused, each an error
+// wrapping ErrOutsideView or naming what is wrong with it, and an error
+// if the batch as a whole cannot be applied (a position that does not
+// parse or goes back), in which case the copy is unchanged and the caller
+// must open the view again.
+func (c *Copy) Apply(b Batch) (refused []error, err error) {
+	pos, err := v1alpha1.ParseNodeViewPosition(b.Position)
+	if err != nil {
+		return nil, fmt.Errorf("the batch's bookmark: %w", err)
+	}
+	type parsed struct {
+		typ watch.EventType
+		i   int
+		o   *Object
+	}
+	events := make([]parsed, 0, len(b.Events))
+	for _, e := range b.Events {
+		i, o, err := parseObject(e.Object)
+		if err == nil {
+			err = c.admits(i, o)
+		}
+		if err == nil {
+			err = knownType(e.Type, b.Initial)
+		}
+		if err != nil {
+			refused = append(refused, err)
+			continue
+		}
+		events = append(events, parsed{e.Type, i, o})
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b.Initial {
+		c.resetLocked(pos)
+	} else {
+		if !c.whole {
+			return refused, errors.New("a change before the view's initial state")
+		}
+		for i := range pos.At {
+			if pos.At[i] < c.pos.At[i] {
+				return refused, fmt.Errorf("the bookmark's position goes back: %s at %d, the copy at %d",
+					v1alpha1.NodeViewTypes[i].Resource, pos.At[i], c.pos.At[i])
+			}
+		}
+	}
+	for _, e := range events {
+		c.applyLocked(e.typ, e.i, e.o, pos.At[e.i], b.Initial)
+	}
+	c.pos = pos
+	c.progress = max(c.progress, b.Progress)
+	close(c.changed)
+	c.changed = make(chan struct{})
+	return refused, nil
+}
+
+// admits refuses what the node may not have whatever the graph says: a
+// pod of another node, another node's Node. What the graph decides (a
+// secret reached through a pod) the endpoint cannot check without the
+// graph, which it does not link: the hub decides it.
+func (c *Copy) admits(i int, o *Object) error {
+	switch v1alpha1.NodeViewTypes[i].Resource {
+	case "pods":
+		if o.NodeName != c.node {
+			return fmt.Errorf("pod %s/%s of node %q: %w", o.Namespace, o.Name, o.NodeName, ErrOutsideView)
+		}
+	case "nodes":
+		if o.Name != c.node {
+			return fmt.Errorf("node %q: %w", o.Name, ErrOutsideView)
+		}
+	}
+	return nil
+}
+
+func knownType(t watch.EventType, initial bool) error {
+	switch t {
+	case watch.Added:
+		return nil
+	case watch.Modified, watch.Deleted, v1alpha1.NodeViewEntered, v1alpha1.NodeViewLeft:
+		if !initial {
+			return nil
+		}
+	}
+	return fmt.Errorf("event type %q in a batch (initial: %t)", t, initial)
+}
+
+// resetLocked empties the copy for a new view at pos.
+func (c *Copy) resetLocked(pos v1alpha1.NodeViewPosition) {
+	for i := range c.objects {
+		c.objects[i] = map[objKey]*Object{}
+	}
+	c.log.reset(pos.At)
+	c.generation++
+	c.whole = true
+}
+
+// applyLocked takes in one event of type i, of a batch whose position has
+// at for the type.
+func (c *Copy) applyLocked(t watch.EventType, i int, o *Object, at uint64, initial bool) {
+	objects := c.objects[i]
+	k := o.key()
+	if initial {
+		objects[k] = o
+		return
+	}
+	// The order of a watch of the type: a change's own resourceVersion;
+	// entering and leaving the view are no change of the object, and
+	// take the version the batch brings the type to.
+	rv := o.RV
+	switch t {
+	case watch.Added, watch.Modified:
+		objects[k] = o
+	case v1alpha1.NodeViewEntered:
+		objects[k] = o
+		rv = at
+	case watch.Deleted:
+		delete(objects, k)
+	case v1alpha1.NodeViewLeft:
+		delete(objects, k)
+		rv = at
+	}
+	c.log.append(change{typ: t, resource: i, rv: rv, obj: o})
+}
+
+// Clear empties the copy: nothing is served from it until the next
+// initial state. Its watches end with 410.
+func (c *Copy) Clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.resetLocked(v1alpha1.NodeViewPosition{})
+	c.whole = false
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// Position is the copy's position, and whether it holds a whole view.
+func (c *Copy) Position() (string, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.whole {
+		return "", false
+	}
+	return c.pos.String(), true
+}
+
+// Len is the number of objects the copy holds.
+func (c *Copy) Len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := 0
+	for _, m := range c.objects {
+		n += len(m)
+	}
+	return n
+}
+
+// Objects calls f with every object of the copy, type by type in the
+// view's order, under the copy's read lock: f must not call the copy.
+// It returns the position they are at, false if the copy holds no whole
+// view.
+func (c *Copy) Objects(f func(resource string, o *Object)) (string, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.whole {
+		return "", false
+	}
+	for i, m := range c.objects {
+		for _, o := range m {
+			f(v1alpha1.NodeViewTypes[i].Resource, o)
+		}
+	}
+	return c.pos.String(), true
+}
+
+// Progressed reports whether the copy has applied the bookmark answering
+// the progress request token, or a later one.
+func (c *Copy) Progressed(token uint64) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.progress >= token
+}
+
+// Changed is a channel closed at the copy's next change.
+func (c *Copy) Changed() <-chan struct{} {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.changed
+}

@@ -1,0 +1,215 @@
+package nodecopy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+)
+
+var (
+	secrets = v1alpha1.NodeViewTypeIndex("secrets")
+	pods    = v1alpha1.NodeViewTypeIndex("pods")
+)
+
+func obj(kind, ns, name string, rv int, extra string) []byte {
+	api := "v1"
+	meta := fmt.Sprintf(`"name":%q,"resourceVersion":"%d"`, name, rv)
+	if ns != "" {
+		meta += fmt.Sprintf(`,"namespace":%q`, ns)
+	}
+	return []byte(fmt.Sprintf(`{"apiVersion":%q,"kind":%q,"metadata":{%s}%s}`, api, kind, meta, extra))
+}
+
+func secret(name string, rv int) []byte { return obj("Secret", "ns", name, rv, "") }
+
+func pod(name, node string, rv int) []byte {
+	return obj("Pod", "ns", name, rv, fmt.Sprintf(`,"spec":{"nodeName":%q}`, node))
+}
+
+// position is a position with every type at rv but those of at.
+func position(rv int, at map[string]int) string {
+	var p v1alpha1.NodeViewPosition
+	for i, t := range v1alpha1.NodeViewTypes {
+		v := rv
+		if a, ok := at[t.Resource]; ok {
+			v = a
+		}
+		p.Since[i], p.At[i] = uint64(v), uint64(v)
+	}
+	return p.String()
+}
+
+func names(objs []*Object) string {
+	var s []string
+	for _, o := range objs {
+		s = append(s, fmt.Sprintf("%s@%d", o.Name, o.RV))
+	}
+	return strings.Join(s, " ")
+}
+
+func mustApply(t *testing.T, c *Copy, b Batch) {
+	t.Helper()
+	refused, err := c.Apply(b)
+	if err != nil || len(refused) > 0 {
+		t.Fatalf("apply: refused %v, error %v", refused, err)
+	}
+}
+
+func TestAppliedBatchesAreWhatListsRead(t *testing.T) {
+	c := New("node-a")
+	if _, _, err := c.List(secrets, Filter{}); !errors.Is(err, ErrNoView) {
+		t.Fatalf("an empty copy listed: %v, want ErrNoView", err)
+	}
+	mustApply(t, c, Batch{Initial: true, Position: position(10, nil), Events: []Event{
+		{watch.Added, secret("b", 5)}, {watch.Added, secret("a", 7)}, {watch.Added, pod("p", "node-a", 9)},
+	}})
+	mustApply(t, c, Batch{Position: position(20, nil), Events: []Event{
+		{watch.Modified, secret("a", 12)}, {v1alpha1.NodeViewEntered, secret("c", 3)},
+		{watch.Deleted, secret("b", 15)}, {watch.Added, pod("q", "node-a", 18)},
+	}})
+	got, rv, err := c.List(secrets, Filter{Namespace: "ns"})
+	if err != nil || rv != 20 || names(got) != "a@12 c@3" {
+		t.Fatalf("secrets: %q at %d (%v), want a@12 c@3 at 20", names(got), rv, err)
+	}
+	got, _, _ = c.List(pods, Filter{NodeName: "node-a"})
+	if names(got) != "p@9 q@18" {
+		t.Fatalf("pods: %q", names(got))
+	}
+	o, _, _ := c.Get(secrets, "ns", "b")
+	if o != nil {
+		t.Fatalf("a deleted secret read: %+v", o)
+	}
+}
+
+func TestObjectsOutsideTheViewAreRefused(t *testing.T) {
+	c := New("node-a")
+	refused, err := c.Apply(Batch{Initial: true, Position: position(10, nil), Events: []Event{
+		{watch.Added, pod("theirs", "node-b", 5)}, {watch.Added, obj("Node", "", "node-b", 6, "")},
+		{watch.Added, obj("Node", "", "node-a", 7, "")}, {watch.Added, []byte(`{"kind":"Secret"`)},
+		{watch.Added, obj("Deployment", "ns", "d", 8, "")},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refused) != 4 || !errors.Is(refused[0], ErrOutsideView) || !errors.Is(refused[1], ErrOutsideView) {
+		t.Fatalf("refused %v, want the other node's pod and Node, the truncated object and the deployment", refused)
+	}
+	if c.Len() != 1 {
+		t.Fatalf("the copy holds %d objects, want the node's own Node", c.Len())
+	}
+}
+
+func TestABatchThatGoesBackIsRefusedWhole(t *testing.T) {
+	c := New("node-a")
+	mustApply(t, c, Batch{Initial: true, Position: position(10, nil), Events: []Event{{watch.Added, secret("a", 5)}}})
+	if _, err := c.Apply(Batch{Position: position(10, map[string]int{"secrets": 9}), Events: []Event{{watch.Deleted, secret("a", 9)}}}); err == nil {
+		t.Fatal("a position going back was applied")
+	}
+	if _, err := c.Apply(Batch{Position: "secrets=12", Events: []Event{{watch.Deleted, secret("a", 12)}}}); err == nil {
+		t.Fatal("a position without every type was applied")
+	}
+	if o, _, _ := c.Get(secrets, "ns", "a"); o == nil {
+		t.Fatal("a refused batch changed the copy")
+	}
+}
+
+func TestWatchesResumeFromAResourceVersion(t *testing.T) {
+	c := New("node-a")
+	mustApply(t, c, Batch{Initial: true, Position: position(10, nil), Events: []Event{{watch.Added, secret("a", 5)}}})
+	mustApply(t, c, Batch{Position: position(20, nil), Events: []Event{{watch.Modified, secret("a", 12)}, {watch.Added, secret("b", 15)}}})
+	mustApply(t, c, Batch{Position: position(30, nil), Events: []Event{{watch.Modified, secret("a", 25)}}})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		from   uint64
+		filter Filter
+		want   string
+	}{
+		{10, Filter{}, "MODIFIED a@12, ADDED b@15, MODIFIED a@25"},
+		{12, Filter{}, "ADDED b@15, MODIFIED a@25"},
+		{20, Filter{Name: "a", Namespace: "ns"}, "MODIFIED a@25"},
+		{12, Filter{Name: "b", Namespace: "ns"}, "ADDED b@15"},
+	} {
+		w, err := c.WatchFrom(secrets, tc.filter, tc.from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		changes, _, err := w.Next(ctx)
+		if err != nil || describe(changes) != tc.want {
+			t.Errorf("from %d %+v: %q (%v), want %q", tc.from, tc.filter, describe(changes), err, tc.want)
+		}
+	}
+	if _, err := c.WatchFrom(secrets, Filter{}, 9); !errors.Is(err, ErrExpired) {
+		t.Errorf("a watch from before the copy's log: %v, want ErrExpired", err)
+	}
+}
+
+func describe(changes []Change) string {
+	var s []string
+	for _, ch := range changes {
+		s = append(s, fmt.Sprintf("%s %s@%d", ch.Type, ch.Object.Name, ch.Object.RV))
+	}
+	return strings.Join(s, ", ")
+}
+
+func TestAWatchedObjectThatLeavesEndsItsWatch(t *testing.T) {
+	c := New("node-a")
+	mustApply(t, c, Batch{Initial: true, Position: position(10, nil), Events: []Event{{watch.Added, secret("a", 5)}, {watch.Added, secret("b", 6)}}})
+	byName, err := c.WatchFrom(secrets, Filter{Namespace: "ns", Name: "a"}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _ := c.WatchFrom(secrets, Filter{Namespace: "ns"}, 10)
+	mustApply(t, c, Batch{Position: position(20, nil), Events: []Event{
+		{watch.Modified, secret("a", 12)}, {v1alpha1.NodeViewLeft, secret("a", 20)}, {watch.Modified, secret("b", 14)},
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	changes, _, err := byName.Next(ctx)
+	if describe(changes) != "MODIFIED a@12" || !errors.Is(err, ErrLeft) {
+		t.Fatalf("by name: %q, %v; want the change before it left, then ErrLeft", describe(changes), err)
+	}
+	changes, _, err = all.Next(ctx)
+	if describe(changes) != "MODIFIED a@12, MODIFIED b@14" || err != nil {
+		t.Fatalf("the namespace: %q, %v; want both changes, nothing of a after it left", describe(changes), err)
+	}
+}
+
+func TestWatchesOfAnEarlierViewExpire(t *testing.T) {
+	c := New("node-a")
+	mustApply(t, c, Batch{Initial: true, Position: position(10, nil), Events: []Event{{watch.Added, secret("a", 5)}}})
+	w, _, _, err := c.WatchInitial(secrets, Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, c, Batch{Initial: true, Position: position(40, nil), Events: []Event{{watch.Added, secret("a", 35)}}})
+	if _, _, err := w.Next(context.Background()); !errors.Is(err, ErrExpired) {
+		t.Fatalf("a watch across a new initial state: %v, want ErrExpired", err)
+	}
+}
+
+func TestTheLogKeepsItsBound(t *testing.T) {
+	c := New("node-a")
+	mustApply(t, c, Batch{Initial: true, Position: position(1, nil)})
+	old, _ := c.WatchFrom(secrets, Filter{}, 1)
+	for rv := 2; rv < maxLog+100; rv++ {
+		mustApply(t, c, Batch{Position: position(rv, nil), Events: []Event{{watch.Modified, secret("a", rv)}}})
+	}
+	if _, _, err := old.Next(context.Background()); !errors.Is(err, ErrExpired) {
+		t.Fatalf("a watch behind the log: %v, want ErrExpired", err)
+	}
+	if _, err := c.WatchFrom(secrets, Filter{}, 50); !errors.Is(err, ErrExpired) {
+		t.Fatalf("a watch from an evicted version: %v", err)
+	}
+	if len(c.log.changes) > maxLog {
+		t.Fatalf("the log holds %d changes, more than %d", len(c.log.changes), maxLog)
+	}
+}

@@ -1,0 +1,202 @@
+package nodecopy
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+)
+
+// Filter selects objects of one type, as a list or watch request does.
+// The copy evaluates what the kubelet asks of it: a namespace, a name
+// (metadata.name=), a pod's node (spec.nodeName=) and labels.
+type Filter struct {
+	Namespace string
+	Name      string // "" for any
+	NodeName  string // pods only; "" for any
+	Labels    labels.Selector
+}
+
+func (f Filter) matches(o *Object) bool {
+	return (f.Namespace == "" || o.Namespace == f.Namespace) &&
+		(f.Name == "" || o.Name == f.Name) &&
+		(f.NodeName == "" || o.NodeName == f.NodeName) &&
+		(f.Labels == nil || f.Labels.Empty() || f.Labels.Matches(labels.Set(o.Labels)))
+}
+
+// ErrNoView is a read of a copy that holds no whole view.
+var ErrNoView = errors.New("the copy holds no view")
+
+// List returns the objects of type i that f selects, in namespace and
+// name order, and the resourceVersion they are at.
+func (c *Copy) List(i int, f Filter) ([]*Object, uint64, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.whole {
+		return nil, 0, ErrNoView
+	}
+	return c.listLocked(i, f), c.pos.At[i], nil
+}
+
+func (c *Copy) listLocked(i int, f Filter) []*Object {
+	var out []*Object
+	if f.Name != "" {
+		if o, ok := c.objects[i][objKey{f.Namespace, f.Name}]; ok && f.matches(o) {
+			out = append(out, o)
+		}
+		return out
+	}
+	for _, o := range c.objects[i] {
+		if f.matches(o) {
+			out = append(out, o)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Object) int {
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out
+}
+
+// Get returns the object namespace/name of type i, nil if the copy does
+// not hold it, and the resourceVersion of the type the answer is at.
+func (c *Copy) Get(i int, namespace, name string) (*Object, uint64, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.whole {
+		return nil, 0, ErrNoView
+	}
+	return c.objects[i][objKey{namespace, name}], c.pos.At[i], nil
+}
+
+// At is the resourceVersion the copy holds type i at, false if it holds
+// no whole view.
+func (c *Copy) At(i int) (uint64, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.pos.At[i], c.whole
+}
+
+// Watch is one watch of a type of the copy.
+type Watch struct {
+	c          *Copy
+	resource   int
+	filter     Filter
+	generation uint64
+	cursor     uint64 // the log's sequence number of the next change
+}
+
+// Errors of a watch.
+var (
+	// ErrExpired: the changes after the watch's resourceVersion are no
+	// longer all in the copy's log, or the copy holds another view since
+	// (410 Expired).
+	ErrExpired = errors.New("the resourceVersion is older than the copy's log")
+	// ErrLeft: the object the watch selects by name left the node's view;
+	// the watch ends, and its next list is not the copy's to answer.
+	ErrLeft = errors.New("the object left the node's view")
+)
+
+// WatchFrom opens a watch of type i from resourceVersion rv: every change
+// after it that f selects. ErrExpired if the log no longer holds every
+// change after rv; a version the copy has not reached is the caller's to
+// wait for (At).
+func (c *Copy) WatchFrom(i int, f Filter, rv uint64) (*Watch, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.whole {
+		return nil, ErrNoView
+	}
+	seq, ok := c.log.since(i, rv)
+	if !ok {
+		return nil, ErrExpired
+	}
+	return &Watch{c: c, resource: i, filter: f, generation: c.generation, cursor: seq}, nil
+}
+
+// WatchInitial opens a watch of type i that starts with the state f
+// selects, returned with the resourceVersion it is at, as a streaming
+// list does.
+func (c *Copy) WatchInitial(i int, f Filter) (*Watch, []*Object, uint64, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.whole {
+		return nil, nil, 0, ErrNoView
+	}
+	w := &Watch{c: c, resource: i, filter: f, generation: c.generation, cursor: c.log.end()}
+	return w, c.listLocked(i, f), c.pos.At[i], nil
+}
+
+// Change is one change a watch sees.
+type Change struct {
+	// Type is ADDED, MODIFIED or DELETED, as kube-apiserver's watch has
+	// them: an object entering the view is ADDED.
+	Type   watch.EventType
+	Object *Object
+}
+
+// Next returns the watch's next changes, waiting for some until ctx ends
+// or the copy changes without any (then none, and the resourceVersion of
+// the type, which a bookmark may carry). ErrExpired when the copy started
+// over or the watch fell behind its log; ErrLeft, after the changes
+// before it, when a name-selected object left the view.
+func (w *Watch) Next(ctx context.Context) ([]Change, uint64, error) {
+	woke := false
+	for {
+		w.c.mu.RLock()
+		if w.c.generation != w.generation {
+			w.c.mu.RUnlock()
+			return nil, 0, ErrExpired
+		}
+		changes, ok := w.c.log.read(w.cursor)
+		if !ok {
+			w.c.mu.RUnlock()
+			return nil, 0, ErrExpired
+		}
+		var out []Change
+		var err error
+	scan:
+		for _, ch := range changes {
+			w.cursor++
+			if ch.resource != w.resource || !w.filter.matches(ch.obj) {
+				continue
+			}
+			switch ch.typ {
+			case v1alpha1.NodeViewEntered:
+				out = append(out, Change{Type: watch.Added, Object: ch.obj})
+				continue
+			case v1alpha1.NodeViewLeft:
+				if w.filter.Name != "" {
+					err = ErrLeft
+				} else {
+					// A watch of many objects (a namespace's) keeps going,
+					// without the object: it may not read its state.
+					continue
+				}
+			default:
+				out = append(out, Change{Type: ch.typ, Object: ch.obj})
+				continue
+			}
+			break scan
+		}
+		at := w.c.pos.At[w.resource]
+		wake := w.c.changed
+		w.c.mu.RUnlock()
+		if len(out) > 0 || err != nil || woke {
+			return out, at, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, at, ctx.Err()
+		case <-wake:
+			woke = true
+		}
+	}
+}
