@@ -40,6 +40,9 @@ type Config struct {
 	// ServingCertFile and ServingKeyFile are the endpoint's own TLS
 	// certificate, for 127.0.0.1 and localhost. Re-read when they change.
 	ServingCertFile, ServingKeyFile string
+	// OfflineMaxAge bounds how old a copy of the node's view the
+	// endpoint serves while neither the hub nor kube-apiserver answers.
+	OfflineMaxAge time.Duration
 }
 
 // Endpoint serves one node's kubelet.
@@ -60,6 +63,10 @@ type Endpoint struct {
 	apiClient *rest.RESTClient
 	ready     *readiness
 	scrapers  *scrapers
+	// view keeps the copy of the node's view (nil without a hub), served
+	// for at most offlineMaxAge while the node is offline.
+	view          *viewFollower
+	offlineMaxAge time.Duration
 }
 
 // New checks cfg and builds the endpoint; Run serves it.
@@ -71,7 +78,7 @@ func New(cfg Config) (*Endpoint, error) {
 		return nil, errors.New("a kube-apiserver configuration is required")
 	}
 	RegisterMetrics()
-	e := &Endpoint{node: cfg.NodeName}
+	e := &Endpoint{node: cfg.NodeName, offlineMaxAge: cfg.OfflineMaxAge}
 	var err error
 	if e.upstream, err = newUpstream(cfg.APIServer, kubelet); err != nil {
 		return nil, fmt.Errorf("kube-apiserver at %s: %w", cfg.APIServer.Host, err)
@@ -91,6 +98,7 @@ func New(cfg Config) (*Endpoint, error) {
 		// The hub being reachable again is news for every caller: the
 		// clients' connections are dialed on their next read.
 		e.clients = newClientHubs(cfg.Hub, func(id string) { e.clientUpstream.returnToHubFor(&id) })
+		e.view = newViewFollower(e.hub, cfg.NodeName)
 		e.hub.onUp = func() {
 			e.upstream.returnToHub()
 			e.clients.forgetFailures()
@@ -104,6 +112,7 @@ func New(cfg Config) (*Endpoint, error) {
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
 	e.ready = newReadiness(e.hub, e.apiClient)
+	e.ready.view, e.ready.offlineMaxAge = e.view, e.offlineMaxAge
 	mux := http.NewServeMux()
 	mux.HandleFunc("/livez", livez)
 	mux.Handle("/readyz", e.ready)
@@ -127,6 +136,9 @@ func (e *Endpoint) serveKubelet(w http.ResponseWriter, req *http.Request) {
 	info, err := requestInfo.NewRequestInfo(req)
 	if err != nil {
 		info = nil
+	}
+	if r, ok := copyRoute(req, info, e.node); ok && e.serveFromCopy(w, req, r) {
+		return
 	}
 	r, hubServed := hubRoute(req, info, e.node, kubelet)
 	if hubServed && e.hub != nil && e.serveRead(w, req, r, e.hub) {
@@ -228,6 +240,8 @@ func (e *Endpoint) Run(ctx context.Context, ln net.Listener) error {
 	if e.hub != nil {
 		wg.Go(func() { e.hub.Run(ctx) })
 		wg.Go(func() { e.clients.run(ctx) })
+		wg.Go(func() { e.view.run(ctx) })
+		wg.Go(func() { e.watchOffline(ctx) })
 	}
 	// Verified by the authenticator, against the CA as it is now.
 	return e.serve(ctx, ln, e.handler, tls.RequestClientCert)

@@ -127,7 +127,8 @@ func (who caller) metrics() callerMetrics {
 func RegisterMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(requests, watches, fallbacks, hubEvents, hubConnected, hubDials, returnsToHub, refused, readyProbes, scrapeReviews,
-			clientRequests, clientWatches, clientConnections, clientDials)
+			clientRequests, clientWatches, clientConnections, clientDials,
+			viewBatches, viewRefused, viewReopens, copyReads, copyAge, copyObjects, offlineSince)
 		// How the kubelet's channels fared when a hub replica went:
 		// nodeproxy_watchmux_client_resumes_total{outcome}.
 		watchmux.RegisterClientMetrics()

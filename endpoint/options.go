@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -48,6 +49,8 @@ type Options struct {
 	Kubeconfig          string
 	HubURL, HubCAFile   string
 	HubThroughAPIServer bool
+	// OfflineMaxAge bounds the age of the copy served offline.
+	OfflineMaxAge time.Duration
 	// MetricsBindAddress is host:port for scrapers; empty for none.
 	MetricsBindAddress string
 	Logs               *logsapi.LoggingConfiguration
@@ -62,6 +65,12 @@ func NewOptions() *Options {
 		ClientCAFile: "/etc/kubernetes/pki/ca.crt",
 		Kubeconfig:   "/etc/kubernetes/kubelet-direct.conf",
 		HubURL:       "https://nodeproxy.nodeproxy.svc:443",
+		// docs/operations.md, "Offline": the copy holds what the node
+		// could read when it went offline, which its running pods
+		// already have; a day covers an outage, an upgrade gone wrong or
+		// a partition over a night, and bounds how long a node starts
+		// pods from a state nobody could have changed.
+		OfflineMaxAge: 24 * time.Hour,
 		Logs:         logsapi.NewLoggingConfiguration(),
 	}
 }
@@ -98,6 +107,12 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 			"Not the cluster's CA: on kubeadm clusters it also signs kubelet serving certificates for names a node chooses, so a node could pose as the hub; the endpoint refuses to start with it.")
 	fs.BoolVar(&o.HubThroughAPIServer, "hub-through-apiserver", o.HubThroughAPIServer,
 		"Reach the hub through kube-apiserver's aggregator (bulk.k8s.io) instead of --hub-url: no Service route needed, at the cost of one long-running request per node on kube-apiserver.")
+
+	fs = fss.FlagSet("offline")
+	fs.DurationVar(&o.OfflineMaxAge, "offline-max-age", o.OfflineMaxAge,
+		"How long after the node lost both the hub and kube-apiserver the endpoint still answers the kubelet's reads from its copy of the node's view "+
+			"(the node's pods, their secrets and configmaps, its Node, the cluster's services), so that a kubelet restarted meanwhile starts its pods. "+
+			"Measured on the monotonic clock. Past it, reads fail as they would without the endpoint.")
 
 	fs = fss.FlagSet("metrics")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress,
@@ -140,6 +155,9 @@ func (o *Options) Validate() error {
 	if (o.TLSCertFile == "") != (o.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file must be given together"))
 	}
+	if o.OfflineMaxAge < 0 {
+		errs = append(errs, fmt.Errorf("--offline-max-age must not be negative, got %s", o.OfflineMaxAge))
+	}
 	if o.TLSCertFile == "" && o.CertDir == "" {
 		errs = append(errs, errors.New("--cert-dir is required when no --tls-cert-file is given"))
 	}
@@ -173,7 +191,7 @@ func (o *Options) Config() (Config, string, error) {
 		return Config{}, "", fmt.Errorf("--kubeconfig %s has no client certificate: the endpoint must reach kube-apiserver as the kubelet", o.Kubeconfig)
 	}
 	cfg := Config{NodeName: o.NodeName, APIServer: upstream, ClientCAFile: o.ClientCAFile,
-		ServingCertFile: o.TLSCertFile, ServingKeyFile: o.TLSKey}
+		ServingCertFile: o.TLSCertFile, ServingKeyFile: o.TLSKey, OfflineMaxAge: o.OfflineMaxAge}
 	switch {
 	case o.HubThroughAPIServer:
 		cfg.Hub = rest.CopyConfig(upstream)

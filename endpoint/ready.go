@@ -2,6 +2,7 @@ package endpoint
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -33,6 +34,10 @@ const readyProbeTimeout = 2 * time.Second
 type readiness struct {
 	hub   *Hub // nil: no hub configured
 	api   rest.Interface
+	// view is the copy of the node's view (nil without a hub), ready to
+	// serve offline for offlineMaxAge.
+	view          *viewFollower
+	offlineMaxAge time.Duration
 	probe sync.Mutex // held while one caller probes; the others wait for its answer
 
 	mu  sync.Mutex
@@ -50,6 +55,14 @@ func (r *readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	if r.apiServerReady() != nil {
+		if r.view != nil {
+			if age, whole := r.view.age(); whole && age <= r.offlineMaxAge {
+				// Ready for the kubelet, which the copy serves; the
+				// text says how old what it reads is.
+				fmt.Fprintf(w, "ok: offline, serving a %d-second-old copy of the node's view (no hub connection, kube-apiserver unreachable)", int(age.Seconds()))
+				return
+			}
+		}
 		http.Error(w, "not ready: no hub connection, and kube-apiserver's /readyz did not answer ok (see the endpoint's log)", http.StatusServiceUnavailable)
 		return
 	}

@@ -30,3 +30,7 @@ const (
 	// may not read its state any more.
 	NodeViewLeft watch.EventType = "LEFT"
 )
+
+// NodeViewProgressAnnotation is the annotation of a node view's BOOKMARK
+// that answers a progress request: its value is the request's token.
+const NodeViewProgressAnnotation = "bulk.k8s.io/progress"

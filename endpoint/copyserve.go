@@ -1,0 +1,350 @@
+package endpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
+
+	"github.com/nodeproxy/nodeproxy/endpoint/relay"
+	"github.com/nodeproxy/nodeproxy/nodecopy"
+	"github.com/nodeproxy/nodeproxy/watchmux"
+)
+
+// Modes in which the copy answers, the values of the copy reads metric's
+// "mode" label.
+const (
+	modeLive    = "live"
+	modeOffline = "offline"
+)
+
+// copyWaitForVersion is how long a read at a resourceVersion the copy
+// has not reached waits for it, as kube-apiserver's watch cache waits 3 s
+// for a version it has not reached before answering 504.
+const copyWaitForVersion = 3 * time.Second
+
+// copyBookmarkInterval is how often a quiet watch of the copy gets a
+// bookmark, as kube-apiserver's watch cache sends one about every
+// minute; through an outage too, so the kubelet's watches stay open.
+const copyBookmarkInterval = time.Minute
+
+// copyCheckInterval is how often a watch of the copy checks that the copy
+// may still answer it: a copy that stopped following the hub while
+// kube-apiserver answers is stale, and its watches end so that the
+// kubelet watches kube-apiserver.
+const copyCheckInterval = 5 * time.Second
+
+// copyMode says whether the copy may answer now, and how: live while it
+// follows the hub; offline while neither the hub nor kube-apiserver
+// answers, for at most OfflineMaxAge; not at all otherwise.
+func (e *Endpoint) copyMode() (string, bool) {
+	if e.view == nil {
+		return "", false
+	}
+	if e.view.live() {
+		return modeLive, true
+	}
+	age, whole := e.view.age()
+	if !whole || e.hub.Connected() || age > e.offlineMaxAge {
+		return "", false
+	}
+	if e.ready.apiServerReady() == nil {
+		return "", false
+	}
+	return modeOffline, true
+}
+
+// serveFromCopy answers r from the copy, and returns false, having
+// written nothing, when the copy may not answer it: the request then
+// goes where it would without a copy.
+func (e *Endpoint) serveFromCopy(w http.ResponseWriter, req *http.Request, r copyRead) bool {
+	mode, ok := e.copyMode()
+	if !ok || r.onlyOffline && mode != modeOffline {
+		return false
+	}
+	if served, err := e.copyAt(req.Context(), r, mode); err != nil {
+		e.noteCopyRead(r, mode)
+		writeError(w, req, err)
+		return true
+	} else if !served {
+		return false
+	}
+	if r.verb == "watch" {
+		return e.serveCopyWatch(w, req, r, mode)
+	}
+	if !e.copyHolds(r, mode) {
+		return false
+	}
+	list, rv, err := e.view.copy.List(r.typ, r.filter)
+	if err != nil {
+		return false
+	}
+	if r.opts.Limit > 0 && int64(len(list)) > r.opts.Limit && mode == modeLive || r.opts.Continue != "" {
+		return false // pages: kube-apiserver's to cut
+	}
+	e.noteCopyRead(r, mode)
+	gv := r.groupVersion()
+	if r.verb == "get" {
+		if len(list) == 0 {
+			writeError(w, req, apierrors.NewNotFound(schema.GroupResource{Group: gv.Group, Resource: r.viewType().Resource}, r.filter.Name))
+			return true
+		}
+		obj, err := runtime.Decode(deserializer, list[0].Raw)
+		if err != nil {
+			writeError(w, req, apierrors.NewInternalError(fmt.Errorf("decode the copy's object: %w", err)))
+			return true
+		}
+		writeObjectIn(w, req, http.StatusOK, obj, gv)
+		return true
+	}
+	out, err := listOf(gv.WithKind(r.viewType().Kind+"List"), list, rv)
+	if err != nil {
+		writeError(w, req, apierrors.NewInternalError(err))
+		return true
+	}
+	writeObjectIn(w, req, http.StatusOK, out, gv)
+	return true
+}
+
+// copyHolds reports whether the copy holds the answer to r: anything but
+// an object of a reached type that the copy lacks while the hub or
+// kube-apiserver can say whether it exists and the node may read it (a
+// reference created after its pod). Offline, the copy's word is the
+// only one: it lacks the object.
+func (e *Endpoint) copyHolds(r copyRead, mode string) bool {
+	if !r.reached || mode != modeLive {
+		return true
+	}
+	o, _, err := e.view.copy.Get(r.typ, r.filter.Namespace, r.filter.Name)
+	return err == nil && o != nil
+}
+
+func (e *Endpoint) noteCopyRead(r copyRead, mode string) {
+	requests.WithLabelValues(pathCopy, r.viewType().Resource, r.verb).Inc()
+	copyReads.WithLabelValues(mode).Inc()
+}
+
+// listOf is the typed list of kind gvk holding objs, at rv.
+func listOf(gvk schema.GroupVersionKind, objs []*nodecopy.Object, rv uint64) (runtime.Object, error) {
+	list, err := scheme.New(gvk)
+	if err != nil {
+		return nil, fmt.Errorf("a list of the copy's %s: %w", gvk.Kind, err)
+	}
+	items := make([]runtime.Object, 0, len(objs))
+	for _, o := range objs {
+		obj, err := runtime.Decode(deserializer, o.Raw)
+		if err != nil {
+			return nil, fmt.Errorf("decode the copy's %s %s/%s: %w", gvk.Kind, o.Namespace, o.Name, err)
+		}
+		items = append(items, obj)
+	}
+	if err := meta.SetList(list, items); err != nil {
+		return nil, err
+	}
+	lm, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, err
+	}
+	lm.SetResourceVersion(strconv.FormatUint(rv, 10))
+	list.GetObjectKind().SetGroupVersionKind(gvk)
+	return list, nil
+}
+
+// copyAt decides whether the copy holds what r asks at the version it
+// asks, as kube-apiserver's watch cache decides:
+//
+//   - "" (the latest): live, once the copy holds what the hub had when
+//     r came (a progress request of the view); offline, the copy as it
+//     is (docs/api.md, "Reads from the node's copy");
+//   - "0" (any): the copy as it is;
+//   - a version: once the copy reaches it, waiting up to 3 s. Live, a
+//     version still out of reach goes to the hub or kube-apiserver, which
+//     gave it; offline it is 504, on which the kubelet lists again at "".
+//
+// An error is the answer to give; false without one, the read is not
+// the copy's.
+func (e *Endpoint) copyAt(ctx context.Context, r copyRead, mode string) (bool, error) {
+	rv := r.opts.ResourceVersion
+	switch {
+	case rv == "":
+		if mode == modeLive {
+			return e.view.sync(ctx) == nil, nil
+		}
+		return true, nil
+	case rv == "0":
+		return true, nil
+	case r.opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact:
+		return false, nil
+	}
+	want, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		return false, nil // kube-apiserver words the 400
+	}
+	if e.view.reach(ctx, r.typ, want, copyWaitForVersion) {
+		return true, nil
+	}
+	if mode == modeLive || ctx.Err() != nil {
+		return false, nil
+	}
+	return false, apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %d, current: %d", want, e.view.at(r.typ)), 1)
+}
+
+// serveCopyWatch streams a watch of the copy as kube-apiserver streams
+// one: its initial events if asked, then every change from its version,
+// bookmarks about every minute, and its end at timeoutSeconds, when the
+// copy may no longer answer, or, for a watch of one object, when the
+// object leaves the node's view.
+func (e *Endpoint) serveCopyWatch(w http.ResponseWriter, req *http.Request, r copyRead, mode string) bool {
+	info, err := negotiation.NegotiateOutputMediaTypeStream(req, codecs, negotiation.DefaultEndpointRestrictions)
+	if err != nil {
+		return false // kube-apiserver words the 406
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		return false
+	}
+	if !e.copyHolds(r, mode) {
+		return false
+	}
+	c := e.view.copy
+	opts := r.opts
+	initialEvents := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+	var (
+		wt      *nodecopy.Watch
+		initial []*nodecopy.Object
+		at      uint64
+	)
+	switch {
+	case opts.SendInitialEvents != nil && !*opts.SendInitialEvents && (opts.ResourceVersion == "" || opts.ResourceVersion == "0"):
+		return false // not what a reflector asks: kube-apiserver's to word
+	case initialEvents && !opts.AllowWatchBookmarks:
+		return false // kube-apiserver refuses it, with its words
+	case initialEvents || opts.ResourceVersion == "" || opts.ResourceVersion == "0":
+		wt, initial, at, err = c.WatchInitial(r.typ, r.filter)
+	default:
+		from, _ := strconv.ParseUint(opts.ResourceVersion, 10, 64) // copyAt parsed it
+		wt, err = c.WatchFrom(r.typ, r.filter, from)
+	}
+	switch {
+	case errors.Is(err, nodecopy.ErrExpired):
+		if mode == modeLive {
+			return false // the hub's log, or kube-apiserver's, may reach further
+		}
+	case err != nil:
+		return false
+	}
+	e.noteCopyRead(r, mode)
+	resource := r.viewType().Resource
+	watches.WithLabelValues(pathCopy, resource).Inc()
+	defer watches.WithLabelValues(pathCopy, resource).Dec()
+
+	mediaType := info.MediaType
+	if mediaType != "application/json" {
+		mediaType += ";stream=watch"
+	}
+	w.Header().Set("Content-Type", mediaType)
+	w.Header().Set("Transfer-Encoding", "chunked")
+	w.WriteHeader(http.StatusOK)
+	events := relay.NewWriter(w, info, relay.Codecs{Encoders: codecs, Decoder: deserializer}, r.groupVersion())
+	if wt == nil { // expired, offline
+		_, _ = events.Write(watchmux.Event{Type: watch.Error, Status: &apierrors.NewResourceExpired(
+			fmt.Sprintf("too old resource version: %s: the node's copy keeps its changes from a later one", opts.ResourceVersion)).ErrStatus})
+		flusher.Flush()
+		return true
+	}
+	for _, o := range initial {
+		if _, err := events.Write(watchmux.Event{Type: watch.Added, Object: o.Raw}); err != nil {
+			return true
+		}
+	}
+	if initialEvents {
+		if _, err := events.Write(watchmux.Event{Type: watch.Bookmark, Object: bookmarkOf(r, at, true)}); err != nil {
+			return true
+		}
+	}
+	flusher.Flush()
+
+	deadline := time.Now().Add(watchTimeout(route{timeout: opts.TimeoutSeconds}))
+	lastSent := time.Now()
+	for {
+		next := min(copyCheckInterval, time.Until(deadline))
+		if next <= 0 {
+			return true
+		}
+		ctx, cancel := context.WithTimeout(req.Context(), next)
+		changes, at, err := wt.Next(ctx)
+		cancel()
+		for _, ch := range changes {
+			if _, werr := events.Write(watchmux.Event{Type: ch.Type, Object: ch.Object.Raw}); werr != nil {
+				return true
+			}
+			lastSent = time.Now()
+		}
+		switch {
+		case req.Context().Err() != nil:
+			return true
+		case errors.Is(err, nodecopy.ErrExpired):
+			_, _ = events.Write(watchmux.Event{Type: watch.Error, Status: &apierrors.NewResourceExpired(
+				"the node's copy started over, or the watch fell behind its log: list again").ErrStatus})
+			flusher.Flush()
+			return true
+		case errors.Is(err, nodecopy.ErrLeft):
+			// As the hub ends a channel whose graph edge went: the node
+			// may no longer read the object.
+			_, _ = events.Write(watchmux.Event{Type: watch.Error, Status: &metav1.Status{
+				Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden,
+				Message: fmt.Sprintf("%s %s/%s left the node's view: no pod of the node uses it any more",
+					resource, r.filter.Namespace, r.filter.Name)}})
+			flusher.Flush()
+			return true
+		}
+		if opts.AllowWatchBookmarks && time.Since(lastSent) >= copyBookmarkInterval {
+			if _, err := events.Write(watchmux.Event{Type: watch.Bookmark, Object: bookmarkOf(r, at, false)}); err != nil {
+				return true
+			}
+			lastSent = time.Now()
+		}
+		flusher.Flush()
+		if !e.copyWatchable() {
+			return true // the kubelet watches again, from its last version, elsewhere
+		}
+	}
+}
+
+// copyWatchable reports whether the copy's watches may go on: while the
+// copy follows the hub, or is offline, and for hubResumeTimeout after it
+// stopped following, the time a hub channel waits to be carried to
+// another replica.
+func (e *Endpoint) copyWatchable() bool {
+	if _, ok := e.copyMode(); ok {
+		return true
+	}
+	age, whole := e.view.age()
+	return whole && age < hubResumeTimeout
+}
+
+// bookmarkOf is a BOOKMARK of r's type at rv, ending the initial events
+// if initialEnd.
+func bookmarkOf(r copyRead, rv uint64, initialEnd bool) json.RawMessage {
+	t := r.viewType()
+	m := metav1.PartialObjectMetadata{
+		TypeMeta:   metav1.TypeMeta{APIVersion: r.groupVersion().String(), Kind: t.Kind},
+		ObjectMeta: metav1.ObjectMeta{ResourceVersion: strconv.FormatUint(rv, 10)},
+	}
+	if initialEnd {
+		m.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
+	}
+	b, _ := json.Marshal(&m)
+	return b
+}

@@ -1,0 +1,265 @@
+package endpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+	"github.com/nodeproxy/nodeproxy/nodecopy"
+	"github.com/nodeproxy/nodeproxy/watchmux"
+)
+
+// viewFollower keeps the endpoint's copy of its node's view current: the
+// node view channel (docs/api.md, "The node view") on the hub session,
+// its batches applied to the copy whole, resumed from the copy's
+// position across hub replicas, and opened afresh when the hub cannot
+// resume it (410).
+//
+// The copy is live while the channel is open on a connection that is up:
+// it then holds what the hub sent last, which the hub sends as soon as
+// its cache has it. When it stops being live, lost says since when, on
+// the monotonic clock: a wall clock set back or forward changes nothing.
+type viewFollower struct {
+	hub  *Hub
+	copy *nodecopy.Copy
+
+	mu      sync.Mutex
+	channel *watchmux.SessionChannel // guarded by mu; nil while none is open
+	// lost is when the copy stopped being live; zero while live or
+	// before it first was.
+	lost time.Time // guarded by mu
+	// fresh: open the view without a position, its initial state
+	// replacing the copy (the hub could not resume it). Run's alone.
+	fresh bool
+}
+
+// viewRetry paces the opening of the view after a failure: a hub without
+// node views (an older replica) costs a request every 30 s.
+var viewRetry = struct{ min, max time.Duration }{time.Second, 30 * time.Second}
+
+func newViewFollower(hub *Hub, node string) *viewFollower {
+	return &viewFollower{hub: hub, copy: nodecopy.New(node)}
+}
+
+// run follows the view until ctx ends.
+func (f *viewFollower) run(ctx context.Context) {
+	wait := viewRetry.min
+	for ctx.Err() == nil {
+		s := f.hub.connected()
+		if s == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+			continue
+		}
+		err := f.follow(ctx, s)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			wait = viewRetry.min
+			continue
+		}
+		klog.ErrorS(err, "Node view from the hub; reads go on as without it", "retryIn", wait)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, viewRetry.max)
+	}
+}
+
+// follow opens the view from the copy's position (its initial state if
+// the copy holds none) and applies its batches until the channel ends.
+// It returns nil when the channel ended in a way that calls for opening
+// it again at once (the session gave up resuming it, or the hub could not
+// resume from the copy's position: 410).
+func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
+	pos, _ := f.copy.Position()
+	if f.fresh {
+		pos, f.fresh = "", false
+	}
+	op := v1alpha1.GetOperation{
+		Resource: v1alpha1.NodeViewResource,
+		Options: metav1.ListOptions{
+			FieldSelector:   fields.OneTermEqualSelector("metadata.name", f.copy.Node()).String(),
+			ResourceVersion: pos,
+		},
+	}
+	if pos == "" {
+		op.Options.SendInitialEvents = ptr.To(true)
+	}
+	openCtx, cancel := context.WithTimeout(ctx, hubRequestTimeout)
+	ch, err := s.WatchBatches(openCtx, op)
+	cancel()
+	if err != nil {
+		if pos != "" && (apierrors.IsResourceExpired(err) || apierrors.IsGone(err)) {
+			klog.InfoS("The hub cannot resume the node view from the copy's position; opening it afresh", "position", pos)
+			viewReopens.WithLabelValues("expired").Inc()
+			f.fresh = true
+			return nil
+		}
+		return fmt.Errorf("open the node view: %w", err)
+	}
+	f.mu.Lock()
+	f.channel = ch
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.channel = nil
+		f.markLostLocked()
+		f.mu.Unlock()
+		closeChannel(ch)
+	}()
+	var batch nodecopy.Batch
+	for {
+		var ev watchmux.Event
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok = <-ch.Events:
+		}
+		if !ok {
+			return nil // the session gave up resuming it; open it again
+		}
+		switch ev.Type {
+		case watch.Error:
+			if ev.Status != nil && ev.Status.Code == http.StatusGone {
+				klog.InfoS("The hub expired the node view; opening it afresh", "reason", ev.Status.Message)
+				viewReopens.WithLabelValues("expired").Inc()
+				f.fresh = true
+				return nil
+			}
+			return fmt.Errorf("the node view ended: %v", ev.Status)
+		case watch.Bookmark:
+			if err := closeBatch(&batch, ev); err != nil {
+				return err
+			}
+			refused, err := f.copy.Apply(batch)
+			for _, r := range refused {
+				viewRefused.Inc()
+				klog.ErrorS(r, "Refused an object of the node view")
+			}
+			if err != nil {
+				f.fresh = true
+				return fmt.Errorf("apply a batch of the node view: %w", err)
+			}
+			viewBatches.Inc()
+			f.mu.Lock()
+			f.lost = time.Time{}
+			f.mu.Unlock()
+			batch = nodecopy.Batch{}
+		default:
+			if ev.Object == nil {
+				return errors.New("a node view event without a JSON object")
+			}
+			batch.Events = append(batch.Events, nodecopy.Event{Type: ev.Type, Object: ev.Object})
+		}
+	}
+}
+
+// closeBatch reads the bookmark that closes b.
+func closeBatch(b *nodecopy.Batch, ev watchmux.Event) error {
+	var m metav1.PartialObjectMetadata
+	if err := json.Unmarshal(ev.Object, &m); err != nil {
+		return fmt.Errorf("the node view's bookmark: %w", err)
+	}
+	b.Position = m.ResourceVersion
+	b.Initial = m.Annotations[metav1.InitialEventsAnnotationKey] == "true"
+	if t := m.Annotations[v1alpha1.NodeViewProgressAnnotation]; t != "" {
+		n, err := strconv.ParseUint(t, 10, 64)
+		if err != nil {
+			return fmt.Errorf("the node view's progress token %q: %w", t, err)
+		}
+		b.Progress = n
+	}
+	return nil
+}
+
+func (f *viewFollower) markLostLocked() {
+	if f.lost.IsZero() {
+		f.lost = time.Now()
+	}
+}
+
+// live reports whether the copy is current: its channel open on a
+// connection that is up.
+func (f *viewFollower) live() bool {
+	f.mu.Lock()
+	ch := f.channel
+	f.mu.Unlock()
+	return ch != nil && f.hub.Connected()
+}
+
+// age is how long the copy has not been live: 0 while it is, and false
+// if it never held a view.
+func (f *viewFollower) age() (time.Duration, bool) {
+	if _, whole := f.copy.Position(); !whole {
+		return 0, false
+	}
+	if f.live() {
+		return 0, true
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.markLostLocked()
+	return time.Since(f.lost), true
+}
+
+// errNoProgress is a sync the hub did not answer in time, or could not be
+// asked.
+var errNoProgress = errors.New("the hub did not confirm the node view's progress")
+
+// syncTimeout bounds a consistent read's wait for the hub's answer to a
+// progress request: the hub answers at its next round, in milliseconds;
+// past this the read goes where it would without a copy.
+const syncTimeout = 2 * time.Second
+
+// sync returns once the copy holds what the hub had when sync was
+// called: a progress request on the view's channel, answered by a
+// bookmark after the hub's next round, which takes in its cache as it
+// was when the request arrived. Concurrent calls share requests: a call
+// waits for the first request sent after it began.
+func (f *viewFollower) sync(ctx context.Context) error {
+	return errNoProgress
+}
+
+// reach waits up to d for the copy to hold type i at rv or later.
+func (f *viewFollower) reach(ctx context.Context, i int, rv uint64, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		changed := f.copy.Changed()
+		if at, ok := f.copy.At(i); ok && at >= rv {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// at is the version the copy holds type i at.
+func (f *viewFollower) at(i int) uint64 {
+	at, _ := f.copy.At(i)
+	return at
+}

@@ -1,0 +1,49 @@
+package endpoint
+
+import (
+	"k8s.io/component-base/metrics"
+)
+
+// pathCopy is the "path" label of requests answered from the copy of the
+// node's view.
+const pathCopy = "copy"
+
+var (
+	viewBatches = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "view_batches_total",
+		Help:           "Batches of the node view applied to the endpoint's copy.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	viewRefused = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "view_refused_objects_total",
+		Help: "Objects of the node view the endpoint refused to keep: outside the node's view whatever the graph (a pod of another node, " +
+			"another node's Node), or unreadable. Never served.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	viewReopens = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "view_reopens_total",
+		Help:           "Node views opened afresh, their initial state replacing the copy, by reason: expired (the hub could not resume from the copy's position).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
+	copyReads = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_reads_total",
+		Help: "Reads of the kubelet answered from the copy of the node's view, by mode: live (the copy follows the hub), " +
+			"offline (neither the hub nor kube-apiserver reachable: the copy as it was when the node lost them).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"mode"})
+	copyAge = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_age_seconds",
+		Help:           "How long the copy of the node's view has not followed the hub: 0 while it does; -1 while it holds no view. Updated every 5 s.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	copyObjects = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_objects",
+		Help:           "Objects in the copy of the node's view.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	offlineSince = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "offline_since_seconds",
+		Help:           "Unix time when the node went offline (neither the hub nor kube-apiserver reachable), 0 while it is not.",
+		StabilityLevel: metrics.ALPHA,
+	})
+)
