@@ -105,8 +105,11 @@ func damaged(format string, args ...any) error {
 // read, for the digest or the seal.
 func readPrelude(br *bufio.Reader) ([]byte, *header, error) {
 	first, err := br.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		return nil, nil, damaged("does not begin with %q", magic+" <version>")
+	}
 	if err != nil {
-		return nil, nil, damaged("no first line (%d bytes): %v", len(first), eofIsTruncated(err))
+		return nil, nil, readError("first line", err)
 	}
 	word, version, ok := strings.Cut(strings.TrimSuffix(string(first), "\n"), " ")
 	if !ok || word != magic {
@@ -125,12 +128,12 @@ func readPrelude(br *bufio.Reader) ([]byte, *header, error) {
 		return nil, nil, damaged("header line longer than %d bytes", maxHeaderLine)
 	}
 	if err != nil {
-		return nil, nil, damaged("header line: %v", eofIsTruncated(err))
+		return nil, nil, readError("header line", err)
 	}
 	out = append(out, second...)
 	h := &header{}
 	if err := json.Unmarshal(second, h); err != nil {
-		return nil, nil, damaged("header line: %v", decodeError(err))
+		return nil, nil, decodeError("header line", err, nil)
 	}
 	return out, h, nil
 }
@@ -139,10 +142,11 @@ func readPrelude(br *bufio.Reader) ([]byte, *header, error) {
 // nothing else. It reads one object at a time: the decoder buffers a
 // line, not the file.
 func decodeBody(r io.Reader) (*meta, []Object, error) {
-	dec := json.NewDecoder(r)
+	er := &errReader{r: r}
+	dec := json.NewDecoder(er)
 	m := &meta{}
 	if err := dec.Decode(m); err != nil {
-		return nil, nil, damaged("body's first line: %v", decodeError(err))
+		return nil, nil, decodeError("body's first line", err, er)
 	}
 	if m.Objects < 0 {
 		return nil, nil, damaged("%d objects", m.Objects)
@@ -151,14 +155,17 @@ func decodeBody(r io.Reader) (*meta, []Object, error) {
 	for i := 0; i < m.Objects; i++ {
 		var o Object
 		if err := dec.Decode(&o); err != nil {
-			return nil, nil, damaged("object %d of %d: %v", i+1, m.Objects, decodeError(err))
+			return nil, nil, decodeError(fmt.Sprintf("object %d of %d", i+1, m.Objects), err, er)
 		}
 		if o.Resource == "" || len(o.Raw) == 0 {
 			return nil, nil, damaged("object %d of %d has no resource or no object", i+1, m.Objects)
 		}
 		objs = append(objs, o)
 	}
-	if err := dec.Decode(&struct{}{}); err != io.EOF {
+	switch err := dec.Decode(&struct{}{}); {
+	case er.err != nil:
+		return nil, nil, fmt.Errorf("body: %w", er.err)
+	case err != io.EOF:
 		return nil, nil, damaged("more than the %d objects its first line counts", m.Objects)
 	}
 	return m, objs, nil
@@ -178,23 +185,43 @@ func checkTrailer(got, sum []byte) error {
 	return nil
 }
 
+// readError is a failure to read what: damage if the file ends early,
+// else the reader's error as it is (a disk's error is not a damaged copy).
+func readError(what string, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return damaged("%s: truncated", what)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
 // decodeError says why JSON did not decode without quoting any of it: the
 // decoder's own messages can carry a value, and values here are secrets.
-func decodeError(err error) error {
+// An error of the reader under the decoder (r, if any) is a read error.
+func decodeError(what string, err error, r *errReader) error {
 	var syntax *json.SyntaxError
 	switch {
+	case r != nil && r.err != nil:
+		return fmt.Errorf("%s: %w", what, r.err)
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		return errors.New("truncated")
+		return damaged("%s: truncated", what)
 	case errors.As(err, &syntax):
-		return fmt.Errorf("not JSON (its byte %d)", syntax.Offset)
+		return damaged("%s: not JSON (its byte %d)", what, syntax.Offset)
 	default:
-		return errors.New("not of the expected shape")
+		return damaged("%s: not of the expected shape", what)
 	}
 }
 
-func eofIsTruncated(err error) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return errors.New("truncated")
+// errReader keeps its reader's last error other than io.EOF, so that a
+// failure of the disk under the decoder is told from a damaged copy.
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF {
+		e.err = err
 	}
-	return err
+	return n, err
 }

@@ -343,7 +343,7 @@ func readPlain(br *bufio.Reader, pre []byte, rest int64) (*meta, []Object, error
 	}
 	got := make([]byte, trailerLen)
 	if _, err := io.ReadFull(br, got); err != nil {
-		return nil, nil, damaged("last line: %v", eofIsTruncated(err))
+		return nil, nil, readError("last line", err)
 	}
 	if err := checkTrailer(got, sum.Sum(nil)); err != nil {
 		return nil, nil, err
@@ -363,7 +363,7 @@ func (s *Store) readSealed(br *bufio.Reader, pre, nonce []byte, rest int64) (*me
 	}
 	sealed := make([]byte, rest)
 	if _, err := io.ReadFull(br, sealed); err != nil {
-		return nil, nil, damaged("body: %v", eofIsTruncated(err))
+		return nil, nil, readError("body", err)
 	}
 	body, err := aead.Open(sealed[:0], nonce, sealed, pre)
 	if err != nil {

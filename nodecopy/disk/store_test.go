@@ -116,6 +116,7 @@ func TestLoadRefusesDamagedCopy(t *testing.T) {
 		{"bytes appended", nil, func(b []byte) []byte { return append(b, "\n{}\n"...) }, ErrCorrupt},
 		{"wrong magic", nil, func(b []byte) []byte { return append([]byte("nodeproxy-pod-view"), b[len(magic):]...) }, ErrCorrupt},
 		{"not a copy at all", nil, func([]byte) []byte { return []byte("{\"kind\":\"Secret\"}\n") }, ErrCorrupt},
+		{"not a copy, and no line at all", nil, func(b []byte) []byte { return bytes.Repeat([]byte{0}, 2*ioBuffer) }, ErrCorrupt},
 		{"format version 0", nil, func(b []byte) []byte { return bytes.Replace(b, []byte(magic+" 1\n"), []byte(magic+" 0\n"), 1) }, ErrCorrupt},
 		{"a future format version", nil, func(b []byte) []byte { return bytes.Replace(b, []byte(magic+" 1\n"), []byte(magic+" 2\n"), 1) }, ErrVersion},
 		{"an unknown encryption", nil, func(b []byte) []byte {
@@ -143,6 +144,22 @@ func TestLoadRefusesDamagedCopy(t *testing.T) {
 			}
 			expectRefused(t, s, testNode, testCluster, tc.want)
 		})
+	}
+}
+
+// TestLoadReportsAReadErrorAsSuch: a copy Load cannot read is an error
+// of its own, not a damaged copy.
+func TestLoadReportsAReadErrorAsSuch(t *testing.T) {
+	s := openStore(t, nil)
+	if err := os.Mkdir(s.Path(), 0o700); err != nil { // reads fail with EISDIR
+		t.Fatal(err)
+	}
+	snap, err := s.Load(testNode, testCluster)
+	if snap != nil || err == nil || !errors.Is(err, syscall.EISDIR) || errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Load of an unreadable copy = %v, %v; want EISDIR, not ErrCorrupt", snap, err)
+	}
+	if !strings.Contains(err.Error(), s.Path()) {
+		t.Errorf("Load error %q does not name %s", err, s.Path())
 	}
 }
 
