@@ -64,7 +64,9 @@ type Store struct {
 // no encryption; otherwise KeySize bytes, for AES-256-GCM. It refuses a
 // directory that group or others may enter or that another user owns
 // (ErrNotPrivate), and removes what a save cut short by a crash left.
+// It registers the metrics (RegisterMetrics).
 func Open(dir string, key []byte) (*Store, error) {
+	RegisterMetrics() // as the cache does: a Store's metrics exist with it, whoever wires the endpoint
 	s := &Store{dir: dir, path: filepath.Join(dir, fileName)}
 	if key != nil {
 		seal, err := newSealer(key)
