@@ -45,7 +45,9 @@ const (
 	maxNode = 253
 )
 
-// Store keeps one node view copy in a directory (see doc.go).
+// Store keeps one node view copy in a directory (see doc.go). One Store
+// a directory, in one process: saves are serialized within a Store, and
+// Open removes any save in progress in the directory.
 type Store struct {
 	dir  string
 	path string
