@@ -77,8 +77,8 @@ var Rules = []Rule{
 		Name: "the node endpoint does not link the hub's internals",
 		Why: "the endpoint runs on every node and talks to the hub only through the bulk protocol (watchmux and " +
 			"apis/bulk), as the kubelet talks to kube-apiserver through client-go",
-		From:   []string{"endpoint/...", "podapi", "nodeinstall", "internal/nodecmd", "cmd/nodeproxy-node"},
-		Within: []string{"watchmux", "apis/...", "endpoint/...", "podapi", "nodeinstall", "internal/..."},
+		From:   []string{"endpoint/...", "podapi", "nodeinstall", "nodecopy/...", "internal/nodecmd", "cmd/nodeproxy-node"},
+		Within: []string{"watchmux", "apis/...", "endpoint/...", "podapi", "nodeinstall", "nodecopy/...", "internal/..."},
 	},
 	{
 		Name: "no product binary links the harness, plotting or the image builder",
