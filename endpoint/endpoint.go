@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeproxy/nodeproxy/nodecopy/disk"
 )
 
 // maxStreamsPerConnection is kube-apiserver's default
@@ -43,6 +45,14 @@ type Config struct {
 	// OfflineMaxAge bounds how old a copy of the node's view the
 	// endpoint serves while neither the hub nor kube-apiserver answers.
 	OfflineMaxAge time.Duration
+	// NodeViewDir is where the copy is persisted, so that a restarted
+	// endpoint or node starts from it; empty: not persisted.
+	// NodeViewKey, if set, seals it (AES-256-GCM).
+	NodeViewDir string
+	NodeViewKey []byte
+	// NoNodeView: no copy of the node's view; the kubelet's reads are
+	// channels and bulk gets of the hub, one per read.
+	NoNodeView bool
 }
 
 // Endpoint serves one node's kubelet.
@@ -98,7 +108,18 @@ func New(cfg Config) (*Endpoint, error) {
 		// The hub being reachable again is news for every caller: the
 		// clients' connections are dialed on their next read.
 		e.clients = newClientHubs(cfg.Hub, func(id string) { e.clientUpstream.returnToHubFor(&id) })
+	}
+	if cfg.Hub != nil && !cfg.NoNodeView {
 		e.view = newViewFollower(e.hub, cfg.NodeName)
+		if cfg.NodeViewDir != "" {
+			if e.view.store, err = disk.Open(cfg.NodeViewDir, cfg.NodeViewKey); err != nil {
+				return nil, fmt.Errorf("the node view's directory: %w", err)
+			}
+			if e.view.cluster, err = clusterOf(cfg.APIServer); err != nil {
+				return nil, err
+			}
+			e.view.restore()
+		}
 		e.hub.onUp = func() {
 			e.upstream.returnToHub()
 			e.clients.forgetFailures()
@@ -240,7 +261,12 @@ func (e *Endpoint) Run(ctx context.Context, ln net.Listener) error {
 	if e.hub != nil {
 		wg.Go(func() { e.hub.Run(ctx) })
 		wg.Go(func() { e.clients.run(ctx) })
+	}
+	if e.view != nil {
 		wg.Go(func() { e.view.run(ctx) })
+		if e.view.store != nil {
+			wg.Go(func() { e.view.persist(ctx) })
+		}
 		wg.Go(func() { e.watchOffline(ctx) })
 	}
 	// Verified by the authenticator, against the CA as it is now.

@@ -58,7 +58,12 @@ func TestKubeletWatchOutlivesItsHubReplica(t *testing.T) {
 			t.Cleanup(func() { _ = fwd.Close() })
 
 			node := "node-fo-" + strings.ToLower(tc.name)
-			n := startNode(t, node, "https://"+fwd.Addr())
+			kp, err := cp.ClientCA.ClientCert("system:node:"+node, []string{"system:nodes"}, "", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The hub channel's path: a copy's watches are the copy's.
+			n := startNodeWith(t, node, nodeSpec{hub: "https://" + fwd.Addr(), kubelet: kp, noView: true})
 			ns := workload(t, node)
 			testserver.Eventually(t, 30*time.Second, "the hub connected", func(context.Context) error {
 				if got := metric(t, n, "nodeproxy_node_hub_connected"); got != "1" {

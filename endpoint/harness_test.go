@@ -89,6 +89,10 @@ type nodeSpec struct {
 	// `nodeproxy node` makes it (Options), not given: the hub is then
 	// verified against this file alone.
 	hubCAFile string
+	// noView: the endpoint keeps no copy of the node's view, and serves
+	// the kubelet's reads from hub channels, as the tests of that path
+	// need.
+	noView bool
 }
 
 // startNodeWith is startNode as spec says.
@@ -116,6 +120,7 @@ func startNodeWith(t *testing.T, name string, spec nodeSpec) *node {
 		ClientCAFile:    cp.ClientCA.CertPath,
 		ServingCertFile: serving.CertPath,
 		ServingKeyFile:  serving.KeyPath,
+		NoNodeView:      spec.noView,
 	}
 	if spec.hub != "" {
 		cfg.Hub = asNode(spec.hub)

@@ -22,6 +22,8 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+
+	"github.com/nodeproxy/nodeproxy/nodecopy/disk"
 )
 
 func init() {
@@ -51,6 +53,10 @@ type Options struct {
 	HubThroughAPIServer bool
 	// OfflineMaxAge bounds the age of the copy served offline.
 	OfflineMaxAge time.Duration
+	// NodeView keeps a copy of the node's view; NodeViewDir persists
+	// it; NodeViewKeyFile seals it.
+	NodeView                     bool
+	NodeViewDir, NodeViewKeyFile string
 	// MetricsBindAddress is host:port for scrapers; empty for none.
 	MetricsBindAddress string
 	Logs               *logsapi.LoggingConfiguration
@@ -71,6 +77,9 @@ func NewOptions() *Options {
 		// a partition over a night, and bounds how long a node starts
 		// pods from a state nobody could have changed.
 		OfflineMaxAge: 24 * time.Hour,
+		// tmpfs: docs/operations.md, "Secrets at rest on the node".
+		NodeView:    true,
+		NodeViewDir: "/run/nodeproxy/node-view",
 		Logs:         logsapi.NewLoggingConfiguration(),
 	}
 }
@@ -113,6 +122,15 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"How long after the node lost both the hub and kube-apiserver the endpoint still answers the kubelet's reads from its copy of the node's view "+
 			"(the node's pods, their secrets and configmaps, its Node, the cluster's services), so that a kubelet restarted meanwhile starts its pods. "+
 			"Measured on the monotonic clock. Past it, reads fail as they would without the endpoint.")
+	fs.BoolVar(&o.NodeView, "node-view", o.NodeView,
+		"Keep a live copy of the node's view (everything the node may read, one hub channel) and serve the kubelet's reads from it. "+
+			"false: one hub channel or bulk get per kubelet read, and nothing served offline.")
+	fs.StringVar(&o.NodeViewDir, "node-view-dir", o.NodeViewDir,
+		"Where the copy of the node's view is persisted (root-only, one file, replaced atomically), so that a restarted endpoint, or kubelet, starts from it during an outage. "+
+			"The default is on tmpfs, like the kubelet's secret volumes: it survives restarts, not a reboot. A directory on disk survives a reboot and keeps the node's secrets at rest there: "+
+			"see docs/operations.md, \"Secrets at rest on the node\", and --node-view-key-file. Empty: not persisted.")
+	fs.StringVar(&o.NodeViewKeyFile, "node-view-key-file", o.NodeViewKeyFile,
+		"A 32-byte key (raw, or base64), readable by root alone, that seals the persisted copy with AES-256-GCM. A copy not sealed with it is refused at start.")
 
 	fs = fss.FlagSet("metrics")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress,
@@ -155,6 +173,9 @@ func (o *Options) Validate() error {
 	if (o.TLSCertFile == "") != (o.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file must be given together"))
 	}
+	if o.NodeViewKeyFile != "" && o.NodeViewDir == "" {
+		errs = append(errs, errors.New("--node-view-key-file needs --node-view-dir: there is nothing to seal"))
+	}
 	if o.OfflineMaxAge < 0 {
 		errs = append(errs, fmt.Errorf("--offline-max-age must not be negative, got %s", o.OfflineMaxAge))
 	}
@@ -191,7 +212,13 @@ func (o *Options) Config() (Config, string, error) {
 		return Config{}, "", fmt.Errorf("--kubeconfig %s has no client certificate: the endpoint must reach kube-apiserver as the kubelet", o.Kubeconfig)
 	}
 	cfg := Config{NodeName: o.NodeName, APIServer: upstream, ClientCAFile: o.ClientCAFile,
-		ServingCertFile: o.TLSCertFile, ServingKeyFile: o.TLSKey, OfflineMaxAge: o.OfflineMaxAge}
+		ServingCertFile: o.TLSCertFile, ServingKeyFile: o.TLSKey, OfflineMaxAge: o.OfflineMaxAge,
+		NodeViewDir: o.NodeViewDir, NoNodeView: !o.NodeView}
+	if o.NodeViewKeyFile != "" {
+		if cfg.NodeViewKey, err = disk.ReadKeyFile(o.NodeViewKeyFile); err != nil {
+			return Config{}, "", fmt.Errorf("--node-view-key-file: %w", err)
+		}
+	}
 	switch {
 	case o.HubThroughAPIServer:
 		cfg.Hub = rest.CopyConfig(upstream)

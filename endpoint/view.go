@@ -19,6 +19,7 @@ import (
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/nodecopy"
+	"github.com/nodeproxy/nodeproxy/nodecopy/disk"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
 
@@ -35,6 +36,10 @@ import (
 type viewFollower struct {
 	hub  *Hub
 	copy *nodecopy.Copy
+	// store persists the copy (nil: not persisted), as the copy of
+	// cluster.
+	store   *disk.Store
+	cluster string
 
 	mu      sync.Mutex
 	channel *watchmux.SessionChannel // guarded by mu; nil while none is open

@@ -117,7 +117,13 @@ func TestWatchEventsAreKubeAPIServersBytes(t *testing.T) {
 func kubeProxyBehindEndpoint(t *testing.T, node string) (*node, string, *rest.Config, *discoveryv1.EndpointSlice) {
 	t.Helper()
 	hub := startHub(t)
-	n := startNode(t, node, hub.URL)
+	kp, err := cp.ClientCA.ClientCert("system:node:"+node, []string{"system:nodes"}, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The hub channels' relay: without a copy, the kubelet's watches are
+	// channels too.
+	n := startNodeWith(t, node, nodeSpec{hub: hub.URL, kubelet: kp, noView: true})
 	ns := workload(t, node)
 	proxy := &rest.Config{Host: n.kubelet.Host, BearerToken: proxierToken(t, ns, "kube-proxy", true),
 		TLSClientConfig: rest.TLSClientConfig{CAData: n.kubelet.CAData},

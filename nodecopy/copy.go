@@ -23,10 +23,10 @@ type Copy struct {
 	mu sync.RWMutex
 	// whole: the copy holds a whole view, at pos. Before the first
 	// initial state, or after Clear, nothing is served from it.
-	whole   bool                                // guarded by mu
-	pos     v1alpha1.NodeViewPosition           // guarded by mu
-	objects [numTypes]map[objKey]*Object        // guarded by mu
-	log     changeLog                           // guarded by mu
+	whole   bool                         // guarded by mu
+	pos     v1alpha1.NodeViewPosition    // guarded by mu
+	objects [numTypes]map[objKey]*Object // guarded by mu
+	log     changeLog                    // guarded by mu
 	// generation counts the views the copy has held: a watch of an
 	// earlier one ends with 410, as a watch of kube-apiserver's watch
 	// cache does when the cache starts over.

@@ -56,6 +56,7 @@ func (c *Config) staticPod(kubeletCertDir string, hubCA []byte) ([]byte, error) 
 					"--client-ca-file=" + c.ClientCAFile,
 					"--cert-dir=" + c.CertDir,
 					"--hub-url=" + c.HubURL,
+					"--node-view-dir=" + nodeViewDir,
 				},
 				LivenessProbe:  probe("/livez"),
 				ReadinessProbe: probe("/readyz"),
@@ -76,6 +77,7 @@ func (c *Config) staticPod(kubeletCertDir string, hubCA []byte) ([]byte, error) 
 					{Name: "client-ca", MountPath: c.ClientCAFile, ReadOnly: true},
 					{Name: "kubelet-pki", MountPath: kubeletCertDir, ReadOnly: true},
 					{Name: "certs", MountPath: c.CertDir},
+					{Name: "run", MountPath: runDir},
 				},
 			}},
 			Volumes: []corev1.Volume{
@@ -83,6 +85,9 @@ func (c *Config) staticPod(kubeletCertDir string, hubCA []byte) ([]byte, error) 
 				hostPath("client-ca", c.ClientCAFile, corev1.HostPathFile),
 				hostPath("kubelet-pki", kubeletCertDir, corev1.HostPathDirectory),
 				hostPath("certs", c.CertDir, corev1.HostPathDirectoryOrCreate),
+				// The kubelet creates it 0755; the endpoint creates the
+				// copy's directory in it, root-only.
+				hostPath("run", runDir, corev1.HostPathDirectoryOrCreate),
 			},
 		},
 	}
@@ -98,6 +103,14 @@ func (c *Config) staticPod(kubeletCertDir string, hubCA []byte) ([]byte, error) 
 	}
 	return append([]byte("# Written by nodeproxy node install; removed by nodeproxy node uninstall.\n"), out...), nil
 }
+
+// runDir is the endpoint's directory on the node's tmpfs, and
+// nodeViewDir the copy of the node's view in it (docs/operations.md,
+// "Secrets at rest on the node").
+const (
+	runDir      = "/run/nodeproxy"
+	nodeViewDir = runDir + "/node-view"
+)
 
 // hubCAAnnotation carries the digest of the hub's CA the endpoint was
 // started with.

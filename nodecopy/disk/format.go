@@ -54,9 +54,11 @@ type header struct {
 
 // meta is the body's first line.
 type meta struct {
-	Position string    `json:"position"`
-	SavedAt  time.Time `json:"savedAt"`
-	Objects  int       `json:"objects"`
+	Position string        `json:"position"`
+	SavedAt  time.Time     `json:"savedAt"`
+	BootID   string        `json:"bootID,omitempty"`
+	BootTime time.Duration `json:"bootTime,omitempty"`
+	Objects  int           `json:"objects"`
 }
 
 // prelude is the first two lines of a copy, as Save writes them.
@@ -77,7 +79,7 @@ func prelude(h *header) ([]byte, error) {
 func writeBody(w io.Writer, snap *Snapshot, savedAt time.Time) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false) // keep an object's bytes as given, "<" and all
-	if err := enc.Encode(meta{Position: snap.Position, SavedAt: savedAt, Objects: len(snap.Objects)}); err != nil {
+	if err := enc.Encode(meta{Position: snap.Position, SavedAt: savedAt, BootID: snap.BootID, BootTime: snap.BootTime, Objects: len(snap.Objects)}); err != nil {
 		return err
 	}
 	for i := range snap.Objects {

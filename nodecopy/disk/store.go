@@ -23,6 +23,12 @@ type Snapshot struct {
 	Cluster  string    // an opaque identity of the cluster, chosen by the caller (e.g. a digest of kube-apiserver's CA)
 	Position string    // the view's position at the last applied bookmark
 	SavedAt  time.Time // wall clock at save, for humans and logs only
+	// BootID and BootTime are the boot the copy was saved in
+	// (/proc/sys/kernel/random/boot_id) and the time since that boot
+	// when it was last current (CLOCK_BOOTTIME): within one boot, the
+	// copy's age by a clock nobody sets. Empty when unknown.
+	BootID   string
+	BootTime time.Duration
 	Objects  []Object
 }
 
@@ -314,7 +320,8 @@ func (s *Store) load(node, cluster string) (*Snapshot, error) {
 	if err != nil {
 		return nil, s.loadError(err)
 	}
-	return &Snapshot{Node: h.Node, Cluster: h.Cluster, Position: m.Position, SavedAt: m.SavedAt, Objects: objs}, nil
+	return &Snapshot{Node: h.Node, Cluster: h.Cluster, Position: m.Position, SavedAt: m.SavedAt,
+		BootID: m.BootID, BootTime: m.BootTime, Objects: objs}, nil
 }
 
 // loadError names the file and the sentinel of a decoding error; an I/O

@@ -1,0 +1,114 @@
+package endpoint
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeproxy/nodeproxy/nodecopy"
+	"github.com/nodeproxy/nodeproxy/nodecopy/disk"
+)
+
+// persistDelay gathers the batches of a burst into one save: a save
+// rewrites the whole copy (docs/operations.md, "Secrets at rest on the
+// node"), and a second's worth of changes lost to a crash is taken again
+// from the hub, which resumes from the position saved.
+const persistDelay = time.Second
+
+// clusterOf names the cluster cfg reaches, for a persisted copy: a
+// digest of kube-apiserver's CA, which another cluster does not share.
+func clusterOf(cfg *rest.Config) (string, error) {
+	ca := cfg.CAData
+	if len(ca) == 0 && cfg.CAFile != "" {
+		var err error
+		if ca, err = os.ReadFile(cfg.CAFile); err != nil {
+			return "", fmt.Errorf("kube-apiserver's CA, which names the cluster of the node's copy: %w", err)
+		}
+	}
+	if len(ca) == 0 {
+		ca = []byte(cfg.Host)
+	}
+	sum := sha256.Sum256(ca)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// restore loads the persisted copy, if any, into the copy, and sets its
+// age: by the boot clock if it was saved in this boot, else by the wall
+// clock, never less than nothing. A copy that cannot be loaded is left
+// where it is (a later save replaces it) and the endpoint starts empty:
+// never half a copy.
+func (f *viewFollower) restore() {
+	snap, err := f.store.Load(f.copy.Node(), f.cluster)
+	switch {
+	case err != nil:
+		klog.ErrorS(err, "Refused the node's persisted copy; starting without one, the hub sends the view whole")
+		return
+	case snap == nil:
+		return
+	}
+	b := nodecopy.Batch{Initial: true, Position: snap.Position}
+	for _, o := range snap.Objects {
+		b.Events = append(b.Events, nodecopy.Event{Type: watch.Added, Object: o.Raw})
+	}
+	refused, err := f.copy.Apply(b)
+	if err != nil || len(refused) > 0 {
+		f.copy.Clear()
+		klog.ErrorS(errors.Join(append(refused, err)...), "Refused the node's persisted copy; starting without one", "file", f.store.Path())
+		return
+	}
+	age := time.Since(snap.SavedAt)
+	if id, now, ok := bootClock(); ok && id == snap.BootID && snap.BootID != "" {
+		age = now - snap.BootTime
+	}
+	age = max(age, 0)
+	f.mu.Lock()
+	f.lost = time.Now().Add(-age)
+	f.mu.Unlock()
+	klog.InfoS("Loaded the node's persisted copy", "file", f.store.Path(), "objects", len(snap.Objects), "age", age.Round(time.Second), "position", snap.Position)
+}
+
+// persist saves the copy after each change, a burst at a time, until ctx
+// ends.
+func (f *viewFollower) persist(ctx context.Context) {
+	for {
+		changed := f.copy.Changed()
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(persistDelay):
+		}
+		if err := f.save(); err != nil {
+			klog.ErrorS(err, "Persisting the node's copy; the last good one stays", "file", f.store.Path())
+		}
+	}
+}
+
+// save writes the copy as it is now, with when it was last current.
+func (f *viewFollower) save() error {
+	snap := &disk.Snapshot{Node: f.copy.Node(), Cluster: f.cluster}
+	pos, whole := f.copy.Objects(func(resource string, o *nodecopy.Object) {
+		snap.Objects = append(snap.Objects, disk.Object{Resource: resource, Raw: o.Raw})
+	})
+	if !whole {
+		return nil
+	}
+	snap.Position = pos
+	age, _ := f.age()
+	snap.SavedAt = time.Now().Add(-age)
+	if id, now, ok := bootClock(); ok {
+		snap.BootID, snap.BootTime = id, now-age
+	}
+	return f.store.Save(snap)
+}
