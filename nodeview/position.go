@@ -127,6 +127,17 @@ func (p Position) reaches(q Position) bool {
 	return true
 }
 
+// covers reports whether p has taken in every store up to the versions
+// at: the stores' versions when a progress request came.
+func (p Position) covers(at [numTypes]uint64) bool {
+	for i := range p.At {
+		if p.At[i] < at[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // ParsePosition reads a position String made. Every type must be there,
 // once, in any order: a position that lacks one cannot say what the
 // client holds of it.

@@ -54,6 +54,11 @@ type Views struct {
 	// send among them, so it must not take mu.
 	goneMu sync.Mutex
 	gone   []*view
+	// asked holds the progress requests since the last step, in the
+	// order they came (requestProgress): the connection's reader hands
+	// them over, and must not wait for a step to do it.
+	askedMu sync.Mutex
+	asked   []askedProgress // guarded by askedMu
 }
 
 type joinRequest struct {
@@ -142,13 +147,15 @@ func (m *Views) remove(v *view) {
 
 // Step takes in every change the stores have published since the last
 // step, type by type in types order, then joins the views waiting to,
-// then sends a bookmark to every view it sent something: the events
+// then sends a bookmark to every view it sent something and to every
+// view whose position now answers a progress request: the events
 // between two bookmarks are one batch, the change of the view from one
 // position to the next.
 func (m *Views) Step() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sweepLocked()
+	m.takeAskedLocked()
 	if !m.started {
 		m.startLocked()
 	}
@@ -413,21 +420,36 @@ func (m *Views) unwant(v *view, ref graph.ObjectRef) {
 }
 
 // markLocked sends the position to the views that were sent something
-// in this step, or, with all, to every view whose last bookmark is older.
+// in this step or whose position answers a progress request, or, with
+// all, to every view whose last bookmark is older. A bookmark that
+// answers carries the token; it closes the batch like any other, so the
+// events before it are the change up to the position it names.
 func (m *Views) markLocked(all bool) {
 	var obj []byte // one for every view: the position is the hub's
 	for v := range m.all {
-		if v.dead || v.sent == 0 && (!all || v.marked == m.pos) {
+		if v.dead {
 			continue
 		}
-		if obj == nil {
-			obj = bookmarkObject(m.pos, false)
+		token, answers := v.answerable(m.pos)
+		if v.sent == 0 && answers == 0 && (!all || v.marked == m.pos) {
+			continue
 		}
-		if !v.sink.Send(watch.Bookmark, obj) {
+		b := obj
+		switch {
+		case answers > 0:
+			b = bookmarkObject(m.pos, false, token)
+		case obj == nil:
+			obj = bookmarkObject(m.pos, false, "")
+			b = obj
+		}
+		if !v.sink.Send(watch.Bookmark, b) {
 			v.dead = true
 			continue
 		}
 		v.sent, v.marked = 0, m.pos
+		if answers > 0 {
+			v.answered(answers)
+		}
 	}
 }
 
@@ -444,6 +466,7 @@ func (m *Views) sweepLocked() {
 // dropLocked takes v out of every index.
 func (m *Views) dropLocked(v *view) {
 	v.dead = true
+	v.abandonProgress()
 	if !v.joined {
 		return
 	}
