@@ -70,8 +70,7 @@
 //     encoded once per version by the cache's encoder, whatever the number
 //     of views that send them.
 //   - Step is the whole of a round and takes no other lock than Views.mu,
-//     besides the two small hand-over locks it swaps a slice under (goneMu
-//     for views closed, askedMu for progress requests, which the
-//     connections' readers append to without waiting for a step): tests
-//     drive it directly, with hand-fed stores, one step at a time.
+//     besides the inboxes' (views closed, progress requests), held for a
+//     swap, which other goroutines put into without waiting for a step:
+//     tests drive it directly, with hand-fed stores, one step at a time.
 package nodeview

@@ -15,44 +15,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/test/testserver"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
-
-// untilProgress applies events until the bookmark answering token, and
-// fails after 30 s.
-func (c *nodeCopy) untilProgress(events <-chan watchmux.Event, token string) {
-	c.t.Helper()
-	timeout := time.After(30 * time.Second)
-	for {
-		select {
-		case ev, ok := <-events:
-			if !ok {
-				c.t.Fatalf("the view closed before the answer to %q; events: %s", token, strings.Join(c.log, " | "))
-			}
-			if ev.Type == watch.Bookmark {
-				var m metav1.PartialObjectMetadata
-				if err := json.Unmarshal(ev.Object, &m); err != nil {
-					c.t.Fatal(err)
-				}
-				if got, ok := m.Annotations[v1alpha1.NodeViewProgressAnnotation]; ok {
-					c.log = append(c.log, "BOOKMARK progress="+got)
-					if got == token {
-						return
-					}
-					continue
-				}
-			}
-			c.apply(ev)
-		case <-timeout:
-			c.t.Fatalf("no answer to %q within 30 s; events: %s", token, strings.Join(c.log, " | "))
-		}
-	}
-}
 
 // TestProgressRequestAgainstKubeAPIServer: a service is written, and as
 // soon as the hub's cache has it (a bulk watch channel of services on
@@ -62,14 +30,7 @@ func (c *nodeCopy) untilProgress(events <-chan watchmux.Event, token string) {
 // a bulk watch channel, or a channel that is not open, is refused.
 func TestProgressRequestAgainstKubeAPIServer(t *testing.T) {
 	ctx := context.Background()
-	testserver.InstallRBAC(t, cp)
-	if err := cp.EnsureNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := prepare(t)
 	hub := testserver.Start(t, cp, testserver.Options{})
 	hub.WaitReady(t, 90*time.Second)
 	client, err := watchmux.Dial(ctx, nodeClient(t, hub.URL, "nv-p"))
@@ -97,7 +58,7 @@ func TestProgressRequestAgainstKubeAPIServer(t *testing.T) {
 	if err := client.RequestProgress(ctx, view.ID, "quiet"); err != nil {
 		t.Fatal(err)
 	}
-	c.untilProgress(view.Events, "quiet")
+	c.until(view.Events, "BOOKMARK progress=quiet")
 
 	for i := range 5 {
 		name := fmt.Sprintf("progress-%d", i)
@@ -112,7 +73,7 @@ func TestProgressRequestAgainstKubeAPIServer(t *testing.T) {
 		if err := client.RequestProgress(ctx, view.ID, token); err != nil {
 			t.Fatal(err)
 		}
-		c.untilProgress(view.Events, token)
+		c.until(view.Events, "BOOKMARK progress="+token)
 		added, answer := slices.Index(c.log, "ADDED Service "+ns+"/"+name), slices.Index(c.log, "BOOKMARK progress="+token)
 		if added < 0 || added > answer {
 			t.Fatalf("the answer to %s came before the service the cache had when it was asked: %s", token, strings.Join(c.log, " | "))

@@ -8,7 +8,7 @@ package nodeview
 // once the copy has applied the batch that bookmark closes, it holds
 // what the hub had when the read came.
 //
-//	connection's reader --requestProgress: the stores' versions now--> asked (askedMu)
+//	connection's reader --requestProgress: the stores' versions now--> Views.asked (an inbox)
 //	Step: takeAskedLocked --> view.progress (mu) ... markLocked: the view's position
 //	      reaches a request's versions --> BOOKMARK {bulk.k8s.io/progress: token}
 
@@ -29,8 +29,9 @@ type askedProgress struct {
 
 // requestProgress records a progress request of v's client and asks for
 // a step. It runs on the connection's reader (watchmux.ProgressSink), so
-// it takes askedMu alone, never mu: a step can be long (a view's initial
-// state), and the reader must not wait for it. The stores' versions are
+// it hands the request over through an inbox, never taking mu: a step
+// can be long (a view's initial state), and the reader must not wait
+// for it. The stores' versions are
 // read here, when the request comes: whatever a store publishes after it
 // need not be in the answer, everything before it must be.
 func (m *Views) requestProgress(v *view, token string) {
@@ -38,9 +39,7 @@ func (m *Views) requestProgress(v *view, token string) {
 	for i, s := range m.stores {
 		a.ask.at[i] = s.Snapshot().RV
 	}
-	m.askedMu.Lock()
-	m.asked = append(m.asked, a)
-	m.askedMu.Unlock()
+	m.asked.put(a)
 	m.poke()
 }
 
@@ -50,11 +49,7 @@ func (m *Views) requestProgress(v *view, token string) {
 // state or its resume is still to come) waits on it, and is answered
 // after the join.
 func (m *Views) takeAskedLocked() {
-	m.askedMu.Lock()
-	asked := m.asked
-	m.asked = nil
-	m.askedMu.Unlock()
-	for _, a := range asked {
+	for _, a := range m.asked.take() {
 		if a.v.dead {
 			progressRequests.WithLabelValues(progressClosed).Inc()
 			continue

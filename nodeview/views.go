@@ -52,13 +52,34 @@ type Views struct {
 	// gone holds views closed since the last step. A view closes on
 	// whatever goroutine closed its channel, the stepping one inside a
 	// send among them, so it must not take mu.
-	goneMu sync.Mutex
-	gone   []*view
+	gone inbox[*view]
 	// asked holds the progress requests since the last step, in the
 	// order they came (requestProgress): the connection's reader hands
 	// them over, and must not wait for a step to do it.
-	askedMu sync.Mutex
-	asked   []askedProgress // guarded by askedMu
+	asked inbox[askedProgress]
+}
+
+// inbox hands values to the stepping goroutine from any other, under a
+// lock of its own held for an append or a swap: whoever puts never waits
+// for a step, and a step never waits for more than a swap.
+type inbox[T any] struct {
+	mu    sync.Mutex
+	items []T // guarded by mu
+}
+
+func (b *inbox[T]) put(x T) {
+	b.mu.Lock()
+	b.items = append(b.items, x)
+	b.mu.Unlock()
+}
+
+// take returns what was put since the last take, in order.
+func (b *inbox[T]) take() []T {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	items := b.items
+	b.items = nil
+	return items
 }
 
 type joinRequest struct {
@@ -139,9 +160,7 @@ func (m *Views) join(v *view, from Position, resume bool) {
 
 // remove is called when v's channel closes, on any goroutine.
 func (m *Views) remove(v *view) {
-	m.goneMu.Lock()
-	m.gone = append(m.gone, v)
-	m.goneMu.Unlock()
+	m.gone.put(v)
 	m.poke()
 }
 
@@ -454,11 +473,7 @@ func (m *Views) markLocked(all bool) {
 }
 
 func (m *Views) sweepLocked() {
-	m.goneMu.Lock()
-	gone := m.gone
-	m.gone = nil
-	m.goneMu.Unlock()
-	for _, v := range gone {
+	for _, v := range m.gone.take() {
 		m.dropLocked(v)
 	}
 }
