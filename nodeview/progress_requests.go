@@ -31,9 +31,9 @@ type askedProgress struct {
 // a step. It runs on the connection's reader (watchmux.ProgressSink), so
 // it hands the request over through an inbox, never taking mu: a step
 // can be long (a view's initial state), and the reader must not wait
-// for it. The stores' versions are
-// read here, when the request comes: whatever a store publishes after it
-// need not be in the answer, everything before it must be.
+// for it. The stores' versions are read here, when the request comes:
+// whatever a store publishes after it need not be in the answer,
+// everything before it must be.
 func (m *Views) requestProgress(v *view, token string) {
 	a := askedProgress{v: v, ask: progressAsk{token: token}}
 	for i, s := range m.stores {
