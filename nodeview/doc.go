@@ -20,6 +20,9 @@
 //	join: no position -> build at the hub's position, send it whole (Initial), bookmark
 //	      a position   -> build at it (Snapshot.At), send the changes since (Snapshot.Changes), bookmark
 //
+//	progress request (the connection's reader): the stores' versions now --> Views.asked
+//	      --> the step whose position reaches them: BOOKMARK {bulk.k8s.io/progress: token}
+//
 // A view's position is one resourceVersion per type (Position), because
 // the hub's stores are per type. What a view holds at a position P is a
 // function of P alone: the objects of each type at P[type] that belong to
@@ -57,10 +60,17 @@
 //     a change before the store publishes it, so a view that has not yet
 //     taken in a change the graph has withholds what the change takes
 //     away, and takes it out when the change arrives (its next step).
+//   - A progress request is answered by a bookmark whose position is at
+//     or past every store's version when the request came, sent once the
+//     view has taken in every change up to there (progress_requests.go);
+//     a view's requests are answered in order, one bookmark, with the
+//     latest token, answering all those it reaches.
 //   - LEFT carries an object's identity, never its state.
 //   - One goroutine for every view; a view costs no goroutine. Objects are
 //     encoded once per version by the cache's encoder, whatever the number
 //     of views that send them.
-//   - Step is the whole of a round and takes no other lock than Views.mu:
+//   - Step is the whole of a round and takes no other lock than Views.mu,
+//     besides the inboxes' (views closed, progress requests), held for a
+//     swap, which other goroutines put into without waiting for a step:
 //     tests drive it directly, with hand-fed stores, one step at a time.
 package nodeview

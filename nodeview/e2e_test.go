@@ -56,6 +56,7 @@ func (c *nodeCopy) apply(ev watchmux.Event) string {
 		Kind     string `json:"kind"`
 		Metadata struct {
 			Namespace, Name, ResourceVersion string
+			Annotations                      map[string]string
 		} `json:"metadata"`
 		Data map[string]string `json:"data"`
 	}
@@ -63,8 +64,12 @@ func (c *nodeCopy) apply(ev watchmux.Event) string {
 		c.t.Fatal(err)
 	}
 	if ev.Type == watch.Bookmark {
-		c.log = append(c.log, "BOOKMARK")
-		return "BOOKMARK"
+		line := "BOOKMARK"
+		if token, ok := m.Metadata.Annotations[v1alpha1.NodeViewProgressAnnotation]; ok {
+			line = "BOOKMARK progress=" + token
+		}
+		c.log = append(c.log, line)
+		return line
 	}
 	key := m.Kind + " " + m.Metadata.Namespace + "/" + m.Metadata.Name
 	_, held := c.held[key]
@@ -166,14 +171,7 @@ func secretOf(name, value string) *corev1.Secret {
 // equal to a view opened afresh.
 func TestNodeViewAgainstKubeAPIServer(t *testing.T) {
 	ctx := context.Background()
-	testserver.InstallRBAC(t, cp)
-	if err := cp.EnsureNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := prepare(t)
 	a := testserver.Start(t, cp, testserver.Options{})
 	a.WaitReady(t, 90*time.Second)
 	// b starts later, as in a rolling update: it lists every type at a
@@ -309,6 +307,21 @@ func TestNodeViewAgainstKubeAPIServer(t *testing.T) {
 	if !strings.Contains(err.Error(), "only its own view") {
 		t.Errorf("nv-a asking for nv-b's view: %v", err)
 	}
+}
+
+// prepare installs the hub's RBAC and the test's namespace, and returns
+// an admin client of kube-apiserver.
+func prepare(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	testserver.InstallRBAC(t, cp)
+	if err := cp.EnsureNamespace(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return admin
 }
 
 // secretsReadWaits is how many resumes srv held until its cache of

@@ -72,6 +72,9 @@ func (h *Handler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 	}
 	v := newView(node, sink, h.views.live, h.views)
 	sink.OnClose(func() { h.views.remove(v) })
+	if ps, ok := sink.(watchmux.ProgressSink); ok {
+		ps.OnProgress(func(token string) { h.views.requestProgress(v, token) })
+	}
 	return func() { h.views.join(v, from, resume) }, nil
 }
 

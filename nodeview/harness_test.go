@@ -90,6 +90,7 @@ func (r *replica) write(w write) {
 func (r *replica) open(node string, from *Position) *consumer {
 	c := &consumer{t: r.t, node: node, held: map[string]uint64{}}
 	v := newView(node, &c.sink, r.graph, r.views)
+	c.view = v
 	c.sink.onClose = func() { r.views.remove(v) }
 	if from == nil {
 		r.views.join(v, Position{}, false)
@@ -257,6 +258,7 @@ type consumer struct {
 	t    testing.TB
 	node string
 	sink recordingSink
+	view *view
 	// held is the copy: "Kind ns/name" -> resourceVersion held.
 	held map[string]uint64
 	// pos is the last bookmark's position; "" before the first.
@@ -356,6 +358,9 @@ func (c *consumer) read() []string {
 			line := "BOOKMARK"
 			if m.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
 				line = "BOOKMARK initial-events-end"
+			}
+			if token, ok := m.Metadata.Annotations[v1alpha1.NodeViewProgressAnnotation]; ok {
+				line = "BOOKMARK progress=" + token
 			}
 			lines = append(lines, line)
 			continue

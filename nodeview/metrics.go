@@ -26,6 +26,13 @@ const (
 	settleGone      = "gone"
 )
 
+// How a progress request ended (nodeproxy_nodeview_progress_requests_total).
+const (
+	progressAnswered = "answered" // a bookmark carried its token
+	progressCovered  = "covered"  // a bookmark carried a later token of the same view, which answers it too
+	progressClosed   = "closed"   // the view closed first
+)
+
 var (
 	openViews = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace:      "nodeproxy",
@@ -86,6 +93,13 @@ var (
 		Help:           "Objects a view would have sent that the live graph no longer let its node reach (the change taking them away was not yet in the cache): not sent, or sent as LEFT.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	progressRequests = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "nodeview",
+		Name:           "progress_requests_total",
+		Help:           "Progress requests of node views, by how they ended: answered (a bookmark carried the request's token), covered (a bookmark carried a later token of the same view, which answers every request before it), closed (the view closed first).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
 
 	// eventCounters are looked up once: a step may send thousands.
 	eventCounters = map[watch.EventType]metrics.CounterMetric{}
@@ -97,7 +111,7 @@ var (
 // registry that k8s.io/apiserver serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(openViews, heldObjects, viewObjects, events, opens, settles, heldTooLong, withheld)
+		legacyregistry.MustRegister(openViews, heldObjects, viewObjects, events, opens, settles, heldTooLong, withheld, progressRequests)
 		for _, t := range []watch.EventType{watch.Added, watch.Modified, watch.Deleted, v1alpha1.NodeViewEntered, v1alpha1.NodeViewLeft} {
 			eventCounters[t] = events.WithLabelValues(string(t))
 		}

@@ -82,3 +82,14 @@ type Position = v1alpha1.NodeViewPosition
 func ParsePosition(s string) (Position, error) { return v1alpha1.ParseNodeViewPosition(s) }
 
 func typeIndex(resource string) int { return v1alpha1.NodeViewTypeIndex(resource) }
+
+// covers reports whether p has taken in every store up to the versions
+// at: the stores' versions when a progress request came.
+func covers(p Position, at [numTypes]uint64) bool {
+	for i := range p.At {
+		if p.At[i] < at[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -142,6 +142,9 @@ type view struct {
 	marked Position
 	dead   bool
 	joined bool
+	// progress are the client's progress requests not yet answered,
+	// oldest first (progress_requests.go).
+	progress []progressAsk
 }
 
 type volume struct {
@@ -239,7 +242,7 @@ func (v *view) sendAll(st *state, pos Position) {
 			})
 		}
 	}
-	v.sink.Initial(watch.Bookmark, bookmarkObject(pos, true))
+	v.sink.Initial(watch.Bookmark, bookmarkObject(pos, true, ""))
 	v.sent, v.marked = 0, pos
 }
 
@@ -578,14 +581,19 @@ func identityObject(s *cache.Store, ref graph.ObjectRef, rv uint64) []byte {
 }
 
 // bookmarkObject is a view's BOOKMARK: its position, a resume point, with
-// the annotation that ends the initial state when initialEnd is set.
-func bookmarkObject(pos Position, initialEnd bool) []byte {
+// the annotation that ends the initial state when initialEnd is set, and
+// the one that answers a progress request when progressToken is not "".
+func bookmarkObject(pos Position, initialEnd bool, progressToken string) []byte {
 	m := metav1.PartialObjectMetadata{
 		TypeMeta:   metav1.TypeMeta{Kind: v1alpha1.NodeViewKind, APIVersion: v1alpha1.SchemeGroupVersion.String()},
 		ObjectMeta: metav1.ObjectMeta{ResourceVersion: pos.String()},
 	}
 	if initialEnd {
 		m.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
+	} else if progressToken != "" {
+		// Never both: the initial state's bookmark is sent as the view
+		// joins, and a request pending then gets a bookmark of its own.
+		m.Annotations = map[string]string{v1alpha1.NodeViewProgressAnnotation: progressToken}
 	}
 	b, _ := json.Marshal(&m)
 	return b

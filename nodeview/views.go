@@ -52,8 +52,34 @@ type Views struct {
 	// gone holds views closed since the last step. A view closes on
 	// whatever goroutine closed its channel, the stepping one inside a
 	// send among them, so it must not take mu.
-	goneMu sync.Mutex
-	gone   []*view
+	gone inbox[*view]
+	// asked holds the progress requests since the last step, in the
+	// order they came (requestProgress): the connection's reader hands
+	// them over, and must not wait for a step to do it.
+	asked inbox[askedProgress]
+}
+
+// inbox hands values to the stepping goroutine from any other, under a
+// lock of its own held for an append or a swap: whoever puts never waits
+// for a step, and a step never waits for more than a swap.
+type inbox[T any] struct {
+	mu    sync.Mutex
+	items []T // guarded by mu
+}
+
+func (b *inbox[T]) put(x T) {
+	b.mu.Lock()
+	b.items = append(b.items, x)
+	b.mu.Unlock()
+}
+
+// take returns what was put since the last take, in order.
+func (b *inbox[T]) take() []T {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	items := b.items
+	b.items = nil
+	return items
 }
 
 type joinRequest struct {
@@ -134,21 +160,21 @@ func (m *Views) join(v *view, from Position, resume bool) {
 
 // remove is called when v's channel closes, on any goroutine.
 func (m *Views) remove(v *view) {
-	m.goneMu.Lock()
-	m.gone = append(m.gone, v)
-	m.goneMu.Unlock()
+	m.gone.put(v)
 	m.poke()
 }
 
 // Step takes in every change the stores have published since the last
 // step, type by type in types order, then joins the views waiting to,
-// then sends a bookmark to every view it sent something: the events
+// then sends a bookmark to every view it sent something and to every
+// view whose position now answers a progress request: the events
 // between two bookmarks are one batch, the change of the view from one
 // position to the next.
 func (m *Views) Step() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sweepLocked()
+	m.takeAskedLocked()
 	if !m.started {
 		m.startLocked()
 	}
@@ -413,30 +439,41 @@ func (m *Views) unwant(v *view, ref graph.ObjectRef) {
 }
 
 // markLocked sends the position to the views that were sent something
-// in this step, or, with all, to every view whose last bookmark is older.
+// in this step or whose position answers a progress request, or, with
+// all, to every view whose last bookmark is older. A bookmark that
+// answers carries the token; it closes the batch like any other, so the
+// events before it are the change up to the position it names.
 func (m *Views) markLocked(all bool) {
 	var obj []byte // one for every view: the position is the hub's
 	for v := range m.all {
-		if v.dead || v.sent == 0 && (!all || v.marked == m.pos) {
+		if v.dead {
 			continue
 		}
-		if obj == nil {
-			obj = bookmarkObject(m.pos, false)
+		token, answers := v.answerable(m.pos)
+		if v.sent == 0 && answers == 0 && (!all || v.marked == m.pos) {
+			continue
 		}
-		if !v.sink.Send(watch.Bookmark, obj) {
+		b := obj
+		switch {
+		case answers > 0:
+			b = bookmarkObject(m.pos, false, token)
+		case obj == nil:
+			obj = bookmarkObject(m.pos, false, "")
+			b = obj
+		}
+		if !v.sink.Send(watch.Bookmark, b) {
 			v.dead = true
 			continue
 		}
 		v.sent, v.marked = 0, m.pos
+		if answers > 0 {
+			v.answered(answers)
+		}
 	}
 }
 
 func (m *Views) sweepLocked() {
-	m.goneMu.Lock()
-	gone := m.gone
-	m.gone = nil
-	m.goneMu.Unlock()
-	for _, v := range gone {
+	for _, v := range m.gone.take() {
 		m.dropLocked(v)
 	}
 }
@@ -444,6 +481,7 @@ func (m *Views) sweepLocked() {
 // dropLocked takes v out of every index.
 func (m *Views) dropLocked(v *view) {
 	v.dead = true
+	v.abandonProgress()
 	if !v.joined {
 		return
 	}

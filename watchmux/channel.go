@@ -43,6 +43,22 @@ type Sink interface {
 	Protobuf() bool
 }
 
+// ProgressSink is a Sink whose client may ask it for progress (a
+// v1alpha1.ProgressRequest); every channel of a Server is one. A stream
+// that can answer, with a bookmark of a position at or past what its
+// source held when the request came, calls OnProgress from Open; the
+// channels of the others refuse progress requests (400), so a client
+// never waits for an answer that cannot come.
+type ProgressSink interface {
+	Sink
+	// OnProgress registers f to take the channel's progress requests,
+	// in the order they came, each with its token. f runs on the
+	// connection's reader, after the request's response is queued, so
+	// it must not block: it records the request, and the stream answers
+	// it later, with an event that then follows the response.
+	OnProgress(f func(token string))
+}
+
 // channel is one watch on a connection.
 type channel struct {
 	id   int64
@@ -63,12 +79,15 @@ type channel struct {
 	announced   bool
 	closeStatus *metav1.Status
 	onClose     []func()
+	// progress takes the client's progress requests (OnProgress); nil
+	// if the stream does not.
+	progress func(token string)
 	// room, if a stream waits in WaitRoom, is closed when the writer takes
 	// one of this channel's events.
 	room chan struct{}
 }
 
-var _ Sink = (*channel)(nil)
+var _ ProgressSink = (*channel)(nil)
 
 func (c *channel) Send(t watch.EventType, object []byte) bool {
 	return c.conn.enqueue(c, t, object, true)
@@ -119,6 +138,12 @@ func (c *channel) OnClose(f func()) {
 	}
 	c.conn.mu.Unlock()
 	f()
+}
+
+func (c *channel) OnProgress(f func(token string)) {
+	c.conn.mu.Lock()
+	c.progress = f
+	c.conn.mu.Unlock()
 }
 
 func (c *channel) Close(status *metav1.Status) {

@@ -61,7 +61,7 @@ type Client struct {
 	mu       sync.Mutex
 	nextID   int64                 // guarded by mu
 	pending  map[int64]chan result // guarded by mu
-	watches  map[int64]bool        // guarded by mu: pending requests that are watches
+	kinds    map[int64]requestKind // guarded by mu: what each pending request asks
 	channels map[int64]*Channel    // guarded by mu
 	err      error                 // guarded by mu: why the connection ended
 	done     chan struct{}
@@ -85,6 +85,26 @@ func (c *Client) extendDeadline() {
 	if c.idleTimeout > 0 {
 		_ = c.ws.SetReadDeadline(time.Now().Add(c.idleTimeout))
 	}
+}
+
+// requestKind is what a request asks, which says what its response does
+// to the client's channels.
+type requestKind int
+
+const (
+	watchRequest    requestKind = iota // opens a channel
+	closeRequest                       // closes one
+	progressRequest                    // changes none
+)
+
+func kindOf(req v1alpha1.WatchRequest) requestKind {
+	switch {
+	case req.Watch != nil:
+		return watchRequest
+	case req.Progress != nil:
+		return progressRequest
+	}
+	return closeRequest
 }
 
 type result struct {
@@ -170,7 +190,7 @@ func Dial(ctx context.Context, cfg *rest.Config, opts ...DialOption) (*Client, e
 		return nil, fmt.Errorf("bulk watch upgrade at %s: %w", u, err)
 	}
 	c := &Client{
-		ws: ws, pending: map[int64]chan result{}, watches: map[int64]bool{},
+		ws: ws, pending: map[int64]chan result{}, kinds: map[int64]requestKind{},
 		channels: map[int64]*Channel{}, done: make(chan struct{}), idleTimeout: o.idleTimeout,
 		protobuf: ws.Subprotocol() == v1alpha1.WatchSubprotocolProtobuf,
 	}
@@ -245,6 +265,20 @@ func (c *Client) CloseWatch(ctx context.Context, ch *Channel) error {
 	return err
 }
 
+// RequestProgress asks channel channelID for a bookmark that answers
+// token (v1alpha1.ProgressRequest) and waits for the server's response:
+// nil once the request is accepted, an *apierrors.StatusError when it is
+// refused (404: no such channel on the connection; 400: a channel that
+// does not take progress requests, or a token that is empty or over
+// v1alpha1.MaxProgressTokenLength bytes). The answer itself comes later,
+// among the channel's Events: a BOOKMARK annotated
+// v1alpha1.NodeViewProgressAnnotation with token, or with a later token
+// of the same channel, which answers this one too.
+func (c *Client) RequestProgress(ctx context.Context, channelID int64, token string) error {
+	_, err := c.request(ctx, v1alpha1.WatchRequest{Progress: &v1alpha1.ProgressRequest{Channel: channelID, Token: token}})
+	return err
+}
+
 // Close closes the connection with a normal close frame.
 func (c *Client) Close() error {
 	c.writeMu.Lock()
@@ -282,7 +316,7 @@ func (c *Client) request(ctx context.Context, req v1alpha1.WatchRequest) (result
 	c.nextID++
 	req.ID = c.nextID
 	c.pending[req.ID] = answer
-	c.watches[req.ID] = req.Watch != nil
+	c.kinds[req.ID] = kindOf(req)
 	c.mu.Unlock()
 	raw, err := json.Marshal(req)
 	if err != nil {
@@ -300,7 +334,7 @@ func (c *Client) request(ctx context.Context, req v1alpha1.WatchRequest) (result
 	case <-ctx.Done():
 		c.mu.Lock()
 		delete(c.pending, req.ID)
-		delete(c.watches, req.ID)
+		delete(c.kinds, req.ID)
 		c.mu.Unlock()
 		return result{}, ctx.Err()
 	}
@@ -362,14 +396,18 @@ func (c *Client) answer(r *v1alpha1.WatchResponse) {
 	if !ok {
 		return // the caller gave up waiting, or a refusal of a message with no id
 	}
-	isWatch := c.watches[r.RequestID]
+	kind := c.kinds[r.RequestID]
 	delete(c.pending, r.RequestID)
-	delete(c.watches, r.RequestID)
+	delete(c.kinds, r.RequestID)
 	if r.Error != nil {
 		p <- result{err: &apierrors.StatusError{ErrStatus: *r.Error}}
 		return
 	}
-	if !isWatch {
+	switch kind {
+	case progressRequest:
+		p <- result{}
+		return
+	case closeRequest:
 		if ch, ok := c.channels[r.Channel]; ok {
 			close(ch.events)
 			delete(c.channels, r.Channel)

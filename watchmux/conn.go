@@ -19,7 +19,8 @@ import (
 
 // conn serves one websocket. Three kinds of goroutine touch it:
 //
-//   - the reader (serve): decodes requests, opens and closes channels;
+//   - the reader (serve): decodes requests, opens and closes channels,
+//     hands progress requests to their streams;
 //   - the writer (writeLoop): the only one that writes data frames,
 //     draining the queue in order, pinging when idle;
 //   - streams, one per channel, which only enqueue (Sink.Send) and never
@@ -151,8 +152,10 @@ func (c *conn) readLoop() {
 				continue
 			}
 			c.open(req.ID, &req.Watch.Selector, protobuf)
-		} else {
+		} else if req.CloseWatch != nil {
 			c.closeWatch(req.ID, req.CloseWatch.Channel)
+		} else {
+			c.requestProgress(req.ID, req.Progress)
 		}
 	}
 }
@@ -245,15 +248,49 @@ func (c *conn) closeWatch(requestID, id int64) {
 	ch, ok := c.channels[id]
 	c.mu.Unlock()
 	if !ok {
-		c.respond(v1alpha1.WatchResponse{RequestID: requestID, Error: &metav1.Status{
-			Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
-			Message: "channel " + strconv.FormatInt(id, 10) + " is not open on this connection",
-		}})
+		c.respond(v1alpha1.WatchResponse{RequestID: requestID, Error: notOpen(id)})
 		return
 	}
 	c.closeChannel(ch, nil)
 	c.metrics.requests.WithLabelValues("closed").Inc()
 	c.respond(v1alpha1.WatchResponse{RequestID: requestID, Channel: id})
+}
+
+// requestProgress hands a progress request to its channel's stream. The
+// response is queued first, then the stream is told: the bookmark that
+// answers, which the stream queues later, follows the response, as a
+// channel's events follow its own response. A channel whose stream does
+// not take progress requests refuses it: the client would otherwise
+// wait for a bookmark that never comes.
+func (c *conn) requestProgress(requestID int64, p *v1alpha1.ProgressRequest) {
+	c.mu.Lock()
+	ch, ok := c.channels[p.Channel]
+	var take func(string)
+	if ok {
+		take = ch.progress
+	}
+	c.mu.Unlock()
+	switch {
+	case !ok:
+		c.metrics.requests.WithLabelValues("progress_refused").Inc()
+		c.respond(v1alpha1.WatchResponse{RequestID: requestID, Error: notOpen(p.Channel)})
+		return
+	case take == nil:
+		c.metrics.requests.WithLabelValues("progress_refused").Inc()
+		c.respond(v1alpha1.WatchResponse{RequestID: requestID, Error: badRequest(
+			"channel " + strconv.FormatInt(p.Channel, 10) + " does not take progress requests: only a node view does")})
+		return
+	}
+	c.metrics.requests.WithLabelValues("progress").Inc()
+	c.respond(v1alpha1.WatchResponse{RequestID: requestID, Channel: p.Channel})
+	take(p.Token)
+}
+
+func notOpen(id int64) *metav1.Status {
+	return &metav1.Status{
+		Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
+		Message: "channel " + strconv.FormatInt(id, 10) + " is not open on this connection",
+	}
 }
 
 // closeChannel closes ch, with a final ERROR carrying status unless status

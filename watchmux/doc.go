@@ -11,8 +11,11 @@
 //	{"id":1,"watch":{"selector":{...}}}  -->
 //	                                     <-- {"response":{"requestID":1,"channel":7}}
 //	                                     <-- {"channel":7,"type":"ADDED","object":{...}}
-//	{"id":2,"closeWatch":{"channel":7}}  -->
+//	{"id":2,"progress":{"channel":7,"token":"t1"}}  -->   (a channel whose stream takes them: a node view)
 //	                                     <-- {"response":{"requestID":2,"channel":7}}
+//	                                     <-- {"channel":7,"type":"BOOKMARK","object":{...,"annotations":{"bulk.k8s.io/progress":"t1"}}}
+//	{"id":3,"closeWatch":{"channel":7}}  -->
+//	                                     <-- {"response":{"requestID":3,"channel":7}}
 //
 // A refused request gets {"response":{"requestID":N,"error":<Status>}}; an
 // ERROR event carries a Status and is the last message of its channel.

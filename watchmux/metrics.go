@@ -18,7 +18,8 @@ var (
 	})
 	requestsTotal = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "watchmux", Name: "requests_total",
-		Help:           "Client requests, by result: opened, closed, refused, invalid, too_many_channels, too_many_pending.",
+		Help: "Client requests, by result: opened, closed, refused, invalid, too_many_channels, too_many_pending, " +
+			"progress (a progress request handed to its channel), progress_refused (its channel not open, or not one that takes them).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
 	closedTotal = metrics.NewCounterVec(&metrics.CounterOpts{

@@ -34,6 +34,8 @@ import (
 //	hold        Open waits until release is closed
 //	slow        Open counts itself in entered, then waits until release
 //	            is closed, as an open waiting on a SubjectAccessReview
+//	progress    the initial state's bookmark, then a BOOKMARK answering
+//	            each progress request, annotated with its token
 type testHandler struct {
 	release chan struct{}
 	entered atomic.Int64
@@ -76,6 +78,15 @@ func (h *testHandler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink
 		return func() {
 			for sink.Send(watch.Modified, object) {
 			}
+		}, nil
+	case name == "progress":
+		n := 0 // the requests come one at a time, on the reader
+		sink.(ProgressSink).OnProgress(func(token string) {
+			n++
+			sink.Send(watch.Bookmark, fmt.Appendf(nil, `{"metadata":{"resourceVersion":"p%d","annotations":{%q:%q}}}`, n, v1alpha1.NodeViewProgressAnnotation, token))
+		})
+		return func() {
+			sink.Initial(watch.Bookmark, fmt.Appendf(nil, `{"metadata":{"resourceVersion":"p0","annotations":{%q:"true"}}}`, metav1.InitialEventsAnnotationKey))
 		}, nil
 	case name == "revoke":
 		return func() {
@@ -333,10 +344,11 @@ func TestBadInput(t *testing.T) {
 	}{
 		{"not JSON", `{"id":`, 0, "not a request"},
 		{"unknown field", `{"id":4,"watch":{"selector":{}},"extra":1}`, 4, "unknown field"},
-		{"both", `{"id":5,"watch":{"selector":{}},"closeWatch":{"channel":1}}`, 5, "not both"},
-		{"neither", `{"id":6}`, 6, "watch or closeWatch"},
+		{"both", `{"id":5,"watch":{"selector":{}},"closeWatch":{"channel":1}}`, 5, "not several"},
+		{"neither", `{"id":6}`, 6, "one of watch, closeWatch and progress"},
 		{"two requests in one message", `{"id":7,"closeWatch":{"channel":1}} {"id":8}`, 7, "one JSON request per message"},
 		{"someone else's channel", `{"id":9,"closeWatch":{"channel":12345}}`, 9, "not open on this connection"},
+		{"progress of someone else's channel", `{"id":10,"progress":{"channel":12345,"token":"t"}}`, 10, "not open on this connection"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			send(t, ws, tc.msg)

@@ -14,8 +14,10 @@ import (
 )
 
 // decodeRequest reads one client message strictly: known fields only, one
-// JSON object, exactly one of watch and closeWatch. On error the request
-// still carries the id if one could be read, so the refusal can name it.
+// JSON object, exactly one of watch, closeWatch and progress, a progress
+// token of 1 to v1alpha1.MaxProgressTokenLength bytes. On error the
+// request still carries the id if one could be read, so the refusal can
+// name it.
 func decodeRequest(data []byte) (v1alpha1.WatchRequest, *metav1.Status) {
 	var req v1alpha1.WatchRequest
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -30,13 +32,31 @@ func decodeRequest(data []byte) (v1alpha1.WatchRequest, *metav1.Status) {
 	if _, err := dec.Token(); err != io.EOF {
 		return req, badRequest("one JSON request per message: data after the request")
 	}
-	switch {
-	case req.Watch != nil && req.CloseWatch != nil:
-		return req, badRequest("a request has either watch or closeWatch, not both")
-	case req.Watch == nil && req.CloseWatch == nil:
-		return req, badRequest("a request has watch or closeWatch")
+	switch kinds(req) {
+	case 1:
+	case 0:
+		return req, badRequest("a request has one of watch, closeWatch and progress")
+	default:
+		return req, badRequest("a request has one of watch, closeWatch and progress, not several")
+	}
+	if p := req.Progress; p != nil {
+		if n := len(p.Token); n == 0 || n > v1alpha1.MaxProgressTokenLength {
+			return req, badRequest(fmt.Sprintf("progress: the token is %d bytes; it must be 1 to %d", n, v1alpha1.MaxProgressTokenLength))
+		}
 	}
 	return req, nil
+}
+
+// kinds counts what req asks for: one of watch, closeWatch and progress
+// in a valid request.
+func kinds(req v1alpha1.WatchRequest) int {
+	n := 0
+	for _, set := range []bool{req.Watch != nil, req.CloseWatch != nil, req.Progress != nil} {
+		if set {
+			n++
+		}
+	}
+	return n
 }
 
 // contentType reads a Watch's ContentType: whether the channel's objects

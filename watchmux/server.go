@@ -25,7 +25,8 @@ type Handler interface {
 	// connection starts on its own goroutine once the response is queued,
 	// typically to send the initial state and hand the channel to whatever
 	// feeds it. Open may call sink.OnClose and sink.Close (a channel closed
-	// before it is announced gets its response, then its ERROR), not
+	// before it is announced gets its response, then its ERROR), and
+	// OnProgress if sink is a ProgressSink (it is on a Server), not
 	// Send or Initial.
 	Open(ctx context.Context, sel *v1alpha1.GetOperation, sink Sink) (run func(), refused *metav1.Status)
 }

@@ -266,6 +266,13 @@ func (s *Session) setConn(c *Client) {
 	s.changed = make(chan struct{})
 }
 
+// current is the session's connection; nil while redialing.
+func (s *Session) current() *Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conn
+}
+
 // connOtherThan waits for a live connection other than old (nil: any),
 // until ctx or the session ends, or stop closes.
 func (s *Session) connOtherThan(ctx context.Context, old *Client, stop <-chan struct{}) (*Client, error) {

@@ -20,6 +20,11 @@ import (
 
 var errChannelClosed = errors.New("channel closed by its consumer")
 
+// ErrNotConnected is SessionChannel.RequestProgress's error when the
+// channel has no live connection to send the request on: the session is
+// redialing, or the channel is being reopened.
+var ErrNotConnected = errors.New("the channel has no live connection")
+
 // refusedRetry is the pause before asking again after a 429 (the
 // connection's opens in flight at the server's bound): long enough for a
 // few of them to be answered.
@@ -141,6 +146,29 @@ func (sc *SessionChannel) Close(ctx context.Context) error {
 	}
 	if err := c.CloseWatch(ctx, ch); err != nil && c.Err() == nil {
 		return err
+	}
+	return nil
+}
+
+// RequestProgress asks the channel, on its current connection, for a
+// bookmark that answers token (Client.RequestProgress), and waits for the
+// server's response. A channel between connections (the session
+// redialing, the channel being reopened) gets ErrNotConnected at once,
+// not a retry: the answer would come from another replica, whose cache
+// holds other changes than the one the caller meant, so the caller
+// decides (asks again once the channel is back, or reads elsewhere). A
+// refusal is an *apierrors.StatusError. The answer comes among Events:
+// on a batched channel (WatchBatches) as the bookmark that closes a
+// batch, like any other.
+func (sc *SessionChannel) RequestProgress(ctx context.Context, token string) error {
+	sc.mu.Lock()
+	ch, c := sc.cur, sc.conn
+	sc.mu.Unlock()
+	if c == nil || c != sc.s.current() || c.Err() != nil {
+		return fmt.Errorf("progress request on %s: %w", sc, ErrNotConnected)
+	}
+	if err := c.RequestProgress(ctx, ch.ID, token); err != nil {
+		return fmt.Errorf("progress request on %s: %w", sc, err)
 	}
 	return nil
 }
@@ -278,7 +306,10 @@ func (sc *SessionChannel) note(ev Event) bool {
 			return sc.wantInitialEnd
 		}
 		sc.rv = m.Metadata.ResourceVersion
-		return sc.wantBookmarks
+		// A bookmark that answers a progress request is the consumer's
+		// own: it asked for it.
+		_, answers := m.Metadata.Annotations[v1alpha1.NodeViewProgressAnnotation]
+		return sc.wantBookmarks || answers
 	}
 	if sc.initial {
 		// An object's version inside the initial state is no resume

@@ -19,6 +19,16 @@ var NodeViewResource = metav1.GroupVersionResource{Group: GroupName, Version: "v
 // metadata.resourceVersion is the view's position: the resume point.
 const NodeViewKind = "NodeView"
 
+// NodeViewProgressAnnotation marks a node view's BOOKMARK that answers a
+// progress request (ProgressRequest): its value is the request's token.
+// The bookmark's position is at or past everything the hub's cache held
+// when the request came, and the events before it are the change of the
+// view up to that position, as at any bookmark. When several requests of
+// a channel are pending, one bookmark answers them all, annotated with
+// the latest token: requests are answered in the order they came, so the
+// answer to a token answers every request the channel got before it.
+const NodeViewProgressAnnotation = "bulk.k8s.io/progress"
+
 // Event types of a node view besides ADDED, MODIFIED, DELETED and
 // BOOKMARK, for objects whose membership changed through other objects.
 const (
@@ -30,7 +40,3 @@ const (
 	// may not read its state any more.
 	NodeViewLeft watch.EventType = "LEFT"
 )
-
-// NodeViewProgressAnnotation is the annotation of a node view's BOOKMARK
-// that answers a progress request: its value is the request's token.
-const NodeViewProgressAnnotation = "bulk.k8s.io/progress"

@@ -12,6 +12,14 @@ import (
 // WatchSubprotocol, then one JSON object per text message. The client
 // sends WatchRequests; the server sends ServerMessages: a response to each
 // request, and the events of each channel the client opened.
+//
+// A request opens a channel (Watch), closes one (CloseWatch), or asks a
+// channel for a bookmark (Progress). Only a channel whose stream takes
+// progress requests (a node view) accepts Progress; its answer is the
+// response, then, on the channel, a BOOKMARK annotated with the request's
+// token whose position is at or past everything the server's cache held
+// when the request came (NodeViewProgressAnnotation). Other channels
+// refuse it with 400; a channel not open on the connection, with 404.
 
 // WatchSubprotocol is the websocket subprotocol of the bulk watch.
 const WatchSubprotocol = "bulk.k8s.io.v1alpha1+json"
@@ -31,7 +39,8 @@ const WatchSubprotocolProtobuf = "bulk.k8s.io.v1alpha1+json+protobuf"
 // Watch.ContentType other than JSON.
 const ContentTypeProtobuf = "application/vnd.kubernetes.protobuf"
 
-// WatchRequest is a client's message: exactly one of Watch and CloseWatch.
+// WatchRequest is a client's message: exactly one of Watch, CloseWatch
+// and Progress.
 //
 // +k8s:deepcopy-gen=false
 // +k8s:openapi-gen=false
@@ -42,6 +51,8 @@ type WatchRequest struct {
 	Watch *Watch `json:"watch,omitempty"`
 	// CloseWatch closes a channel the client opened.
 	CloseWatch *CloseWatch `json:"closeWatch,omitempty"`
+	// Progress asks a channel the client opened for a bookmark.
+	Progress *ProgressRequest `json:"progress,omitempty"`
 }
 
 // Watch asks for a channel of the events of the objects Selector selects,
@@ -65,6 +76,28 @@ type Watch struct {
 // +k8s:openapi-gen=false
 type CloseWatch struct {
 	Channel int64 `json:"channel"`
+}
+
+// MaxProgressTokenLength bounds a ProgressRequest's Token, in bytes: the
+// token comes back in an annotation of every bookmark that answers it,
+// and a client needs no more than a counter or a UUID (36 bytes) to
+// match an answer to its request.
+const MaxProgressTokenLength = 64
+
+// ProgressRequest asks Channel for a BOOKMARK that answers it: on a node
+// view, a bookmark annotated NodeViewProgressAnnotation: Token, whose
+// position is at or past everything the server's cache held when the
+// request came, sent after every change the view takes in up to there
+// (docs/api.md, "The node view", "Progress requests"). Token is the
+// client's, 1 to MaxProgressTokenLength bytes. The response to the
+// request comes before the bookmark; a request whose channel does not
+// take progress requests (a bulk watch channel) is refused with 400.
+//
+// +k8s:deepcopy-gen=false
+// +k8s:openapi-gen=false
+type ProgressRequest struct {
+	Channel int64  `json:"channel"`
+	Token   string `json:"token"`
 }
 
 // ServerMessage is a server's message: a Response, or an event of Channel.

@@ -45,6 +45,11 @@ func (in NodeViewType) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ProgressRequest) OpenAPIModelName() string {
+	return "io.k8s.bulk.v1alpha1.ProgressRequest"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ServerMessage) OpenAPIModelName() string {
 	return "io.k8s.bulk.v1alpha1.ServerMessage"
 }
