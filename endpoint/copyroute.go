@@ -2,6 +2,7 @@ package endpoint
 
 import (
 	"net/http"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -93,7 +94,7 @@ func copyRoute(req *http.Request, info *apirequest.RequestInfo, node string) (co
 	case "pods":
 		if info.Verb == "get" {
 			r.onlyOffline = true
-		} else if r.filter.NodeName != node || r.filter.Labels != nil {
+		} else if !selects(opts.FieldSelector, "spec.nodeName", node) || r.filter.Labels != nil {
 			return copyRead{}, false
 		}
 	case "nodes":
@@ -127,24 +128,30 @@ func filterOf(f *nodecopy.Filter, opts metav1.ListOptions, resource string) bool
 		return false
 	}
 	for _, req := range sel.Requirements() {
-		if req.Operator != selection.Equals && req.Operator != selection.DoubleEquals {
+		if !slices.Contains(nodecopy.SelectableFields(resource), req.Field) {
 			return false
 		}
+		equals := req.Operator == selection.Equals || req.Operator == selection.DoubleEquals
+		if !equals && req.Operator != selection.NotEquals {
+			return false
+		}
+		// A name or namespace it equals is where the copy looks.
 		var to *string
 		switch {
-		case req.Field == "metadata.name":
+		case equals && req.Field == "metadata.name":
 			to = &f.Name
-		case req.Field == "metadata.namespace":
+		case equals && req.Field == "metadata.namespace":
 			to = &f.Namespace
-		case req.Field == "spec.nodeName" && resource == "pods":
-			to = &f.NodeName
 		default:
-			return false
+			continue
 		}
 		if *to != "" && *to != req.Value || req.Value == "" {
 			return false
 		}
 		*to = req.Value
+	}
+	if !sel.Empty() {
+		f.Fields = sel
 	}
 	return true
 }

@@ -331,7 +331,7 @@ func (e *Endpoint) copyWatchable() bool {
 		return true
 	}
 	age, whole := e.view.age()
-	return whole && age < hubResumeTimeout
+	return whole && age < hubResumeTimeout || e.view.catchingUp()
 }
 
 // bookmarkOf is a BOOKMARK of r's type at rv, ending the initial events

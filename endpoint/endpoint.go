@@ -43,7 +43,8 @@ type Config struct {
 	// certificate, for 127.0.0.1 and localhost. Re-read when they change.
 	ServingCertFile, ServingKeyFile string
 	// OfflineMaxAge bounds how old a copy of the node's view the
-	// endpoint serves while neither the hub nor kube-apiserver answers.
+	// endpoint serves while neither the hub nor kube-apiserver answers:
+	// zero is DefaultOfflineMaxAge, negative never.
 	OfflineMaxAge time.Duration
 	// NodeViewDir is where the copy is persisted, so that a restarted
 	// endpoint or node starts from it; empty: not persisted.
@@ -89,6 +90,9 @@ func New(cfg Config) (*Endpoint, error) {
 	}
 	RegisterMetrics()
 	e := &Endpoint{node: cfg.NodeName, offlineMaxAge: cfg.OfflineMaxAge}
+	if e.offlineMaxAge == 0 {
+		e.offlineMaxAge = DefaultOfflineMaxAge
+	}
 	var err error
 	if e.upstream, err = newUpstream(cfg.APIServer, kubelet); err != nil {
 		return nil, fmt.Errorf("kube-apiserver at %s: %w", cfg.APIServer.Host, err)
@@ -121,7 +125,20 @@ func New(cfg Config) (*Endpoint, error) {
 			e.view.restore()
 		}
 		e.hub.onUp = func() {
-			e.upstream.returnToHub()
+			if e.view != nil {
+				// The kubelet's watches come back to the copy: once it
+				// has caught up, or they would land on hub channels.
+				caughtUp := e.view.connected()
+				go func() {
+					select {
+					case <-caughtUp:
+					case <-time.After(hubRequestTimeout):
+					}
+					e.upstream.returnToHub()
+				}()
+			} else {
+				e.upstream.returnToHub()
+			}
 			e.clients.forgetFailures()
 			e.clientUpstream.returnToHub()
 		}
@@ -158,10 +175,12 @@ func (e *Endpoint) serveKubelet(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		info = nil
 	}
-	if r, ok := copyRoute(req, info, e.node); ok && e.serveFromCopy(w, req, r) {
+	cr, toCopy := copyRoute(req, info, e.node)
+	if toCopy && e.serveFromCopy(w, req, cr) {
 		return
 	}
 	r, hubServed := hubRoute(req, info, e.node, kubelet)
+	r.toCopy = toCopy && e.view != nil
 	if hubServed && e.hub != nil && e.serveRead(w, req, r, e.hub) {
 		return
 	}

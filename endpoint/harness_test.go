@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,6 +94,9 @@ type nodeSpec struct {
 	// the kubelet's reads from hub channels, as the tests of that path
 	// need.
 	noView bool
+	// viewDir persists the copy of the node's view; empty: not
+	// persisted.
+	viewDir string
 }
 
 // startNodeWith is startNode as spec says.
@@ -121,6 +125,7 @@ func startNodeWith(t *testing.T, name string, spec nodeSpec) *node {
 		ServingCertFile: serving.CertPath,
 		ServingKeyFile:  serving.KeyPath,
 		NoNodeView:      spec.noView,
+		NodeViewDir:     spec.viewDir,
 	}
 	if spec.hub != "" {
 		cfg.Hub = asNode(spec.hub)
@@ -145,19 +150,22 @@ func startNodeWith(t *testing.T, name string, spec nodeSpec) *node {
 	done := make(chan error, 2)
 	go func() { done <- e.Run(ctx, ln) }()
 	go func() { done <- e.RunMetrics(ctx, mln) }()
+	var once sync.Once
 	n.stop = func() {
-		cancel()
-		for range 2 {
-			select {
-			case err := <-done:
-				if err != nil && !errors.Is(err, context.Canceled) {
-					t.Errorf("endpoint of %s: %v", name, err)
+		once.Do(func() {
+			cancel()
+			for range 2 {
+				select {
+				case err := <-done:
+					if err != nil && !errors.Is(err, context.Canceled) {
+						t.Errorf("endpoint of %s: %v", name, err)
+					}
+				case <-time.After(30 * time.Second):
+					t.Errorf("endpoint of %s did not stop within 30s", name)
+					return
 				}
-			case <-time.After(30 * time.Second):
-				t.Errorf("endpoint of %s did not stop within 30s", name)
-				return
 			}
-		}
+		})
 	}
 	t.Cleanup(n.stop)
 	servingCA, err := os.ReadFile(cp.ServingCA.CertPath)

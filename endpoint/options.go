@@ -37,6 +37,13 @@ func init() {
 // 10256), and free on a kubeadm node.
 const DefaultSecurePort = 10262
 
+// DefaultOfflineMaxAge is --offline-max-age's default (docs/operations.md,
+// "Offline"): the copy holds what the node could read when it went
+// offline, which its running pods already have; a day covers an outage,
+// an upgrade gone wrong or a partition over a night, and bounds how long
+// a node starts pods from a state nobody could have changed.
+const DefaultOfflineMaxAge = 24 * time.Hour
+
 // Options are the flags of `nodeproxy node`.
 type Options struct {
 	NodeName string
@@ -71,12 +78,7 @@ func NewOptions() *Options {
 		ClientCAFile: "/etc/kubernetes/pki/ca.crt",
 		Kubeconfig:   "/etc/kubernetes/kubelet-direct.conf",
 		HubURL:       "https://nodeproxy.nodeproxy.svc:443",
-		// docs/operations.md, "Offline": the copy holds what the node
-		// could read when it went offline, which its running pods
-		// already have; a day covers an outage, an upgrade gone wrong or
-		// a partition over a night, and bounds how long a node starts
-		// pods from a state nobody could have changed.
-		OfflineMaxAge: 24 * time.Hour,
+		OfflineMaxAge: DefaultOfflineMaxAge,
 		// tmpfs: docs/operations.md, "Secrets at rest on the node".
 		NodeView:    true,
 		NodeViewDir: "/run/nodeproxy/node-view",
@@ -121,7 +123,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&o.OfflineMaxAge, "offline-max-age", o.OfflineMaxAge,
 		"How long after the node lost both the hub and kube-apiserver the endpoint still answers the kubelet's reads from its copy of the node's view "+
 			"(the node's pods, their secrets and configmaps, its Node, the cluster's services), so that a kubelet restarted meanwhile starts its pods. "+
-			"Measured on the monotonic clock. Past it, reads fail as they would without the endpoint.")
+			"Measured on the monotonic clock. Past it, reads fail as they would without the endpoint. 0: never.")
 	fs.BoolVar(&o.NodeView, "node-view", o.NodeView,
 		"Keep a live copy of the node's view (everything the node may read, one hub channel) and serve the kubelet's reads from it. "+
 			"false: one hub channel or bulk get per kubelet read, and nothing served offline.")
@@ -212,7 +214,7 @@ func (o *Options) Config() (Config, string, error) {
 		return Config{}, "", fmt.Errorf("--kubeconfig %s has no client certificate: the endpoint must reach kube-apiserver as the kubelet", o.Kubeconfig)
 	}
 	cfg := Config{NodeName: o.NodeName, APIServer: upstream, ClientCAFile: o.ClientCAFile,
-		ServingCertFile: o.TLSCertFile, ServingKeyFile: o.TLSKey, OfflineMaxAge: o.OfflineMaxAge,
+		ServingCertFile: o.TLSCertFile, ServingKeyFile: o.TLSKey, OfflineMaxAge: offlineMaxAge(o.OfflineMaxAge),
 		NodeViewDir: o.NodeViewDir, NoNodeView: !o.NodeView}
 	if o.NodeViewKeyFile != "" {
 		if cfg.NodeViewKey, err = disk.ReadKeyFile(o.NodeViewKeyFile); err != nil {
@@ -236,6 +238,15 @@ func (o *Options) Config() (Config, string, error) {
 		}
 	}
 	return cfg, net.JoinHostPort(o.BindAddress, strconv.Itoa(o.SecurePort)), nil
+}
+
+// offlineMaxAge is the flag's value as Config takes it: 0, never, is
+// negative there.
+func offlineMaxAge(flag time.Duration) time.Duration {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }
 
 // ensureServingCert generates, once, a CA and a serving certificate for

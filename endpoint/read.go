@@ -114,6 +114,10 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route,
 	timeout := watchTimeout(r)
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	var caughtUp <-chan struct{} // nil: never
+	if r.toCopy {
+		caughtUp = e.view.caughtUpSignal()
+	}
 
 	w.Header().Set("Content-Type", mediaType)
 	w.Header().Set("Transfer-Encoding", "chunked")
@@ -124,6 +128,10 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route,
 		case <-req.Context().Done():
 			return true
 		case <-timer.C:
+			return true
+		case <-caughtUp:
+			// The kubelet watches again, from its last version, and
+			// the copy answers.
 			return true
 		case ev, ok := <-ch.Events:
 			if !ok {

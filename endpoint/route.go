@@ -24,6 +24,9 @@ type route struct {
 	// itself: the hub's channels do not time out.
 	timeout *int64
 	op      v1alpha1.GetOperation
+	// toCopy: a read the copy of the node's view answers when it can; a
+	// watch of it through the hub ends when the copy catches up.
+	toCopy bool
 }
 
 // requestInfo parses paths the way kube-apiserver does, so that the

@@ -49,6 +49,20 @@ type viewFollower struct {
 	// fresh: open the view without a position, its initial state
 	// replacing the copy (the hub could not resume it). Run's alone.
 	fresh bool
+	// upSince is when the hub connection last came up, zero once the
+	// copy has applied a batch since: the copy is catching up.
+	upSince time.Time // guarded by mu
+	// caughtUp is closed, and replaced, when the copy applies its first
+	// batch after the connection came up.
+	caughtUp chan struct{} // guarded by mu
+
+	// Progress requests (sync): tokens count up; one request is in
+	// flight at a time (sending), and the reads that arrive meanwhile
+	// share the next one (queued, 0 if none).
+	progressMu sync.Mutex
+	lastToken  uint64 // guarded by progressMu
+	sending    bool   // guarded by progressMu
+	queued     uint64 // guarded by progressMu
 }
 
 // viewRetry paces the opening of the view after a failure: a hub without
@@ -56,7 +70,34 @@ type viewFollower struct {
 var viewRetry = struct{ min, max time.Duration }{time.Second, 30 * time.Second}
 
 func newViewFollower(hub *Hub, node string) *viewFollower {
-	return &viewFollower{hub: hub, copy: nodecopy.New(node)}
+	return &viewFollower{hub: hub, copy: nodecopy.New(node), caughtUp: make(chan struct{})}
+}
+
+// connected is told that the hub connection is up again: the copy
+// catches up at its next batch (the view's resume, or its reopening,
+// ends with a bookmark). It returns a channel closed then.
+func (f *viewFollower) connected() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.upSince = time.Now()
+	return f.caughtUp
+}
+
+// catchingUp reports whether the copy is catching up on a connection
+// that came up less than hubRequestTimeout ago: its watches may wait for
+// it rather than end.
+func (f *viewFollower) catchingUp() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.upSince.IsZero() && time.Since(f.upSince) < hubRequestTimeout && f.hub.Connected()
+}
+
+// caughtUpSignal is a channel closed the next time the copy catches up
+// after the connection came up.
+func (f *viewFollower) caughtUpSignal() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.caughtUp
 }
 
 // run follows the view until ctx ends.
@@ -167,6 +208,11 @@ func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
 			viewBatches.Inc()
 			f.mu.Lock()
 			f.lost = time.Time{}
+			if !f.upSince.IsZero() {
+				f.upSince = time.Time{}
+				close(f.caughtUp)
+				f.caughtUp = make(chan struct{})
+			}
 			f.mu.Unlock()
 			batch = nodecopy.Batch{}
 		default:
@@ -241,7 +287,75 @@ const syncTimeout = 2 * time.Second
 // was when the request arrived. Concurrent calls share requests: a call
 // waits for the first request sent after it began.
 func (f *viewFollower) sync(ctx context.Context) error {
-	return errNoProgress
+	ctx, cancel := context.WithTimeout(ctx, syncTimeout)
+	defer cancel()
+	f.progressMu.Lock()
+	var token uint64
+	send := !f.sending
+	if send {
+		f.lastToken++
+		token, f.sending = f.lastToken, true
+	} else {
+		// The request in flight was sent before this call: it does not
+		// cover what the hub had at this call. The next one does.
+		if f.queued == 0 {
+			f.lastToken++
+			f.queued = f.lastToken
+		}
+		token = f.queued
+	}
+	f.progressMu.Unlock()
+	if send {
+		go f.sendProgress(token)
+	}
+	for {
+		changed := f.copy.Changed()
+		if f.copy.Progressed(token) {
+			syncs.WithLabelValues("ok").Inc()
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			syncs.WithLabelValues("timeout").Inc()
+			return errNoProgress
+		}
+	}
+}
+
+// sendProgress sends the progress request token, waits for its answer (or
+// syncTimeout), then sends the one queued meanwhile, if any: one request
+// in flight at a time, shared by every read that arrived before it was
+// sent.
+func (f *viewFollower) sendProgress(token uint64) {
+	for {
+		f.mu.Lock()
+		ch := f.channel
+		f.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), syncTimeout)
+		if ch != nil && ch.RequestProgress(ctx, strconv.FormatUint(token, 10)) == nil {
+			progressRequests.Inc()
+			for !f.copy.Progressed(token) && ctx.Err() == nil {
+				changed := f.copy.Changed()
+				if f.copy.Progressed(token) {
+					break
+				}
+				select {
+				case <-changed:
+				case <-ctx.Done():
+				}
+			}
+		}
+		cancel()
+		f.progressMu.Lock()
+		if f.queued == 0 {
+			f.sending = false
+			f.progressMu.Unlock()
+			return
+		}
+		token, f.queued = f.queued, 0
+		f.progressMu.Unlock()
+	}
 }
 
 // reach waits up to d for the copy to hold type i at rv or later.

@@ -41,6 +41,17 @@ var (
 		Help:           "Objects in the copy of the node's view.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	syncs = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_consistent_reads_total",
+		Help: "Consistent reads (resourceVersion \"\") of the copy while it follows the hub, by result: ok (answered once the copy held what the hub had when the read came), " +
+			"timeout (no answer to the progress request within 2 s: the read went to the hub or kube-apiserver).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	progressRequests = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "view_progress_requests_total",
+		Help:           "Progress requests sent on the node view's channel, each shared by the consistent reads that arrived before it was sent.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	offlineSince = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "offline_since_seconds",
 		Help:           "Unix time when the node went offline (neither the hub nor kube-apiserver reachable), 0 while it is not.",

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
@@ -78,7 +79,7 @@ func TestAppliedBatchesAreWhatListsRead(t *testing.T) {
 	if err != nil || rv != 20 || names(got) != "a@12 c@3" {
 		t.Fatalf("secrets: %q at %d (%v), want a@12 c@3 at 20", names(got), rv, err)
 	}
-	got, _, _ = c.List(pods, Filter{NodeName: "node-a"})
+	got, _, _ = c.List(pods, Filter{Fields: fields.OneTermEqualSelector("spec.nodeName", "node-a")})
 	if names(got) != "p@9 q@18" {
 		t.Fatalf("pods: %q", names(got))
 	}

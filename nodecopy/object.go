@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"k8s.io/apimachinery/pkg/fields"
+
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 )
 
@@ -17,6 +19,9 @@ type Object struct {
 	Labels map[string]string
 	// NodeName is a pod's spec.nodeName.
 	NodeName string
+	// ClusterIP and ServiceType are a service's spec.clusterIP and
+	// spec.type, which the kubelet and kube-proxy select on.
+	ClusterIP, ServiceType string
 	// Raw is the object as the hub sent it: JSON with apiVersion and
 	// kind.
 	Raw json.RawMessage
@@ -38,7 +43,9 @@ type head struct {
 		Labels          map[string]string `json:"labels"`
 	} `json:"metadata"`
 	Spec struct {
-		NodeName string `json:"nodeName"`
+		NodeName  string `json:"nodeName"`
+		ClusterIP string `json:"clusterIP"`
+		Type      string `json:"type"`
 	} `json:"spec"`
 }
 
@@ -66,6 +73,7 @@ func parseObject(raw json.RawMessage) (int, *Object, error) {
 	return i, &Object{
 		Namespace: h.Metadata.Namespace, Name: h.Metadata.Name, RV: rv,
 		Labels: h.Metadata.Labels, NodeName: h.Spec.NodeName, Raw: raw,
+		ClusterIP: h.Spec.ClusterIP, ServiceType: h.Spec.Type,
 	}, nil
 }
 
@@ -92,4 +100,29 @@ func TypeIndex(group, resource string) int {
 		return -1
 	}
 	return i
+}
+
+// SelectableFields are the fields a field selector may name for objects
+// of the view's resource, as kube-apiserver's field selectors of the type
+// have them; the copy evaluates no other.
+func SelectableFields(resource string) []string {
+	switch resource {
+	case "pods":
+		return []string{"metadata.name", "metadata.namespace", "spec.nodeName"}
+	case "services":
+		return []string{"metadata.name", "metadata.namespace", "spec.clusterIP", "spec.type"}
+	}
+	return []string{"metadata.name", "metadata.namespace"}
+}
+
+// fieldSet is o's selectable fields.
+func (o *Object) fieldSet() fields.Set {
+	s := fields.Set{"metadata.name": o.Name, "metadata.namespace": o.Namespace}
+	if o.NodeName != "" {
+		s["spec.nodeName"] = o.NodeName
+	}
+	if o.ClusterIP != "" || o.ServiceType != "" {
+		s["spec.clusterIP"], s["spec.type"] = o.ClusterIP, o.ServiceType
+	}
+	return s
 }

@@ -6,26 +6,27 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 )
 
-// Filter selects objects of one type, as a list or watch request does.
-// The copy evaluates what the kubelet asks of it: a namespace, a name
-// (metadata.name=), a pod's node (spec.nodeName=) and labels.
+// Filter selects objects of one type, as a list or watch request does:
+// a namespace, a name (metadata.name=, which the copy looks up), and the
+// request's selectors of fields (SelectableFields) and labels.
 type Filter struct {
 	Namespace string
 	Name      string // "" for any
-	NodeName  string // pods only; "" for any
+	Fields    fields.Selector
 	Labels    labels.Selector
 }
 
 func (f Filter) matches(o *Object) bool {
 	return (f.Namespace == "" || o.Namespace == f.Namespace) &&
 		(f.Name == "" || o.Name == f.Name) &&
-		(f.NodeName == "" || o.NodeName == f.NodeName) &&
+		(f.Fields == nil || f.Fields.Empty() || f.Fields.Matches(o.fieldSet())) &&
 		(f.Labels == nil || f.Labels.Empty() || f.Labels.Matches(labels.Set(o.Labels)))
 }
 

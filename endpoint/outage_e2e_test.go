@@ -1,0 +1,179 @@
+package endpoint_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
+)
+
+// TestHollowKubeletsThroughAnOutage runs real kubelet code behind node
+// endpoints that keep a copy of their node's view, and cuts the nodes off
+// kube-apiserver and the hub. Meanwhile one kubelet restarts (a fresh
+// root directory: its volumes are written again), and another node
+// reboots (its endpoint restarts too, from the copy persisted on disk).
+// Both get their pods Running with their files while the control plane is
+// still out of reach. A secret changed during the outage reaches every
+// pod's files after it, and each node's copy is kube-apiserver's again.
+func TestHollowKubeletsThroughAnOutage(t *testing.T) {
+	ctx := context.Background()
+	tools, err := controlplane.EnsureTools(ctx, os.Stderr, "kubemark")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := startHub(t)
+	o := newOutage(t, hub.URL)
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	ns := fmt.Sprintf("outage-%d", runs.Add(1))
+	if err := cp.EnsureNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "creds"}, StringData: map[string]string{"password": "first"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"mode": "a"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// node is one hollow node: its endpoint, persisting its copy in
+	// viewDir, and its kubelet.
+	type hollowNode struct {
+		name, viewDir, dir string
+		kp                 *controlplane.KeyPair
+		endpoint           *node
+		kubelet            *controlplane.HollowKubelet
+		pod                *corev1.Pod
+	}
+	startEndpoint := func(n *hollowNode) {
+		n.endpoint = startNodeWith(t, n.name, nodeSpec{
+			apiServer: "https://" + o.api.Addr(), hub: "https://" + o.hub.Addr(), kubelet: n.kp, viewDir: n.viewDir})
+	}
+	startKubelet := func(n *hollowNode) {
+		kubeconfig := filepath.Join(n.dir, "kubeconfig")
+		if err := controlplane.WriteKubeconfig(n.endpoint.kubelet, kubeconfig); err != nil {
+			t.Fatal(err)
+		}
+		h, err := controlplane.StartHollowKubelet(ctx, tools["kubemark"], controlplane.HollowKubeletOptions{Name: n.name, Kubeconfig: kubeconfig, Dir: n.dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.kubelet = h
+		t.Cleanup(h.Stop)
+	}
+	runsWithFiles := func(n *hollowNode, password string, viaKubelet bool) {
+		t.Helper()
+		testserver.Eventually(t, 2*time.Minute, n.pod.Name+" Running on "+n.name, func(ctx context.Context) error {
+			if viaKubelet {
+				return n.kubelet.Runs(ctx, n.pod.UID)
+			}
+			p, err := admin.CoreV1().Pods(ns).Get(ctx, n.pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("phase %s", p.Status.Phase)
+			}
+			return nil
+		})
+		eventuallyFile(t, n.kubelet.SecretVolumeFile(n.pod.UID, "creds", "password"), password)
+		eventuallyFile(t, n.kubelet.ConfigMapVolumeFile(n.pod.UID, "settings", "mode"), "a")
+	}
+
+	var nodes []*hollowNode
+	for i := range 2 {
+		n := &hollowNode{name: fmt.Sprintf("outage-%s-%d", ns, i), dir: t.TempDir()}
+		n.viewDir = filepath.Join(n.dir, "node-view")
+		if n.kp, err = cp.ClientCA.ClientCert("system:node:"+n.name, []string{"system:nodes"}, "", ""); err != nil {
+			t.Fatal(err)
+		}
+		startEndpoint(n)
+		startKubelet(n)
+		t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{}) })
+		if err := n.kubelet.WaitNodeReady(ctx, admin); err != nil {
+			t.Fatal(err)
+		}
+		if n.pod, err = admin.CoreV1().Pods(ns).Create(ctx, podUsingCreds(fmt.Sprintf("app-%d", i), n.name), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	for _, n := range nodes {
+		runsWithFiles(n, "first", false)
+		testserver.Eventually(t, 30*time.Second, "the copy persisted on "+n.name, func(context.Context) error {
+			_, err := os.Stat(filepath.Join(n.viewDir, "copy"))
+			return err
+		})
+	}
+
+	o.begin()
+	for _, n := range nodes {
+		testserver.Eventually(t, time.Minute, n.name+" offline", func(context.Context) error {
+			if code, body := get(t, n.endpoint.metrics+"/readyz", ""); code != 200 || !strings.Contains(body, "offline") {
+				return fmt.Errorf("/readyz %d %q", code, body)
+			}
+			return nil
+		})
+	}
+	// A kubelet restart: the process and its root directory.
+	restarted := nodes[0]
+	restarted.kubelet.Stop()
+	startKubelet(restarted)
+	// A reboot: the endpoint too, which starts from the persisted copy.
+	rebooted := nodes[1]
+	rebooted.kubelet.Stop()
+	rebooted.endpoint.stop()
+	startEndpoint(rebooted)
+	startKubelet(rebooted)
+	for _, n := range []*hollowNode{restarted, rebooted} {
+		runsWithFiles(n, "first", true)
+	}
+	secret, err := admin.CoreV1().Secrets(ns).Get(ctx, "creds", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret.StringData = map[string]string{"password": "changed during the outage"}
+	if _, err := admin.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	o.end()
+	for _, n := range nodes {
+		runsWithFiles(n, "changed during the outage", false)
+	}
+	// Each copy is kube-apiserver's: a consistent read through the
+	// endpoint, answered from the copy, has kube-apiserver's version.
+	want, err := admin.CoreV1().Secrets(ns).Get(ctx, "creds", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		asNode := kubernetes.NewForConfigOrDie(n.endpoint.kubelet)
+		testserver.Eventually(t, 30*time.Second, n.name+"'s copy current", func(ctx context.Context) error {
+			got, err := asNode.CoreV1().Secrets(ns).Get(ctx, "creds", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if got.ResourceVersion != want.ResourceVersion {
+				return fmt.Errorf("resourceVersion %s, kube-apiserver's %s", got.ResourceVersion, want.ResourceVersion)
+			}
+			return nil
+		})
+		if got := metric(t, n.endpoint, `nodeproxy_node_copy_reads_total{mode="offline"}`); got == "0" {
+			t.Errorf("%s: no read served offline", n.name)
+		}
+	}
+}
