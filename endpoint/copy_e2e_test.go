@@ -31,7 +31,7 @@ func hostPort(t *testing.T, u string) string {
 // outage puts forwarders in front of kube-apiserver and the hub for one
 // node, so that a test can take both away from it and give them back.
 type outage struct {
-	api, hub                *forwarder.Forwarder
+	api, hub               *forwarder.Forwarder
 	apiBackend, hubBackend string
 }
 

@@ -72,17 +72,17 @@ type Options struct {
 // NewOptions returns the defaults, those of a kubeadm node.
 func NewOptions() *Options {
 	return &Options{
-		BindAddress:  "127.0.0.1",
-		SecurePort:   DefaultSecurePort,
-		CertDir:      "/var/lib/nodeproxy/pki",
-		ClientCAFile: "/etc/kubernetes/pki/ca.crt",
-		Kubeconfig:   "/etc/kubernetes/kubelet-direct.conf",
-		HubURL:       "https://nodeproxy.nodeproxy.svc:443",
+		BindAddress:   "127.0.0.1",
+		SecurePort:    DefaultSecurePort,
+		CertDir:       "/var/lib/nodeproxy/pki",
+		ClientCAFile:  "/etc/kubernetes/pki/ca.crt",
+		Kubeconfig:    "/etc/kubernetes/kubelet-direct.conf",
+		HubURL:        "https://nodeproxy.nodeproxy.svc:443",
 		OfflineMaxAge: DefaultOfflineMaxAge,
 		// tmpfs: docs/operations.md, "Secrets at rest on the node".
 		NodeView:    true,
 		NodeViewDir: "/run/nodeproxy/node-view",
-		Logs:         logsapi.NewLoggingConfiguration(),
+		Logs:        logsapi.NewLoggingConfiguration(),
 	}
 }
 

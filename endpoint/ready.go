@@ -32,13 +32,13 @@ const readyProbeTimeout = 2 * time.Second
 // may say more about the control plane than a stranger should learn. It
 // goes to the log, once per change.
 type readiness struct {
-	hub   *Hub // nil: no hub configured
-	api   rest.Interface
+	hub *Hub // nil: no hub configured
+	api rest.Interface
 	// view is the copy of the node's view (nil without a hub), ready to
 	// serve offline for offlineMaxAge.
 	view          *viewFollower
 	offlineMaxAge time.Duration
-	probe sync.Mutex // held while one caller probes; the others wait for its answer
+	probe         sync.Mutex // held while one caller probes; the others wait for its answer
 
 	mu  sync.Mutex
 	at  time.Time // of the last probe; zero before the first, guarded by mu
