@@ -100,6 +100,9 @@ func (cp *ControlPlane) StartNodeEndpoint(ctx context.Context, command []string,
 		"--client-ca-file="+cp.ClientCA.CertPath,
 		"--kubeconfig="+e.DirectKubeconfig,
 		"--hub-url="+hubURL,
+		// Each endpoint's copy of its node's view in its own directory:
+		// the default is one per machine, and this machine runs many.
+		"--node-view-dir="+filepath.Join(dir, "node-view"),
 	)
 	if hubURL != "" {
 		// The hub's own CA, which StartNodeproxy's hubs are signed by.
