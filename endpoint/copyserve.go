@@ -15,9 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
 
-	"github.com/nodeproxy/nodeproxy/endpoint/relay"
 	"github.com/nodeproxy/nodeproxy/nodecopy"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
@@ -206,14 +204,11 @@ func (e *Endpoint) copyAt(ctx context.Context, r copyRead, mode string) (bool, e
 // copy may no longer answer, or, for a watch of one object, when the
 // object leaves the node's view.
 func (e *Endpoint) serveCopyWatch(w http.ResponseWriter, req *http.Request, r copyRead, mode string) bool {
-	info, err := negotiation.NegotiateOutputMediaTypeStream(req, codecs, negotiation.DefaultEndpointRestrictions)
-	if err != nil {
-		return false // kube-apiserver words the 406
-	}
-	flusher, ok := w.(http.Flusher)
+	stream, ok := newWatchStream(w, req, r.groupVersion())
 	if !ok {
 		return false
 	}
+	events, flusher := stream.events, stream.flusher
 	if !e.copyHolds(r, mode) {
 		return false
 	}
@@ -224,6 +219,7 @@ func (e *Endpoint) serveCopyWatch(w http.ResponseWriter, req *http.Request, r co
 		wt      *nodecopy.Watch
 		initial []*nodecopy.Object
 		at      uint64
+		err     error
 	)
 	switch {
 	case opts.SendInitialEvents != nil && !*opts.SendInitialEvents && (opts.ResourceVersion == "" || opts.ResourceVersion == "0"):
@@ -249,14 +245,7 @@ func (e *Endpoint) serveCopyWatch(w http.ResponseWriter, req *http.Request, r co
 	watches.WithLabelValues(pathCopy, resource).Inc()
 	defer watches.WithLabelValues(pathCopy, resource).Dec()
 
-	mediaType := info.MediaType
-	if mediaType != "application/json" {
-		mediaType += ";stream=watch"
-	}
-	w.Header().Set("Content-Type", mediaType)
-	w.Header().Set("Transfer-Encoding", "chunked")
-	w.WriteHeader(http.StatusOK)
-	events := relay.NewWriter(w, info, relay.Codecs{Encoders: codecs, Decoder: deserializer}, r.groupVersion())
+	stream.start()
 	if wt == nil { // expired, offline
 		_, _ = events.Write(watchmux.Event{Type: watch.Error, Status: &apierrors.NewResourceExpired(
 			fmt.Sprintf("too old resource version: %s: the node's copy keeps its changes from a later one", opts.ResourceVersion)).ErrStatus})

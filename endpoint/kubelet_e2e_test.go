@@ -48,19 +48,7 @@ func TestHollowKubelets(t *testing.T) {
 	}
 
 	ns := fmt.Sprintf("hollow-%d", runs.Add(1))
-	if err := cp.EnsureNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "creds"}, StringData: map[string]string{"password": "first"},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"mode": "a"},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	credsAndSettings(t, ns)
 
 	type hollow struct {
 		*controlplane.HollowKubelet
@@ -219,6 +207,27 @@ func TestHollowKubelets(t *testing.T) {
 		}
 		return fmt.Errorf("get as %s: %v, want 403", first.Name, err)
 	})
+}
+
+// credsAndSettings makes namespace ns with what podUsingCreds uses: the
+// secret creds (password "first") and the configmap settings (mode "a").
+func credsAndSettings(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	if err := cp.EnsureNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "creds"}, StringData: map[string]string{"password": "first"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"mode": "a"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // podUsingCreds runs on node with the secret creds and the configmap

@@ -35,19 +35,7 @@ func TestHollowKubeletsThroughAnOutage(t *testing.T) {
 	o := newOutage(t, hub.URL)
 	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	ns := fmt.Sprintf("outage-%d", runs.Add(1))
-	if err := cp.EnsureNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "creds"}, StringData: map[string]string{"password": "first"},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"mode": "a"},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	credsAndSettings(t, ns)
 
 	// node is one hollow node: its endpoint, persisting its copy in
 	// viewDir, and its kubelet.

@@ -12,10 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
 	"k8s.io/klog/v2"
 
-	"github.com/nodeproxy/nodeproxy/endpoint/relay"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
 
@@ -75,15 +73,11 @@ func (e *Endpoint) serveRead(w http.ResponseWriter, req *http.Request, r route, 
 // unexported and must be set for streaming lists. What it does is this
 // loop; the framing and encoding are the library's.
 func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route, hub *Hub) bool {
-	info, err := negotiation.NegotiateOutputMediaTypeStream(req, codecs, negotiation.DefaultEndpointRestrictions)
-	if err != nil {
-		return false // kube-apiserver words the 406
-	}
-	flusher, ok := w.(http.Flusher)
+	stream, ok := newWatchStream(w, req, r.groupVersion())
 	if !ok {
 		return false
 	}
-	events := relay.NewWriter(w, info, relay.Codecs{Encoders: codecs, Decoder: deserializer}, r.groupVersion())
+	events, flusher := stream.events, stream.flusher
 	ch, err := hub.Watch(req.Context(), r.op, events.Protobuf())
 	if err != nil && !decisive(err) {
 		e.noteFallback(err, r)
@@ -107,10 +101,6 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route,
 		}
 	}()
 
-	mediaType := info.MediaType
-	if mediaType != "application/json" {
-		mediaType += ";stream=watch"
-	}
 	timeout := watchTimeout(r)
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -119,10 +109,7 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route,
 		caughtUp = e.view.caughtUpSignal()
 	}
 
-	w.Header().Set("Content-Type", mediaType)
-	w.Header().Set("Transfer-Encoding", "chunked")
-	w.WriteHeader(http.StatusOK)
-	flusher.Flush()
+	stream.start()
 	for {
 		select {
 		case <-req.Context().Done():

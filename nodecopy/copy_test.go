@@ -151,6 +151,23 @@ func TestWatchesResumeFromAResourceVersion(t *testing.T) {
 	if _, err := c.WatchFrom(secrets, Filter{}, 9); !errors.Is(err, ErrExpired) {
 		t.Errorf("a watch from before the copy's log: %v, want ErrExpired", err)
 	}
+	// One object by name, from before the log: its current state if it
+	// changed since, nothing if not; a missing one cannot say.
+	w, err := c.WatchFrom(secrets, Filter{Namespace: "ns", Name: "a"}, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changes, _, err := w.Next(ctx); err != nil || describe(changes) != "MODIFIED a@25" {
+		t.Errorf("a by name from 9: %q, %v; want its current state", describe(changes), err)
+	}
+	mustApply(t, c, Batch{Initial: true, Position: position(40, nil), Events: []Event{{watch.Added, secret("a", 25)}}})
+	w, err = c.WatchFrom(secrets, Filter{Namespace: "ns", Name: "a"}, 30)
+	if err != nil || w.pending != nil {
+		t.Errorf("a by name from 30, unchanged since 25: pending %v, %v; want nothing", w, err)
+	}
+	if _, err := c.WatchFrom(secrets, Filter{Namespace: "ns", Name: "b"}, 30); !errors.Is(err, ErrExpired) {
+		t.Errorf("b, gone, by name from before the log: %v, want ErrExpired", err)
+	}
 }
 
 func describe(changes []Change) string {

@@ -92,6 +92,8 @@ type Watch struct {
 	filter     Filter
 	generation uint64
 	cursor     uint64 // the log's sequence number of the next change
+	// pending are changes to send before the log's (WatchFrom).
+	pending []Change
 }
 
 // Errors of a watch.
@@ -109,17 +111,34 @@ var (
 // after it that f selects. ErrExpired if the log no longer holds every
 // change after rv; a version the copy has not reached is the caller's to
 // wait for (At).
+//
+// A watch of one object by name from before the log is served as the
+// hub serves it: one object's versions are each a whole state, so if the
+// copy holds it at rv or earlier nothing was missed, and if later, its
+// current state (MODIFIED) stands for the versions in between, which the
+// kubelet, keeping the last, would only have overwritten. A deletion in
+// between cannot be told from absence: ErrExpired.
 func (c *Copy) WatchFrom(i int, f Filter, rv uint64) (*Watch, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if !c.whole {
 		return nil, ErrNoView
 	}
+	w := &Watch{c: c, resource: i, filter: f, generation: c.generation}
 	seq, ok := c.log.since(i, rv)
-	if !ok {
+	if ok {
+		w.cursor = seq
+		return w, nil
+	}
+	o := c.objects[i][objKey{f.Namespace, f.Name}]
+	if f.Name == "" || o == nil || !f.matches(o) {
 		return nil, ErrExpired
 	}
-	return &Watch{c: c, resource: i, filter: f, generation: c.generation, cursor: seq}, nil
+	w.cursor = c.log.end()
+	if o.RV > rv {
+		w.pending = []Change{{Type: watch.Modified, Object: o}}
+	}
+	return w, nil
 }
 
 // WatchInitial opens a watch of type i that starts with the state f
@@ -149,6 +168,11 @@ type Change struct {
 // over or the watch fell behind its log; ErrLeft, after the changes
 // before it, when a name-selected object left the view.
 func (w *Watch) Next(ctx context.Context) ([]Change, uint64, error) {
+	if p := w.pending; p != nil {
+		w.pending = nil
+		at, _ := w.c.At(w.resource)
+		return p, at, nil
+	}
 	woke := false
 	for {
 		w.c.mu.RLock()
