@@ -2,8 +2,10 @@ package endpoint_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
@@ -183,5 +187,55 @@ func TestNodeWorksFromItsCopyThroughAnOutage(t *testing.T) {
 	}
 	if got := metric(t, n, `nodeproxy_node_copy_reads_total{mode="offline"}`); got == "0" {
 		t.Errorf("no read counted offline")
+	}
+}
+
+// TestCopyWatchEventsAreKubeAPIServersBytes: a kubelet watch answered
+// from the copy of the node's view sends, frame for frame, what
+// kube-apiserver sends for the same change, in protobuf and in JSON.
+func TestCopyWatchEventsAreKubeAPIServersBytes(t *testing.T) {
+	hub := startHub(t)
+	n := startNode(t, "node-copy-wire", hub.URL)
+	ns := workload(t, "node-copy-wire")
+	ctx := context.Background()
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	kubelet := kubernetes.NewForConfigOrDie(n.kubelet)
+	testserver.Eventually(t, 60*time.Second, "the secret in the copy", func(ctx context.Context) error {
+		_, err := kubelet.CoreV1().Secrets(ns).Get(ctx, "s", metav1.GetOptions{ResourceVersion: "0"})
+		if err == nil && metric(t, n, `nodeproxy_node_requests_total{path="copy",resource="secrets",verb="get"}`) == "0" {
+			return fmt.Errorf("not from the copy")
+		}
+		return err
+	})
+	path, query := "/api/v1/namespaces/"+ns+"/secrets", url.Values{"fieldSelector": {"metadata.name=s"}}
+	for round, mediaType := range []string{runtime.ContentTypeProtobuf, runtime.ContentTypeJSON} {
+		t.Run(mediaType, func(t *testing.T) {
+			before := counter(t, n, `nodeproxy_node_requests_total{path="copy",resource="secrets",verb="watch"}`)
+			s, err := admin.CoreV1().Secrets(ns).Get(ctx, "s", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The copy must hold the version the watch starts from.
+			testserver.Eventually(t, 30*time.Second, "the copy at the secret's version", func(ctx context.Context) error {
+				got, err := kubelet.CoreV1().Secrets(ns).Get(ctx, "s", metav1.GetOptions{ResourceVersion: "0"})
+				if err != nil || got.ResourceVersion != s.ResourceVersion {
+					return fmt.Errorf("%v, %v", got.ResourceVersion, err)
+				}
+				return nil
+			})
+			direct := openWatch(t, cp.AdminConfig(), path, query, s.ResourceVersion, mediaType)
+			through := openWatch(t, n.kubelet, path, query, s.ResourceVersion, mediaType)
+			patch := fmt.Sprintf(`{"metadata":{"managedFields":[{}]},"data":{"password":%q}}`, base64.StdEncoding.EncodeToString([]byte("round-"+strconv.Itoa(round))))
+			if _, err := admin.CoreV1().Secrets(ns).Patch(ctx, "s", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			want, got := direct.next(t), through.next(t)
+			if string(got) != string(want) {
+				t.Fatalf("the endpoint's copy sent\n%q\nkube-apiserver\n%q", got, want)
+			}
+			if after := counter(t, n, `nodeproxy_node_requests_total{path="copy",resource="secrets",verb="watch"}`); after <= before {
+				t.Errorf("the watch was not answered from the copy")
+			}
+		})
 	}
 }
