@@ -92,4 +92,3 @@ func (f *viewFollower) sendProgress(token uint64) {
 		f.progressMu.Unlock()
 	}
 }
-
