@@ -285,7 +285,7 @@ func (e *Endpoint) serveCopyWatch(w http.ResponseWriter, req *http.Request, r co
 			return true
 		case errors.Is(err, nodecopy.ErrExpired):
 			_, _ = events.Write(watchmux.Event{Type: watch.Error, Status: &apierrors.NewResourceExpired(
-				"the node's copy started over, or the watch fell behind its log: list again").ErrStatus})
+				"the node's copy started over behind its position, or the watch fell behind its log: list again").ErrStatus})
 			flusher.Flush()
 			return true
 		case errors.Is(err, nodecopy.ErrLeft):

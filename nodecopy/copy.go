@@ -106,9 +106,20 @@ func (c *Copy) Apply(b Batch) (refused []error, err error) {
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if b.Initial {
+	switch {
+	case b.Initial && c.whole && !behind(pos, c.pos):
+		objects := make([]*Object, len(events))
+		types := make([]int, len(events))
+		for j, e := range events {
+			objects[j], types[j] = e.o, e.i
+		}
+		c.replaceLocked(pos, types, objects)
+		c.pos = pos
+		c.changedLocked()
+		return refused, nil
+	case b.Initial:
 		c.resetLocked(pos)
-	} else {
+	default:
 		if !c.whole {
 			return refused, errors.New("a change before the view's initial state")
 		}
@@ -124,9 +135,24 @@ func (c *Copy) Apply(b Batch) (refused []error, err error) {
 	}
 	c.pos = pos
 	c.progress = max(c.progress, b.Progress)
+	c.changedLocked()
+	return refused, nil
+}
+
+func (c *Copy) changedLocked() {
 	close(c.changed)
 	c.changed = make(chan struct{})
-	return refused, nil
+}
+
+// behind reports whether p is behind q for some type: a view opened
+// afresh on a replica that has not reached the copy's position.
+func behind(p, q v1alpha1.NodeViewPosition) bool {
+	for i := range p.At {
+		if p.At[i] < q.At[i] {
+			return true
+		}
+	}
+	return false
 }
 
 // admits refuses what the node may not have whatever the graph says: a
@@ -204,8 +230,7 @@ func (c *Copy) Clear() {
 	defer c.mu.Unlock()
 	c.resetLocked(v1alpha1.NodeViewPosition{})
 	c.whole = false
-	close(c.changed)
-	c.changed = make(chan struct{})
+	c.changedLocked()
 }
 
 // Position is the copy's position, and whether it holds a whole view.

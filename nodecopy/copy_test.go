@@ -160,6 +160,7 @@ func TestWatchesResumeFromAResourceVersion(t *testing.T) {
 	if changes, _, err := w.Next(ctx); err != nil || describe(changes) != "MODIFIED a@25" {
 		t.Errorf("a by name from 9: %q, %v; want its current state", describe(changes), err)
 	}
+	c = New("node-a") // its log begins at 40
 	mustApply(t, c, Batch{Initial: true, Position: position(40, nil), Events: []Event{{watch.Added, secret("a", 25)}}})
 	w, err = c.WatchFrom(secrets, Filter{Namespace: "ns", Name: "a"}, 30)
 	if err != nil || w.pending != nil {
@@ -201,16 +202,47 @@ func TestAWatchedObjectThatLeavesEndsItsWatch(t *testing.T) {
 	}
 }
 
-func TestWatchesOfAnEarlierViewExpire(t *testing.T) {
+// TestAViewOpenedAfreshIsTheWatchesDifference: the hub could not resume
+// the copy and sent the view whole; the copy's watches see the
+// difference, in the view's order, rather than 410.
+func TestAViewOpenedAfreshIsTheWatchesDifference(t *testing.T) {
 	c := New("node-a")
-	mustApply(t, c, Batch{Initial: true, Position: position(10, nil), Events: []Event{{watch.Added, secret("a", 5)}}})
-	w, _, _, err := c.WatchInitial(secrets, Filter{})
+	mustApply(t, c, Batch{Initial: true, Position: position(10, nil), Events: []Event{
+		{watch.Added, secret("a", 5)}, {watch.Added, secret("gone", 6)}, {watch.Added, secret("same", 7)},
+		{watch.Added, pod("p", "node-a", 8)}, {watch.Added, pod("old", "node-a", 9)},
+	}})
+	ws, _, _, err := c.WatchInitial(secrets, Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustApply(t, c, Batch{Initial: true, Position: position(40, nil), Events: []Event{{watch.Added, secret("a", 35)}}})
-	if _, _, err := w.Next(context.Background()); !errors.Is(err, ErrExpired) {
-		t.Fatalf("a watch across a new initial state: %v, want ErrExpired", err)
+	wp, _, _, _ := c.WatchInitial(pods, Filter{})
+	byName, _ := c.WatchFrom(secrets, Filter{Namespace: "ns", Name: "gone"}, 10)
+	mustApply(t, c, Batch{Initial: true, Position: position(40, nil), Events: []Event{
+		{watch.Added, secret("a", 35)}, {watch.Added, secret("same", 7)}, {watch.Added, secret("new", 36)},
+		{watch.Added, pod("p", "node-a", 38)},
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	changes, _, err := ws.Next(ctx)
+	got := describe(changes)
+	if err != nil || !strings.Contains(got, "MODIFIED a@35") || !strings.Contains(got, "ADDED new@36") || strings.Contains(got, "same") || strings.Contains(got, "gone") {
+		t.Errorf("the secrets: %q, %v; want a modified and new added, nothing of same, and gone left unseen", got, err)
+	}
+	if changes, _, err := byName.Next(ctx); len(changes) != 0 || !errors.Is(err, ErrLeft) {
+		t.Errorf("a watch of the gone secret by name: %q, %v; want ErrLeft", describe(changes), err)
+	}
+	changes, _, err = wp.Next(ctx)
+	if got := describe(changes); err != nil || got != "MODIFIED p@38, DELETED old@40" {
+		t.Errorf("the pods: %q, %v; want p modified, old deleted at the new position", got, err)
+	}
+	if !strings.Contains(string(changes[1].Object.Raw), `"resourceVersion":"40"`) {
+		t.Errorf("the deleted pod's object says %s, want the new position's version", changes[1].Object.Raw)
+	}
+
+	// A view opened afresh behind the copy cannot say what changed: 410.
+	mustApply(t, c, Batch{Initial: true, Position: position(30, nil), Events: []Event{{watch.Added, secret("a", 25)}}})
+	if _, _, err := ws.Next(ctx); !errors.Is(err, ErrExpired) {
+		t.Fatalf("a watch across a view behind the copy: %v, want ErrExpired", err)
 	}
 }
 

@@ -26,9 +26,12 @@
 //     log no longer holds them all, the watch is ErrExpired (410), except
 //     for one object by name, whose current state stands for what was
 //     missed (as on the hub).
-//   - A watch of an earlier view (the copy started over: Apply of an
-//     initial state, Clear) is ErrExpired: its versions may not be
-//     continued by the new one.
+//   - A view opened afresh (an initial state applied to a copy that
+//     holds one) is the difference for the copy's watches, as a relist
+//     is for a reflector's store: each object's last state, what is gone
+//     deleted (or, for the graph's kinds, gone from the view). A view
+//     behind the copy's position, or Clear, cannot say what changed: the
+//     watches are ErrExpired.
 //   - A watch of one object by name ends (ErrLeft) when the object
 //     leaves the node's view: no state of it follows.
 //

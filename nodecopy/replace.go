@@ -1,0 +1,92 @@
+package nodecopy
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+)
+
+// replaceLocked takes in a view opened afresh (the hub could not resume
+// the copy's position) at pos, at or past the copy's: its objects
+// (types[j] the type of objects[j]) replace the copy's, and the copy's
+// watches see the difference, as a reflector's relist hands its store
+// the difference, rather than ending with 410: every object's last
+// state (ADDED, MODIFIED), and the ones gone. A gone object of a type the
+// graph decides may have left the view rather than been deleted: it is
+// LEFT (no state of it follows; a watch of it by name ends), any other is
+// DELETED with its last state at pos, the version the copy knows it gone
+// at. What enters goes in the view's order and what goes in the reverse,
+// so that a pod still has what it uses, as in a batch of the view.
+//
+// What this gives up against the view's own batches: the versions in
+// between (an object changed twice meanwhile is sent once, at its last),
+// which a watch of kube-apiserver from before would have had one by one.
+// The hub's channel of one object does the same on a replica whose log
+// does not reach its version (docs/api.md, "Reads from the node's copy").
+func (c *Copy) replaceLocked(pos v1alpha1.NodeViewPosition, types []int, objects []*Object) {
+	var fresh [numTypes]map[objKey]*Object
+	for i := range fresh {
+		fresh[i] = map[objKey]*Object{}
+	}
+	for j, o := range objects {
+		fresh[types[j]][o.key()] = o
+	}
+	for i := range fresh {
+		for k, o := range fresh[i] {
+			switch old, ok := c.objects[i][k]; {
+			case !ok:
+				c.log.append(change{typ: watch.Added, resource: i, rv: o.RV, obj: o})
+			case old.RV != o.RV:
+				c.log.append(change{typ: watch.Modified, resource: i, rv: o.RV, obj: o})
+			}
+		}
+	}
+	for i := numTypes - 1; i >= 0; i-- {
+		for k, old := range c.objects[i] {
+			if _, ok := fresh[i][k]; ok {
+				continue
+			}
+			if reachedTypes[i] {
+				c.log.append(change{typ: v1alpha1.NodeViewLeft, resource: i, rv: pos.At[i], obj: old})
+				continue
+			}
+			c.log.append(change{typ: watch.Deleted, resource: i, rv: pos.At[i], obj: deletedAt(old, pos.At[i])})
+		}
+		c.objects[i] = fresh[i]
+	}
+}
+
+// reachedTypes are the types whose objects are in the view because the
+// graph lets the node reach them: secrets, configmaps, service
+// accounts, volumes, claims.
+var reachedTypes = func() [numTypes]bool {
+	var r [numTypes]bool
+	for _, name := range []string{"secrets", "configmaps", "serviceaccounts", "persistentvolumes", "persistentvolumeclaims"} {
+		r[v1alpha1.NodeViewTypeIndex(name)] = true
+	}
+	return r
+}()
+
+// deletedAt is o's last state as the object of a DELETED event at rv,
+// as kube-apiserver's DELETED carries the version of the deletion.
+func deletedAt(o *Object, rv uint64) *Object {
+	var m map[string]any
+	if err := json.Unmarshal(o.Raw, &m); err != nil {
+		return o // parsed once already: unreachable
+	}
+	meta, _ := m["metadata"].(map[string]any)
+	if meta == nil {
+		return o
+	}
+	meta["resourceVersion"] = strconv.FormatUint(rv, 10)
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return o
+	}
+	d := *o
+	d.RV, d.Raw = rv, raw
+	return &d
+}
