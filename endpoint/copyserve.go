@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/klog/v2"
 
 	"github.com/nodeproxy/nodeproxy/nodecopy"
 	"github.com/nodeproxy/nodeproxy/watchmux"
@@ -189,6 +190,16 @@ func (e *Endpoint) copyAt(ctx context.Context, r copyRead, mode string) (bool, e
 	if err != nil {
 		return false, nil // kube-apiserver words the 400
 	}
+	if at := e.view.at(r.typ); at >= want {
+		return true, nil
+	}
+	// A version from the hub's cache (a read the copy did not answer)
+	// is usually past the copy's only because the node's view has not
+	// changed since: the view's bookmarks come a minute apart then. A
+	// progress request brings the copy to the hub's position at once.
+	if mode == modeLive && e.view.sync(ctx) == nil && e.view.at(r.typ) >= want {
+		return true, nil
+	}
 	if e.view.reach(ctx, r.typ, want, copyWaitForVersion) {
 		return true, nil
 	}
@@ -306,6 +317,9 @@ func (e *Endpoint) serveCopyWatch(w http.ResponseWriter, req *http.Request, r co
 		}
 		flusher.Flush()
 		if !e.copyWatchable() {
+			age, _ := e.view.age()
+			klog.V(2).InfoS("Ended a watch of the node's copy: the copy stopped following the hub, and kube-apiserver answers",
+				"resource", resource, "copyAge", age, "hubConnected", e.hub.Connected())
 			return true // the kubelet watches again, from its last version, elsewhere
 		}
 	}

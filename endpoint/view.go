@@ -181,7 +181,11 @@ func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
 		case ev, ok = <-ch.Events:
 		}
 		if !ok {
-			return nil // the session gave up resuming it; open it again
+			// The session gave up carrying it to another replica
+			// (hubResumeTimeout): open it again from the copy.
+			klog.InfoS("Node view channel ended without a replica taking it back; opening it again from the copy's position")
+			viewReopens.WithLabelValues("ended").Inc()
+			return nil
 		}
 		switch ev.Type {
 		case watch.Error:

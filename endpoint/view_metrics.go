@@ -22,7 +22,8 @@ var (
 	})
 	viewReopens = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "view_reopens_total",
-		Help:           "Node views opened afresh, their initial state replacing the copy, by reason: expired (the hub could not resume from the copy's position).",
+		Help: "Node views opened again by the endpoint, by reason: expired (the hub could not resume from the copy's position: the view opened afresh, its initial state replacing the copy), " +
+			"ended (no replica took the channel back within 5 s: opened again from the copy's position).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 	copyReads = metrics.NewCounterVec(&metrics.CounterOpts{

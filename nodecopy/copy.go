@@ -23,8 +23,12 @@ type Copy struct {
 	mu sync.RWMutex
 	// whole: the copy holds a whole view, at pos. Before the first
 	// initial state, or after Clear, nothing is served from it.
-	whole   bool                         // guarded by mu
-	pos     v1alpha1.NodeViewPosition    // guarded by mu
+	whole bool                      // guarded by mu
+	pos   v1alpha1.NodeViewPosition // guarded by mu
+	// at is, per type, the version the copy answers at: the position's,
+	// except after a view afresh from a replica behind the copy, whose
+	// objects the copy took only where they are newer (replaceLocked).
+	at      [numTypes]uint64             // guarded by mu
 	objects [numTypes]map[objKey]*Object // guarded by mu
 	log     changeLog                    // guarded by mu
 	// generation counts the views the copy has held: a watch of an
@@ -107,14 +111,14 @@ func (c *Copy) Apply(b Batch) (refused []error, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
-	case b.Initial && c.whole && !behind(pos, c.pos):
+	case b.Initial && c.whole:
 		objects := make([]*Object, len(events))
 		types := make([]int, len(events))
 		for j, e := range events {
 			objects[j], types[j] = e.o, e.i
 		}
 		c.replaceLocked(pos, types, objects)
-		c.pos = pos
+		c.setPositionLocked(pos)
 		c.changedLocked()
 		return refused, nil
 	case b.Initial:
@@ -133,7 +137,7 @@ func (c *Copy) Apply(b Batch) (refused []error, err error) {
 	for _, e := range events {
 		c.applyLocked(e.typ, e.i, e.o, pos.At[e.i], b.Initial)
 	}
-	c.pos = pos
+	c.setPositionLocked(pos)
 	c.progress = max(c.progress, b.Progress)
 	c.changedLocked()
 	return refused, nil
@@ -144,15 +148,13 @@ func (c *Copy) changedLocked() {
 	c.changed = make(chan struct{})
 }
 
-// behind reports whether p is behind q for some type: a view opened
-// afresh on a replica that has not reached the copy's position.
-func behind(p, q v1alpha1.NodeViewPosition) bool {
-	for i := range p.At {
-		if p.At[i] < q.At[i] {
-			return true
-		}
+// setPositionLocked moves the copy to pos, the position it resumes the
+// view from; the versions it answers at never go back.
+func (c *Copy) setPositionLocked(pos v1alpha1.NodeViewPosition) {
+	c.pos = pos
+	for i := range c.at {
+		c.at[i] = max(c.at[i], pos.At[i])
 	}
-	return false
 }
 
 // admits refuses what the node may not have whatever the graph says: a
@@ -193,6 +195,7 @@ func (c *Copy) resetLocked(pos v1alpha1.NodeViewPosition) {
 	c.log.reset(pos.At)
 	c.generation++
 	c.whole = true
+	c.at = pos.At
 }
 
 // applyLocked takes in one event of type i, of a batch whose position has
@@ -208,6 +211,19 @@ func (c *Copy) applyLocked(t watch.EventType, i int, o *Object, at uint64, initi
 	// entering and leaving the view are no change of the object, and
 	// take the version the batch brings the type to.
 	rv := o.RV
+	held, ok := objects[k]
+	switch t {
+	case watch.Added, watch.Modified, v1alpha1.NodeViewEntered:
+		if ok && held.RV >= o.RV {
+			// The copy has it as new: taken from a replica ahead of the
+			// one that sends this (replaceLocked).
+			return
+		}
+	case watch.Deleted, v1alpha1.NodeViewLeft:
+		if !ok {
+			return // nothing to tell: the copy does not hold it
+		}
+	}
 	switch t {
 	case watch.Added, watch.Modified:
 		objects[k] = o

@@ -239,10 +239,22 @@ func TestAViewOpenedAfreshIsTheWatchesDifference(t *testing.T) {
 		t.Errorf("the deleted pod's object says %s, want the new position's version", changes[1].Object.Raw)
 	}
 
-	// A view opened afresh behind the copy cannot say what changed: 410.
+	// A view afresh from a replica behind the copy: the copy keeps what
+	// it has that is newer, and goes back on nothing.
 	mustApply(t, c, Batch{Initial: true, Position: position(30, nil), Events: []Event{{watch.Added, secret("a", 25)}}})
-	if _, _, err := ws.Next(ctx); !errors.Is(err, ErrExpired) {
-		t.Fatalf("a watch across a view behind the copy: %v, want ErrExpired", err)
+	got2, at, _ := c.List(secrets, Filter{})
+	if names(got2) != "a@35 new@36" || at != 40 {
+		t.Errorf("after a view afresh behind the copy: %q at %d, want a@35 new@36 at 40", names(got2), at)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancelShort()
+	if changes, _, err := ws.Next(short); len(changes) != 0 {
+		t.Errorf("a watch across a view behind the copy: %q, %v; want nothing", describe(changes), err)
+	}
+	// Its changes older than the copy's are none of the watches' news.
+	mustApply(t, c, Batch{Position: position(41, map[string]int{"secrets": 35}), Events: []Event{{watch.Modified, secret("a", 35)}}})
+	if changes, _, _ := ws.Next(short); len(changes) != 0 {
+		t.Errorf("a change the copy had: %q, want nothing", describe(changes))
 	}
 }
 

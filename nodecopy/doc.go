@@ -29,9 +29,9 @@
 //   - A view opened afresh (an initial state applied to a copy that
 //     holds one) is the difference for the copy's watches, as a relist
 //     is for a reflector's store: each object's last state, what is gone
-//     deleted (or, for the graph's kinds, gone from the view). A view
-//     behind the copy's position, or Clear, cannot say what changed: the
-//     watches are ErrExpired.
+//     deleted (or, for the graph's kinds, gone from the view). The copy
+//     never goes back: from a replica behind it, it keeps what it has
+//     that is newer. After Clear, watches are ErrExpired.
 //   - A watch of one object by name ends (ErrLeft) when the object
 //     leaves the node's view: no state of it follows.
 //

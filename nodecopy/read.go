@@ -41,7 +41,7 @@ func (c *Copy) List(i int, f Filter) ([]*Object, uint64, error) {
 	if !c.whole {
 		return nil, 0, ErrNoView
 	}
-	return c.listLocked(i, f), c.pos.At[i], nil
+	return c.listLocked(i, f), c.at[i], nil
 }
 
 func (c *Copy) listLocked(i int, f Filter) []*Object {
@@ -74,7 +74,7 @@ func (c *Copy) Get(i int, namespace, name string) (*Object, uint64, error) {
 	if !c.whole {
 		return nil, 0, ErrNoView
 	}
-	return c.objects[i][objKey{namespace, name}], c.pos.At[i], nil
+	return c.objects[i][objKey{namespace, name}], c.at[i], nil
 }
 
 // At is the resourceVersion the copy holds type i at, false if it holds
@@ -82,7 +82,7 @@ func (c *Copy) Get(i int, namespace, name string) (*Object, uint64, error) {
 func (c *Copy) At(i int) (uint64, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.pos.At[i], c.whole
+	return c.at[i], c.whole
 }
 
 // Watch is one watch of a type of the copy.
@@ -151,7 +151,7 @@ func (c *Copy) WatchInitial(i int, f Filter) (*Watch, []*Object, uint64, error) 
 		return nil, nil, 0, ErrNoView
 	}
 	w := &Watch{c: c, resource: i, filter: f, generation: c.generation, cursor: c.log.end()}
-	return w, c.listLocked(i, f), c.pos.At[i], nil
+	return w, c.listLocked(i, f), c.at[i], nil
 }
 
 // Change is one change a watch sees.
@@ -211,7 +211,7 @@ func (w *Watch) Next(ctx context.Context) ([]Change, uint64, error) {
 			}
 			break scan
 		}
-		at := w.c.pos.At[w.resource]
+		at := w.c.at[w.resource]
 		wake := w.c.changed
 		w.c.mu.RUnlock()
 		if len(out) > 0 || err != nil || woke {

@@ -21,6 +21,11 @@ import (
 // at. What enters goes in the view's order and what goes in the reverse,
 // so that a pod still has what it uses, as in a batch of the view.
 //
+// A replica behind the copy (its store of a type at a version before the
+// copy's) sends older states than the copy holds, and lacks objects the
+// copy has from after its version: the copy keeps its own, newer, and the
+// replica's changes bring it up to them; the copy never goes back.
+//
 // What this gives up against the view's own batches: the versions in
 // between (an object changed twice meanwhile is sent once, at its last),
 // which a watch of kube-apiserver from before would have had one by one.
@@ -39,14 +44,23 @@ func (c *Copy) replaceLocked(pos v1alpha1.NodeViewPosition, types []int, objects
 			switch old, ok := c.objects[i][k]; {
 			case !ok:
 				c.log.append(change{typ: watch.Added, resource: i, rv: o.RV, obj: o})
-			case old.RV != o.RV:
+			case old.RV < o.RV:
 				c.log.append(change{typ: watch.Modified, resource: i, rv: o.RV, obj: o})
+			case old.RV > o.RV:
+				// A replica behind the copy: the copy's is newer.
+				fresh[i][k] = old
 			}
 		}
 	}
 	for i := numTypes - 1; i >= 0; i-- {
 		for k, old := range c.objects[i] {
 			if _, ok := fresh[i][k]; ok {
+				continue
+			}
+			if old.RV > pos.At[i] {
+				// Newer than the replica's view of the type: not gone,
+				// not yet there.
+				fresh[i][k] = old
 				continue
 			}
 			if reachedTypes[i] {

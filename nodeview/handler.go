@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -63,11 +65,17 @@ func (h *Handler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 			fmt.Errorf("User %q cannot watch the node view of %q: a node may open only its own view", u.GetName(), node)).ErrStatus
 	}
 	if resume {
+		// Type by type at once: a replica that started after the
+		// serving one asks kube-apiserver about each quiet type, about a
+		// second each, and one after the other they would outlast the
+		// client's wait for its channel to be carried over.
+		var g errgroup.Group
 		for i, s := range h.views.stores {
-			if err := h.settle(ctx, i, s, &from); err != nil {
-				opens.WithLabelValues(openRefused).Inc()
-				return nil, statusOf(err)
-			}
+			g.Go(func() error { return h.settle(ctx, i, s, &from) }) // each its own from.Since[i], from.At[i]
+		}
+		if err := g.Wait(); err != nil {
+			opens.WithLabelValues(openRefused).Inc()
+			return nil, statusOf(err)
 		}
 	}
 	v := newView(node, sink, h.views.live, h.views)

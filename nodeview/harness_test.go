@@ -342,7 +342,14 @@ func keyOf(m objectMeta) string {
 func (c *consumer) read() []string {
 	c.t.Helper()
 	var lines []string
-	for _, e := range c.sink.take() {
+	taken := c.sink.take()
+	if c.pos != "" && slices.ContainsFunc(taken, func(e sent) bool {
+		return e.typ == watch.Bookmark && strings.Contains(string(e.object), metav1.InitialEventsAnnotationKey)
+	}) {
+		// The view afresh on a resume: the consumer replaces its copy.
+		clear(c.held)
+	}
+	for _, e := range taken {
 		var m objectMeta
 		if err := json.Unmarshal(e.object, &m); err != nil {
 			c.t.Fatalf("%s: %v", e.typ, err)

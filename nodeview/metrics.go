@@ -12,10 +12,11 @@ import (
 
 // How a view opened (nodeproxy_nodeview_opens_total).
 const (
-	openInitial = "initial" // its initial state sent
-	openResumed = "resumed" // from a position, the changes since sent
-	openExpired = "expired" // from a position older than the change logs: ERROR 410
-	openRefused = "refused" // another node's view, or a position the cache did not reach in time
+	openInitial  = "initial"  // its initial state sent
+	openResumed  = "resumed"  // from a position, the changes since sent
+	openExpired  = "expired"  // from a position older than the change logs: ERROR 410
+	openReplaced = "replaced" // from a position older than the change logs: the view afresh, to replace the consumer's
+	openRefused  = "refused"  // another node's view, or a position the cache did not reach in time
 )
 
 // How a resumed view's type was settled (nodeproxy_nodeview_resume_settles_total).

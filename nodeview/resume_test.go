@@ -240,8 +240,10 @@ func (f *fakeProgress) Progress(_ context.Context, _ schema.GroupVersionResource
 // later, its change log cannot show the state at the position's version;
 // moving to one that listed earlier, its store is behind the position's
 // and will not move before its next bookmark. Either way the view
-// resumes when kube-apiserver shows the type did not change in between,
-// and is refused (410, 504) when it did, or when nobody can be asked.
+// resumes when kube-apiserver shows the type did not change in between.
+// When it did, or when nobody can be asked, the later replica sends the
+// view afresh for the consumer to replace its copy with (want 0, no
+// wantRuntimeRV), and the earlier one refuses (504) until it catches up.
 func TestResumeOnAReplicaThatListedAtAnotherVersion(t *testing.T) {
 	later := map[string]string{"runtimeclasses": "40"}
 	for _, tc := range []struct {
@@ -253,8 +255,8 @@ func TestResumeOnAReplicaThatListedAtAnotherVersion(t *testing.T) {
 		wantRuntimeRV string
 	}{
 		{"to a later replica: no change since", nil, later, &fakeProgress{through: 45}, 0, "runtimeclasses=40"},
-		{"to a later replica: changed since", nil, later, &fakeProgress{changed: 20, through: 45}, 410, ""},
-		{"to a later replica: nobody to ask", nil, later, nil, 410, ""},
+		{"to a later replica: changed since", nil, later, &fakeProgress{changed: 20, through: 45}, 0, ""},
+		{"to a later replica: nobody to ask", nil, later, nil, 0, ""},
 		{"to an earlier replica: no change since", later, nil, &fakeProgress{through: 45}, 0, "runtimeclasses=1"},
 		{"to an earlier replica: changed since", later, nil, &fakeProgress{changed: 20, through: 45}, 504, ""},
 		{"to an earlier replica: nobody to ask", later, nil, nil, 504, ""},
@@ -289,6 +291,14 @@ func TestResumeOnAReplicaThatListedAtAnotherVersion(t *testing.T) {
 				t.Fatalf("got %d %v, want %d", got, st, tc.want)
 			}
 			if tc.want != 0 {
+				return
+			}
+			if tc.wantRuntimeRV == "" {
+				lines := c.read()
+				if len(lines) == 0 || lines[len(lines)-1] != "BOOKMARK initial-events-end" {
+					t.Fatalf("the resume: %v, want the view afresh, ending with the initial state's bookmark", lines)
+				}
+				check(t, b, c, "after the view afresh")
 				return
 			}
 			expect(t, "the resume", c.read(), "BOOKMARK")

@@ -220,6 +220,13 @@ func (m *Views) Step() {
 
 // Bookmark sends the current position to every view whose last bookmark
 // is older, so that a quiet view still has a recent resume point.
+// Position is where the views are.
+func (m *Views) Position() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pos.String()
+}
+
 func (m *Views) Bookmark() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -361,6 +368,23 @@ func (m *Views) joinLocked() {
 	m.joining = waiting
 }
 
+// replaceLocked answers a resume from a position this replica's change
+// logs do not reach (it started after the consumer's last bookmark of a
+// type that changed since) with the view afresh, on the same channel:
+// its initial state and the bookmark that ends one, which the consumer
+// takes as a relist, replacing what it holds (docs/api.md, "The node
+// view"). A 410 would have cost the consumer a round trip to the same
+// end, and the changes made meanwhile would have gone by in it.
+func (m *Views) replaceLocked(v *view, from Position, resource string) {
+	klog.InfoS("Resume of a node view from a position this replica's change log does not reach; sending the view afresh",
+		"node", v.node, "resource", resource, "position", from.String())
+	m.registerLocked(v)
+	v.build(&m.st)
+	v.sendAll(&m.st, m.pos)
+	opens.WithLabelValues(openReplaced).Inc()
+	viewObjects.Observe(float64(v.objects()))
+}
+
 // resumeLocked builds the view the consumer holds at from (the state of
 // every type at from, which the change logs still hold) and sends it the
 // changes from there to the hub's position, type by type as a step does:
@@ -377,8 +401,7 @@ func (m *Views) resumeLocked(v *view, from Position) {
 		at.At[i] = min(from.At[i], m.pos.At[i])
 		snap, err := m.st.snaps[i].At(at.At[i])
 		if err != nil {
-			m.expireLocked(v, fmt.Sprintf("position %s is older than the hub's change log of %s holds; open the view again without a position", from, types[i].gvr.Resource))
-			opens.WithLabelValues(openExpired).Inc()
+			m.replaceLocked(v, from, types[i].gvr.Resource)
 			return
 		}
 		st.snaps[i] = snap

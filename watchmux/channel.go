@@ -74,9 +74,14 @@ type channel struct {
 	// queued; closeStatus is the ERROR of a channel closed before it was
 	// announced, written after the response; onClose runs when it closes.
 	// All are guarded by conn.mu.
-	queued      int
-	closed      bool
-	announced   bool
+	queued    int
+	closed    bool
+	announced bool
+	// flush: closed by the server's shutdown, its events still queued
+	// are written before its ERROR rather than dropped, so that what the
+	// handler sent last (a node view's bookmark at the replica's final
+	// position) reaches the client and the next replica resumes from it.
+	flush       bool
 	closeStatus *metav1.Status
 	onClose     []func()
 	// progress takes the client's progress requests (OnProgress); nil

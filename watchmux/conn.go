@@ -294,7 +294,8 @@ func notOpen(id int64) *metav1.Status {
 }
 
 // closeChannel closes ch, with a final ERROR carrying status unless status
-// is nil (the client closed it). Events of ch still queued are dropped.
+// is nil (the client closed it). Events of ch still queued are dropped,
+// except at shutdown (channel.flush).
 func (c *conn) closeChannel(ch *channel, status *metav1.Status) {
 	c.mu.Lock()
 	callbacks := c.closeChannelLocked(ch, status)
@@ -391,7 +392,7 @@ func (c *conn) take() (batch []frame, closing bool) {
 					f.ch.room = nil
 				}
 			}
-			if f.ch.closed {
+			if f.ch.closed && !f.ch.flush {
 				continue
 			}
 		}
@@ -513,7 +514,7 @@ func (c *conn) dropped(f *frame) bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return f.ch.closed
+	return f.ch.closed && !f.ch.flush
 }
 
 // shutdown ends every channel with closedByServer, then the connection
@@ -524,6 +525,7 @@ func (c *conn) shutdown() {
 	c.closing = true
 	var callbacks []func()
 	for _, ch := range c.channels {
+		ch.flush = true
 		callbacks = append(callbacks, c.closeChannelLocked(ch, closedByServer)...)
 	}
 	c.mu.Unlock()
