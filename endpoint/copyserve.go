@@ -243,12 +243,11 @@ func (e *Endpoint) serveCopyWatch(w http.ResponseWriter, req *http.Request, r co
 		from, _ := strconv.ParseUint(opts.ResourceVersion, 10, 64) // copyAt parsed it
 		wt, err = c.WatchFrom(r.typ, r.filter, from)
 	}
-	switch {
-	case errors.Is(err, nodecopy.ErrExpired):
-		if mode == modeLive {
-			return false // the hub's log, or kube-apiserver's, may reach further
-		}
-	case err != nil:
+	// ErrExpired is the copy's 410, as kube-apiserver's watch cache
+	// answers a version older than its window: the kubelet lists again,
+	// from the copy. Sending the watch to the hub, whose log may reach
+	// further, would hold a hub channel for the watch's life.
+	if err != nil && !errors.Is(err, nodecopy.ErrExpired) {
 		return false
 	}
 	e.noteCopyRead(r, mode)
@@ -325,16 +324,25 @@ func (e *Endpoint) serveCopyWatch(w http.ResponseWriter, req *http.Request, r co
 	}
 }
 
+// copyStaleAfter is how long the copy's watches stay open after it
+// stopped following the hub while kube-apiserver answers. Longer than a
+// replica's rollout and than an endpoint's redial after an outage
+// (kube-apiserver is usually back before the hub, which needs it to list
+// its cache), so that the kubelets' watches wait for the hub rather than
+// all move to kube-apiserver; short enough that a hub gone for good
+// delays the changes the node sees by no more than this. Nothing is
+// lost either way: the watch resumes from its version.
+const copyStaleAfter = 30 * time.Second
+
 // copyWatchable reports whether the copy's watches may go on: while the
-// copy follows the hub, or is offline, and for hubResumeTimeout after it
-// stopped following, the time a hub channel waits to be carried to
-// another replica.
+// copy follows the hub, or is offline, and for copyStaleAfter after it
+// stopped following.
 func (e *Endpoint) copyWatchable() bool {
 	if _, ok := e.copyMode(); ok {
 		return true
 	}
 	age, whole := e.view.age()
-	return whole && age < hubResumeTimeout || e.view.catchingUp()
+	return whole && age < copyStaleAfter || e.view.catchingUp()
 }
 
 // bookmarkOf is a BOOKMARK of r's type at rv, ending the initial events
