@@ -100,7 +100,7 @@ func (w *failoverWatchers) openThroughEndpoints(ctx context.Context, env *Env, l
 		}
 		for j := range load.Channels {
 			k := i*load.Channels + j
-			nodes.readers.Go(func() { w.logs[k].follow(fctx, kubelet, names[k], &nodes.restarts) })
+			nodes.readers.Go(func() { w.logs[k].follow(fctx, kubelet, failoverNamespace, names[k], &nodes.restarts) })
 		}
 	}
 	for i, l := range w.logs {
@@ -144,13 +144,13 @@ func createFailoverPod(ctx context.Context, kube kubernetes.Interface, node stri
 	return nil
 }
 
-// follow reads secret name as the kubelet's secret manager does, until
+// follow reads secret name of namespace ns as the kubelet's secret manager does, until
 // ctx ends: list it by name, watch from the list's resourceVersion, and
 // watch again from the last one it received whenever a watch ends. A 410
 // ends the log (the kubelet would list again; its later writes are not
 // owed).
-func (l *channelLog) follow(ctx context.Context, kubelet kubernetes.Interface, name string, restarts *atomic.Int64) {
-	secrets := kubelet.CoreV1().Secrets(failoverNamespace)
+func (l *channelLog) follow(ctx context.Context, kubelet kubernetes.Interface, ns, name string, restarts *atomic.Int64) {
+	secrets := kubelet.CoreV1().Secrets(ns)
 	byName := "metadata.name=" + name
 	list, err := secrets.List(ctx, metav1.ListOptions{FieldSelector: byName})
 	if err != nil {
