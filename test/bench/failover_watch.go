@@ -39,6 +39,10 @@ type channelLog struct {
 	rvs     []uint64 // resourceVersions of the events after it
 	max     uint64
 	final   *metav1.Status // the ERROR that ended it
+	// relists are the lists after the first (follow with relist), and
+	// listed the resourceVersions their items had.
+	relists int
+	listed  []uint64
 }
 
 func newFailoverWatchers(n int) *failoverWatchers {

@@ -155,7 +155,7 @@ func (o *nodeViewOutcome) footprintFigures() []Figure {
 		return a / b
 	}
 	l := o.load
-	return []Figure{
+	out := []Figure{
 		{"hollow kubelets, each behind its endpoint", float64(l.Nodes), ""},
 		{"secrets and configmaps per node (pods x objects)", float64(l.PodsPerNode * l.ObjectsPerPod), ""},
 		{"channels and memory: hub channels per node, a channel per object (--node-view=false)", p.channels, ""},
@@ -165,10 +165,20 @@ func (o *nodeViewOutcome) footprintFigures() []Figure {
 		{"channels and memory: hub live heap per node, the copy", mib(c.heap), "MiB"},
 		{"channels and memory: ratio of hub heap per node, a channel per object / the copy", ratio(p.heap, c.heap), "x"},
 		{"channels and memory: objects in each endpoint's copy, mean", c.copyObjects, ""},
+		{"channels and memory: the kubelet's open watches per node, a channel per object: hub", p.watches["hub"], ""},
+		{"channels and memory: the kubelet's open watches per node, a channel per object: kube-apiserver", p.watches["apiserver"], ""},
+		{"channels and memory: the kubelet's open watches per node, the copy: copy", c.watches["copy"], ""},
+		{"channels and memory: the kubelet's open watches per node, the copy: hub", c.watches["hub"], ""},
+		{"channels and memory: the kubelet's open watches per node, the copy: kube-apiserver", c.watches["apiserver"], ""},
+	}
+	for _, k := range c.hubWatches.sortedKeys() {
+		out = append(out, Figure{"channels and memory: the kubelets' watches off the copy, the copy, every node: " + k, c.hubWatches[k], ""})
+	}
+	return append(out, []Figure{
 		{"channels and memory: endpoint RSS per node, a channel per object, mean", meanMiB(p.rss), "MiB"},
 		{"channels and memory: endpoint RSS per node, the copy, mean", meanMiB(c.rss), "MiB"},
 		{"channels and memory: endpoint RSS per node, the copy, max", maxMiB(c.rss), "MiB"},
 		{"channels and memory: time to pods Running, a channel per object", p.upTook.Seconds(), "s"},
 		{"channels and memory: time to pods Running, the copy", c.upTook.Seconds(), "s"},
-	}
+	}...)
 }

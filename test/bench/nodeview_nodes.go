@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -49,6 +50,11 @@ type viewFootprint struct {
 	// their copies (0 without one).
 	rss         []int64
 	copyObjects float64
+	// watches are the kubelets' open watches per node, by the path that
+	// serves them (copy, hub, apiserver); hubWatches those the hub's
+	// channels serve, by resource, over every node.
+	watches    map[string]float64
+	hubWatches requestCounts
 	// upTook is from creating the pods to the last one Running.
 	upTook time.Duration
 }
@@ -124,6 +130,7 @@ func (s *viewSide) start(ctx context.Context, dir string, endpointArgs []string)
 		return f, err
 	}
 	f.copyObjects = sumEndpoints(ms, nil, "nodeproxy_node_copy_objects") / n
+	f.watches, f.hubWatches = openWatches(ms)
 	s.env.progressf("nodeview (%s): hub channels per node %.1f, hub heap per node %.2f MiB, endpoint RSS mean %.1f MiB",
 		s.way, f.channels, f.heap/(1<<20), meanMiB(f.rss))
 	return f, nil
@@ -325,4 +332,21 @@ func maxMiB(bs []int64) float64 {
 		m = max(m, b)
 	}
 	return float64(m) / (1 << 20)
+}
+
+// openWatches are the kubelets' open watches per endpoint, by the path
+// that serves them (copy, hub, apiserver), and those of the hub and
+// apiserver paths by "path resource", over every endpoint.
+func openWatches(ms []Metrics) (perNode map[string]float64, offNode requestCounts) {
+	perNode, offNode = map[string]float64{}, requestCounts{}
+	for _, m := range ms {
+		for k, v := range countsBy(m, "nodeproxy_node_watches", func(l map[string]string) string { return l["path"] + " " + l["resource"] }) {
+			path, _, _ := strings.Cut(k, " ")
+			perNode[path] += v / float64(len(ms))
+			if path != "copy" {
+				offNode[k] += v
+			}
+		}
+	}
+	return perNode, offNode
 }

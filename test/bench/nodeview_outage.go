@@ -47,8 +47,11 @@ type viewOutage struct {
 	// of them never showed the update, repeated events came twice,
 	// extra events were not the update, ended watches ended with an
 	// error; watchRestarts are watches that ended cleanly and were
-	// opened again.
+	// opened again; relists are lists after a 410 (the copy started
+	// over), and byRelist the updates seen in such a list, not as an
+	// event.
 	watched, lost, repeated, extra, ended int
+	relists, byRelist                     int
 	watchRestarts                         int64
 	// opens are the hub's node view opens since it came back, by how
 	// (initial, resumed, expired, refused); reopened the endpoints' views
@@ -64,6 +67,12 @@ type viewOutage struct {
 	// offNode those by verb and resource.
 	nodeReads map[string]float64
 	offNode   requestCounts
+	// watches are the kubelets' open watches per node at the end, by
+	// path, and offNodeWatches those off the copy by path and resource.
+	watches        map[string]float64
+	offNodeWatches requestCounts
+	// hubChannels are the hub's open channels per node at the end.
+	hubChannels float64
 }
 
 // outageValue is what the secrets are set to after the outage.
@@ -91,7 +100,7 @@ func (s *viewSide) outage(ctx context.Context, l NodeViewLoad) (o viewOutage, er
 	var restarts atomic.Int64
 	for k, name := range names {
 		logs[k] = &channelLog{}
-		followers.Go(func() { logs[k].follow(fctx, s.asNode[watchNode], s.ns, name, &restarts) })
+		followers.Go(func() { logs[k].follow(fctx, s.asNode[watchNode], s.ns, name, &restarts, true) })
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		for _, lg := range logs {
@@ -234,6 +243,7 @@ func (s *viewSide) outage(ctx context.Context, l NodeViewLoad) (o viewOutage, er
 	if err != nil {
 		return o, err
 	}
+	o.hubChannels = hubMetrics.Sum("nodeproxy_watchmux_channels") / float64(len(s.nodes))
 	o.opens = map[string]float64{}
 	for _, how := range []string{"initial", "resumed", "expired", "refused"} {
 		o.opens[how] = hubMetrics.Sum("nodeproxy_nodeview_opens_total", "how", how)
@@ -249,6 +259,7 @@ func (s *viewSide) outage(ctx context.Context, l NodeViewLoad) (o viewOutage, er
 		return o, err
 	}
 	o.reopened = sumEndpoints(after, nil, "nodeproxy_node_view_reopens_total") - sumEndpoints(before, nil, "nodeproxy_node_view_reopens_total")
+	o.watches, o.offNodeWatches = openWatches(after)
 	o.nodeReads = readsByPath(before, after, nil)
 	o.offNode = readsByResource(before, after, nil, "apiserver")
 	for k, v := range readsByResource(before, after, nil, "hub") {
@@ -392,7 +403,7 @@ func (s *viewSide) secretFiles() []mountedFile {
 
 // countEvents reads the followed secrets' logs, once each has had time
 // to show its update: each should hold exactly one event, at the
-// update's version.
+// update's version, or, after a 410, a list that holds it.
 func (o *viewOutage) countEvents(logs []*channelLog, names []string, want map[string]string, restarts *atomic.Int64) {
 	deadline := time.Now().Add(failoverDeliveryTimeout)
 	o.watched = len(logs)
@@ -400,7 +411,7 @@ func (o *viewOutage) countEvents(logs []*channelLog, names []string, want map[st
 		rv := parseRV(want[names[k]])
 		for time.Now().Before(deadline) {
 			lg.mu.Lock()
-			seen := slices.Contains(lg.rvs, rv) || lg.final != nil
+			seen := slices.Contains(lg.rvs, rv) || slices.Contains(lg.listed, rv) || lg.final != nil
 			lg.mu.Unlock()
 			if seen {
 				break
@@ -408,9 +419,14 @@ func (o *viewOutage) countEvents(logs []*channelLog, names []string, want map[st
 			time.Sleep(50 * time.Millisecond)
 		}
 		lg.mu.Lock()
-		if lg.final != nil {
+		o.relists += lg.relists
+		switch {
+		case lg.final != nil:
 			o.ended++
-		} else if !slices.Contains(lg.rvs, rv) {
+		case slices.Contains(lg.rvs, rv):
+		case slices.Contains(lg.listed, rv):
+			o.byRelist++
+		default:
 			o.lost++
 		}
 		seen := map[uint64]bool{}
@@ -456,6 +472,8 @@ func (o *nodeViewOutcome) outageFigures() []Figure {
 		{p + "events other than the update", float64(u.extra), ""},
 		{p + "watches ended with an error", float64(u.ended), ""},
 		{p + "watches ended cleanly and opened again", float64(u.watchRestarts), ""},
+		{p + "lists again after a 410 (as a reflector does)", float64(u.relists), ""},
+		{p + "updates seen in such a list rather than as an event", float64(u.byRelist), ""},
 		{p + "endpoint views opened afresh after a 410", u.reopened, ""},
 	}
 	for _, how := range []string{"initial", "resumed", "expired", "refused"} {
@@ -468,6 +486,16 @@ func (o *nodeViewOutcome) outageFigures() []Figure {
 		if u.offNode[k] >= 1 {
 			out = append(out, Figure{p + "a read that left a node: " + k, u.offNode[k], ""})
 		}
+	}
+	for _, path := range []string{"copy", "hub", "apiserver"} {
+		out = append(out, Figure{p + "the kubelet's open watches per node at the end: " + path, u.watches[path], ""})
+	}
+	out = append(out, Figure{p + "hub channels per node at the end (the hub started afresh at the return)", u.hubChannels, ""})
+	for _, k := range u.offNodeWatches.sortedKeys() {
+		if u.offNodeWatches[k] < 1 {
+			continue
+		}
+		out = append(out, Figure{p + "the kubelets' watches off the copy at the end, every node: " + k, u.offNodeWatches[k], ""})
 	}
 	out = append(out, Figure{p + "kube-apiserver GET, LIST and WATCH from its return to the end of the checks", u.apiserverReads.total(), ""})
 	for _, k := range u.apiserverReads.sortedKeys() {

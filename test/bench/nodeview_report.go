@@ -34,6 +34,9 @@ func (o *nodeViewOutcome) WriteTables(w io.Writer) error {
 	row("endpoint RSS per node, mean, MiB", meanMiB(p.rss), meanMiB(c.rss), "%.1f")
 	row("endpoint RSS per node, max, MiB", maxMiB(p.rss), maxMiB(c.rss), "%.1f")
 	row("objects in the copy per node", 0, c.copyObjects, "%.0f")
+	for _, path := range []string{"copy", "hub", "apiserver"} {
+		row("the kubelet's open watches per node, "+path, p.watches[path], c.watches[path], "%.1f")
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -61,8 +64,11 @@ func (o *nodeViewOutcome) WriteTables(w io.Writer) error {
 	fmt.Fprintf(tw, "then every endpoint online, every copy current\t%.1f s, %.1f s\t\n", u.online.Seconds(), u.current.Seconds())
 	fmt.Fprintf(tw, "stale objects\t%d of %d\t\n", u.stale, u.checked)
 	fmt.Fprintf(tw, "updates lost, events repeated, other events\t%d, %d, %d of %d\t\n", u.lost, u.repeated, u.extra, u.watched)
+	fmt.Fprintf(tw, "watches ended by a 410 and listed again; updates seen in the list\t%d; %d\t\n", u.relists, u.byRelist)
 	fmt.Fprintf(tw, "hub view opens: initial, resumed, expired\t%.0f, %.0f, %.0f\t\n", u.opens["initial"], u.opens["resumed"], u.opens["expired"])
 	fmt.Fprintf(tw, "kubelet reads off the nodes: hub, kube-apiserver\t%.0f, %.0f\t\n", u.nodeReads["hub"], u.nodeReads["apiserver"])
+	fmt.Fprintf(tw, "the kubelet's watches per node at the end: copy, hub, kube-apiserver\t%.1f, %.1f, %.1f\t\n", u.watches["copy"], u.watches["hub"], u.watches["apiserver"])
+	fmt.Fprintf(tw, "hub channels per node at the end\t%.1f\t\n", u.hubChannels)
 	fmt.Fprintf(tw, "kube-apiserver GET, LIST, WATCH since its return\t%.0f\t\n", u.apiserverReads.total())
 	return tw.Flush()
 }

@@ -32,9 +32,11 @@ func TestNodeViewScenario(t *testing.T) {
 		t.Fatalf("no figure %q in %+v", name, r.Figures)
 		return 0
 	}
-	// A node behind a copy endpoint holds one channel: its view.
-	if got := figure("channels and memory: hub channels per node, the copy"); got != 1 {
-		t.Errorf("hub channels per node with the copy: %v, want 1", got)
+	// A node behind a copy endpoint holds one channel for its view, and
+	// one for each of its kubelet's watches the copy does not serve.
+	if got, off := figure("channels and memory: hub channels per node, the copy"),
+		figure("channels and memory: the kubelet's open watches per node, the copy: hub"); got != 1+off {
+		t.Errorf("hub channels per node with the copy: %v, want 1 and the kubelet's %v watches on the hub", got, off)
 	}
 	// Without it, one per object and per type the kubelet watches.
 	if got := figure("channels and memory: hub channels per node, a channel per object (--node-view=false)"); got < 4 {
