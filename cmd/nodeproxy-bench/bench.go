@@ -121,6 +121,9 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 	fs.IntVar(&v.ObjectsPerPod, "view-objects", v.ObjectsPerPod, "Secrets and configmaps each pod mounts in the nodeview scenario (half each, its own): a node's copy holds --view-pods times as many.")
 	fs.IntVar(&v.Restarts, "view-restarts", v.Restarts, "Kubelets restarted behind copy endpoints, the control plane up, in the nodeview scenario.")
 	fs.DurationVar(&v.Outage, "view-outage", v.Outage, "How long kube-apiserver and the hub are stopped in the nodeview scenario; a third of the kubelets restart meanwhile.")
+	fs.DurationVar(&v.Settle, "view-settle", v.Settle, "How long, after the nodeview scenario's outage and checks, the hub's channels are followed until they are one per node again "+
+		"(the kubelet's watches that went to hub channels come back to the copies when they end, at the kubelet's watch timeout of 5 to 10 minutes); 0 skips it.")
+	fs.StringVar(&v.Profiles, "view-profiles", v.Profiles, "A directory to write the hub's heap profiles to in the nodeview scenario, before and after each side's nodes (hub-heap-<side>-<before|after>.pprof); none when empty.")
 
 	fs = fss.FlagSet("target")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "Measure the cluster this kubeconfig reaches, with nodeproxy registered as its bulk.k8s.io APIService "+

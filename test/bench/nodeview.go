@@ -27,13 +27,24 @@ type NodeViewLoad struct {
 	// Outage is how long kube-apiserver and the hub are stopped in the
 	// third part; a third of the kubelets restart meanwhile.
 	Outage time.Duration
+	// Settle is how long, after the outage's checks, the hub's channels
+	// are followed until they are one per node again: the kubelet's
+	// watches that went to hub channels while the copies started over
+	// come back to the copies only when they end, at the kubelet's
+	// watch timeout (5 to 10 minutes). 0 skips it.
+	Settle time.Duration
+	// Profiles, when set, is a directory the hub's heap profiles go to,
+	// before and after each side's nodes (hub-heap-<side>-<when>.pprof),
+	// for `go tool pprof -base`.
+	Profiles string
 }
 
 // DefaultNodeViewLoad is the issue's shape: 20 kubelets, each with 5
 // pods of 20 objects, 100 secrets and configmaps in each node's copy,
-// and a 2-minute outage.
+// and a 2-minute outage, followed for 11 minutes after (a kubelet
+// watch's longest timeout and a minute).
 func DefaultNodeViewLoad() NodeViewLoad {
-	return NodeViewLoad{Nodes: 20, PodsPerNode: 5, ObjectsPerPod: 20, Restarts: 1, Outage: 2 * time.Minute}
+	return NodeViewLoad{Nodes: 20, PodsPerNode: 5, ObjectsPerPod: 20, Restarts: 1, Outage: 2 * time.Minute, Settle: 11 * time.Minute}
 }
 
 // outageRestarts is how many kubelets restart during the outage: a
@@ -133,6 +144,9 @@ func runNodeView(ctx context.Context, env *Env, t Target) (_ *Result, err error)
 
 	// 3. The outage.
 	o.outage, err = copied.outage(ctx, l)
+	if err == nil && l.Settle > 0 {
+		err = copied.settle(ctx, l, &o.outage)
+	}
 	r.Figures = append(r.Figures, o.outageFigures()...)
 	r.Latencies = []Latency{
 		latencyOf("outage: restarted kubelet's pods Running with their files, offline", o.outage.upOffline),

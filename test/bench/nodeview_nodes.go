@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -63,7 +64,7 @@ type viewFootprint struct {
 // be Running, and measures what the nodes added to the hub.
 func (s *viewSide) start(ctx context.Context, dir string, endpointArgs []string) (f viewFootprint, err error) {
 	l := s.env.Kubelets
-	channels0, heap0, _, err := hubFootprint(ctx, s.t)
+	channels0, heap0, _, err := hubFootprint(ctx, s.t, s.profile("before"))
 	if err != nil {
 		return f, err
 	}
@@ -112,7 +113,7 @@ func (s *viewSide) start(ctx context.Context, dir string, endpointArgs []string)
 	if err := sleepUntil(ctx, time.Now().Add(5*time.Second)); err != nil {
 		return f, err
 	}
-	channels1, heap1, views, err := hubFootprint(ctx, s.t)
+	channels1, heap1, views, err := hubFootprint(ctx, s.t, s.profile("after"))
 	if err != nil {
 		return f, err
 	}
@@ -294,10 +295,20 @@ func readsByResource(before, after []Metrics, which []int, path string) requestC
 	return count(after).minus(count(before))
 }
 
+// profile is where the hub's heap profile of the side goes, when; ""
+// for none.
+func (s *viewSide) profile(when string) string {
+	if s.env.NodeView.Profiles == "" {
+		return ""
+	}
+	return filepath.Join(s.env.NodeView.Profiles, "hub-heap-"+s.way+"-"+when+".pprof")
+}
+
 // hubFootprint reads the hub's open channels, its live heap after a
 // forced collection (its /debug/pprof/heap?gc=1, as afterGC does for
-// kube-apiserver) and its open node views.
-func hubFootprint(ctx context.Context, t Target) (channels, heap, views float64, err error) {
+// kube-apiserver) and its open node views; the heap profile goes to
+// profile unless that is "".
+func hubFootprint(ctx context.Context, t Target, profile string) (channels, heap, views float64, err error) {
 	hub := t.Local.Hub
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, hub.URL+"/debug/pprof/heap?gc=1", nil)
 	if err != nil {
@@ -307,9 +318,15 @@ func hubFootprint(ctx context.Context, t Target) (channels, heap, views float64,
 	if err != nil {
 		return 0, 0, 0, fmt.Errorf("force a garbage collection in the hub: %w", err)
 	}
+	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, 0, 0, fmt.Errorf("force a garbage collection in the hub: %s", resp.Status)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, 0, 0, fmt.Errorf("force a garbage collection in the hub: %s %v", resp.Status, err)
+	}
+	if profile != "" {
+		if err := os.WriteFile(profile, body, 0o644); err != nil {
+			return 0, 0, 0, err
+		}
 	}
 	m, err := t.Nodeproxy.Metrics(ctx)
 	if err != nil {

@@ -73,6 +73,15 @@ type viewOutage struct {
 	offNodeWatches requestCounts
 	// hubChannels are the hub's open channels per node at the end.
 	hubChannels float64
+	// readyAt is when kube-apiserver and the hub were both ready again.
+	readyAt time.Time
+	// settled is from readyAt to the hub's channels one per node again
+	// (0: not within the settle); settledChannels and settledWatches
+	// the hub's channels and the kubelets' watches by path, per node,
+	// at its end.
+	settled         time.Duration
+	settledChannels float64
+	settledWatches  map[string]float64
 }
 
 // outageValue is what the secrets are set to after the outage.
@@ -193,6 +202,7 @@ func (s *viewSide) outage(ctx context.Context, l NodeViewLoad) (o viewOutage, er
 	local.Hub.Process = hub.Process
 	o.hubReady = time.Since(back)
 	ready := time.Now()
+	o.readyAt = ready
 
 	// The admin client's connection died with kube-apiserver; its first
 	// request may fail while it dials again.
@@ -497,6 +507,14 @@ func (o *nodeViewOutcome) outageFigures() []Figure {
 		}
 		out = append(out, Figure{p + "the kubelets' watches off the copy at the end, every node: " + k, u.offNodeWatches[k], ""})
 	}
+	if o.load.Settle > 0 {
+		out = append(out,
+			Figure{p + "time to one hub channel per node again, from both ready (0: not within --view-settle)", u.settled.Seconds(), "s"},
+			Figure{p + "hub channels per node then", u.settledChannels, ""})
+		for _, path := range []string{"copy", "hub", "apiserver"} {
+			out = append(out, Figure{p + "the kubelet's open watches per node then: " + path, u.settledWatches[path], ""})
+		}
+	}
 	out = append(out, Figure{p + "kube-apiserver GET, LIST and WATCH from its return to the end of the checks", u.apiserverReads.total(), ""})
 	for _, k := range u.apiserverReads.sortedKeys() {
 		if u.apiserverReads[k] >= 1 {
@@ -504,4 +522,32 @@ func (o *nodeViewOutcome) outageFigures() []Figure {
 		}
 	}
 	return out
+}
+
+// settle follows the hub's channels for at most l.Settle, until they
+// are one per node again (the views alone), and reads where the
+// kubelets' watches are then.
+func (s *viewSide) settle(ctx context.Context, l NodeViewLoad, o *viewOutage) error {
+	s.env.progressf("nodeview (%s): following the hub's channels for up to %s, until they are one per node again", s.way, l.Settle)
+	n := float64(len(s.nodes))
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Second, l.Settle, true, func(ctx context.Context) (bool, error) {
+		m, err := s.t.Nodeproxy.Metrics(ctx)
+		if err != nil {
+			return false, nil
+		}
+		o.settledChannels = m.Sum("nodeproxy_watchmux_channels") / n
+		return o.settledChannels <= 1, nil
+	})
+	if err == nil {
+		o.settled = time.Since(o.readyAt)
+	} else if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	ms, err := s.scrapeEndpoints(ctx)
+	if err != nil {
+		return err
+	}
+	o.settledWatches, _ = openWatches(ms)
+	s.env.progressf("nodeview (%s): hub channels per node %.2f, %.0fs after the return", s.way, o.settledChannels, time.Since(o.readyAt).Seconds())
+	return nil
 }

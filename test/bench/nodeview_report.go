@@ -69,6 +69,10 @@ func (o *nodeViewOutcome) WriteTables(w io.Writer) error {
 	fmt.Fprintf(tw, "kubelet reads off the nodes: hub, kube-apiserver\t%.0f, %.0f\t\n", u.nodeReads["hub"], u.nodeReads["apiserver"])
 	fmt.Fprintf(tw, "the kubelet's watches per node at the end: copy, hub, kube-apiserver\t%.1f, %.1f, %.1f\t\n", u.watches["copy"], u.watches["hub"], u.watches["apiserver"])
 	fmt.Fprintf(tw, "hub channels per node at the end\t%.1f\t\n", u.hubChannels)
+	if l.Settle > 0 {
+		fmt.Fprintf(tw, "one hub channel per node again, from both ready (0: not within %s)\t%.0f s\t\n", l.Settle, u.settled.Seconds())
+		fmt.Fprintf(tw, "  hub channels per node then; the kubelet's watches: copy, hub\t%.2f; %.1f, %.1f\t\n", u.settledChannels, u.settledWatches["copy"], u.settledWatches["hub"])
+	}
 	fmt.Fprintf(tw, "kube-apiserver GET, LIST, WATCH since its return\t%.0f\t\n", u.apiserverReads.total())
 	return tw.Flush()
 }
