@@ -439,16 +439,9 @@ func (o *viewOutage) countEvents(logs []*channelLog, names []string, want map[st
 		default:
 			o.lost++
 		}
-		seen := map[uint64]bool{}
-		for _, v := range lg.rvs {
-			switch {
-			case seen[v]:
-				o.repeated++
-			case v != rv:
-				o.extra++
-			}
-			seen[v] = true
-		}
+		_, repeated, extra := lg.repeats(func(v uint64) bool { return v == rv })
+		o.repeated += repeated
+		o.extra += extra
 		lg.mu.Unlock()
 	}
 	o.watchRestarts = restarts.Load()

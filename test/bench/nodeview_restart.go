@@ -43,15 +43,7 @@ type viewRestart struct {
 func (s *viewSide) restartKubelets(ctx context.Context, which []int) (r viewRestart, err error) {
 	r.kubelets = len(which)
 	s.env.progressf("nodeview (%s): restarting %d kubelet(s), counting the requests that leave their nodes", s.way, len(which))
-	endpointsBefore, err := s.scrapeEndpoints(ctx)
-	if err != nil {
-		return r, err
-	}
-	hubBefore, err := s.t.Nodeproxy.Metrics(ctx)
-	if err != nil {
-		return r, err
-	}
-	apiBefore, err := ScrapeAPIServer(ctx, s.admin.CoreV1().RESTClient())
+	before, err := s.sampleAll(ctx)
 	if err != nil {
 		return r, err
 	}
@@ -79,18 +71,12 @@ func (s *viewSide) restartKubelets(ctx context.Context, which []int) (r viewRest
 	if err := sleepUntil(ctx, time.Now().Add(5*time.Second)); err != nil {
 		return r, err
 	}
-	endpointsAfter, err := s.scrapeEndpoints(ctx)
+	after, err := s.sampleAll(ctx)
 	if err != nil {
 		return r, err
 	}
-	hubAfter, err := s.t.Nodeproxy.Metrics(ctx)
-	if err != nil {
-		return r, err
-	}
-	apiAfter, err := ScrapeAPIServer(ctx, s.admin.CoreV1().RESTClient())
-	if err != nil {
-		return r, err
-	}
+	endpointsBefore, endpointsAfter := before.endpoints, after.endpoints
+	hubBefore, hubAfter := before.hub, after.hub
 	r.window = time.Since(began)
 	r.reads = readsByPath(endpointsBefore, endpointsAfter, which)
 	r.offNode = readsByResource(endpointsBefore, endpointsAfter, which, "apiserver")
@@ -107,10 +93,27 @@ func (s *viewSide) restartKubelets(ctx context.Context, which []int) (r viewRest
 	}
 	r.hubOpened = hubAfter.Sum("nodeproxy_watchmux_requests_total", "result", "opened") - hubBefore.Sum("nodeproxy_watchmux_requests_total", "result", "opened")
 	r.hubGets = hubAfter.Sum("nodeproxy_bulk_get_requests_total") - hubBefore.Sum("nodeproxy_bulk_get_requests_total")
-	r.apiserverReads = readsOf(requestsServed(apiBefore, apiAfter))
+	r.apiserverReads = readsOf(requestsServed(before.apiserver, after.apiserver))
 	s.env.progressf("nodeview (%s): restarted kubelets' reads: %.0f from the copy, %.0f to the hub, %.0f to kube-apiserver; %.0f progress requests",
 		s.way, r.reads["copy"], r.reads["hub"], r.reads["apiserver"], r.progress)
 	return r, nil
+}
+
+// viewSample is one scrape of every endpoint, the hub and kube-apiserver.
+type viewSample struct {
+	endpoints      []Metrics
+	hub, apiserver Metrics
+}
+
+func (s *viewSide) sampleAll(ctx context.Context) (m viewSample, err error) {
+	if m.endpoints, err = s.scrapeEndpoints(ctx); err != nil {
+		return m, err
+	}
+	if m.hub, err = s.t.Nodeproxy.Metrics(ctx); err != nil {
+		return m, err
+	}
+	m.apiserver, err = ScrapeAPIServer(ctx, s.admin.CoreV1().RESTClient())
+	return m, err
 }
 
 // readsOf keeps the GET, LIST and WATCH of c.
