@@ -201,13 +201,7 @@ func (o *benchOptions) validate() error {
 	if o.proxies.Nice < 0 || o.proxies.Nice > 19 {
 		errs = append(errs, fmt.Errorf("--proxy-nice must be from 0 to 19, got %d", o.proxies.Nice))
 	}
-	if o.proxies.Profiles != "" {
-		if fi, err := os.Stat(o.proxies.Profiles); err != nil {
-			errs = append(errs, fmt.Errorf("--proxy-profiles: %w", err))
-		} else if !fi.IsDir() {
-			errs = append(errs, fmt.Errorf("--proxy-profiles %s: not a directory", o.proxies.Profiles))
-		}
-	}
+	errs = append(errs, directoryFlag("--proxy-profiles", o.proxies.Profiles), directoryFlag("--view-profiles", o.nodeView.Profiles))
 	if o.nodeproxy != "" {
 		if _, err := os.Stat(o.nodeproxy); err != nil {
 			errs = append(errs, fmt.Errorf("--nodeproxy: %w", err))
@@ -414,4 +408,18 @@ func hubBinary(path string) (string, error) {
 		return "", fmt.Errorf("no nodeproxy beside this binary to serve in front of the local control plane (make build builds both, or pass --nodeproxy): %w", err)
 	}
 	return hub, nil
+}
+
+// directoryFlag checks that a flag naming a directory to write to, if
+// set, names one.
+func directoryFlag(flag, dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if fi, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("%s %s: not a directory", flag, dir)
+	}
+	return nil
 }
