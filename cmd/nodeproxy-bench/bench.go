@@ -33,6 +33,7 @@ type benchOptions struct {
 	proxies       bench.ProxyLoad
 	causal        bench.CausalLoad
 	failover      bench.FailoverLoad
+	nodeView      bench.NodeViewLoad
 	revokeRate    int
 	phaseDuration time.Duration
 	output        string
@@ -48,7 +49,7 @@ type benchOptions struct {
 
 func newBenchOptions() *benchOptions {
 	return &benchOptions{shape: workload.ReferenceShape(), watch: bench.DefaultWatchLoad(), kubelets: bench.DefaultKubeletLoad(), proxies: bench.DefaultProxyLoad(),
-		causal: bench.DefaultCausalLoad(), failover: bench.DefaultFailoverLoad(),
+		causal: bench.DefaultCausalLoad(), failover: bench.DefaultFailoverLoad(), nodeView: bench.DefaultNodeViewLoad(),
 		revokeRate: 200, phaseDuration: 2 * time.Second, output: "table"}
 }
 
@@ -113,6 +114,17 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 	fs.BoolVar(&f.Rolling, "failover-rolling", f.Rolling, "Also replace both replicas in turn (a rolling restart) in the failover scenario.")
 	fs.BoolVar(&f.Endpoints, "failover-endpoints", f.Endpoints, "Also replace both replicas in turn under kubelet watches through node endpoints: one `nodeproxy node` per connection, its channels the secrets its node's pod mounts.")
 
+	fs = fss.FlagSet("nodeview")
+	v := &o.nodeView
+	fs.IntVar(&v.Nodes, "view-nodes", v.Nodes, "Hollow kubelets in the nodeview scenario, each behind its own endpoint (about 80 MB each, plus its endpoint's).")
+	fs.IntVar(&v.PodsPerNode, "view-pods", v.PodsPerNode, "Pods bound to each hollow kubelet in the nodeview scenario.")
+	fs.IntVar(&v.ObjectsPerPod, "view-objects", v.ObjectsPerPod, "Secrets and configmaps each pod mounts in the nodeview scenario (half each, its own): a node's copy holds --view-pods times as many.")
+	fs.IntVar(&v.Restarts, "view-restarts", v.Restarts, "Kubelets restarted behind copy endpoints, the control plane up, in the nodeview scenario.")
+	fs.DurationVar(&v.Outage, "view-outage", v.Outage, "How long kube-apiserver and the hub are stopped in the nodeview scenario; a third of the kubelets restart meanwhile.")
+	fs.DurationVar(&v.Settle, "view-settle", v.Settle, "How long, after the nodeview scenario's outage and checks, the hub's channels are followed until they are one per node again "+
+		"(the kubelet's watches that went to hub channels come back to the copies when they end, at the kubelet's watch timeout of 5 to 10 minutes); 0 skips it.")
+	fs.StringVar(&v.Profiles, "view-profiles", v.Profiles, "A directory to write the hub's heap profiles to in the nodeview scenario, before and after each side's nodes (hub-heap-<side>-<before|after>.pprof); none when empty.")
+
 	fs = fss.FlagSet("target")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "Measure the cluster this kubeconfig reaches, with nodeproxy registered as its bulk.k8s.io APIService "+
 		"(for example make demo's), instead of nodeproxy in this process. Objects are created through the API in namespaces and simulated nodes "+
@@ -146,6 +158,7 @@ func (o *benchOptions) validate() error {
 		{"--causal-nodes", o.causal.Nodes}, {"--causal-pods", o.causal.Pods}, {"--causal-rate", o.causal.Rate},
 		{"--failover-conns", o.failover.Conns}, {"--failover-channels", o.failover.Channels}, {"--failover-write-rate", o.failover.WriteRate},
 		{"--proxy-nodes", o.proxies.Nodes}, {"--proxy-services", o.proxies.Services}, {"--proxy-pairs", o.proxies.Pairs},
+		{"--view-nodes", o.nodeView.Nodes}, {"--view-pods", o.nodeView.PodsPerNode}, {"--view-objects", o.nodeView.ObjectsPerPod}, {"--view-restarts", o.nodeView.Restarts},
 		{"--kubelet-nodes", o.kubelets.Nodes}, {"--kubelet-pods", o.kubelets.PodsPerNode}, {"--kubelet-objects", o.kubelets.ObjectsPerPod}, {"--kubelet-pairs", o.kubelets.Pairs}} {
 		if f.value <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", f.name, f.value))
@@ -153,6 +166,9 @@ func (o *benchOptions) validate() error {
 	}
 	if w.Updates > 1000 {
 		errs = append(errs, fmt.Errorf("--updates must be at most 1000, got %d: more would overflow a channel's queue and close it", w.Updates))
+	}
+	if o.nodeView.Outage <= 0 {
+		errs = append(errs, fmt.Errorf("--view-outage must be positive, got %s", o.nodeView.Outage))
 	}
 	if o.failover.Settle <= 0 {
 		errs = append(errs, fmt.Errorf("--failover-settle must be positive, got %s", o.failover.Settle))
@@ -185,13 +201,7 @@ func (o *benchOptions) validate() error {
 	if o.proxies.Nice < 0 || o.proxies.Nice > 19 {
 		errs = append(errs, fmt.Errorf("--proxy-nice must be from 0 to 19, got %d", o.proxies.Nice))
 	}
-	if o.proxies.Profiles != "" {
-		if fi, err := os.Stat(o.proxies.Profiles); err != nil {
-			errs = append(errs, fmt.Errorf("--proxy-profiles: %w", err))
-		} else if !fi.IsDir() {
-			errs = append(errs, fmt.Errorf("--proxy-profiles %s: not a directory", o.proxies.Profiles))
-		}
-	}
+	errs = append(errs, directoryFlag("--proxy-profiles", o.proxies.Profiles), directoryFlag("--view-profiles", o.nodeView.Profiles))
 	if o.nodeproxy != "" {
 		if _, err := os.Stat(o.nodeproxy); err != nil {
 			errs = append(errs, fmt.Errorf("--nodeproxy: %w", err))
@@ -254,7 +264,7 @@ func runBench(ctx context.Context, o *benchOptions, scenarios []bench.Scenario, 
 		fmt.Fprintf(progress, "generated %d nodes, %d pods, %d volumes in %s\n", len(cluster.Nodes), len(cluster.Pods), len(cluster.PVs),
 			time.Since(started).Round(time.Millisecond))
 	}
-	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, RevokeRate: o.revokeRate, Kubelets: o.kubelets, Proxies: o.proxies, Causal: o.causal, Failover: o.failover,
+	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, RevokeRate: o.revokeRate, Kubelets: o.kubelets, Proxies: o.proxies, Causal: o.causal, Failover: o.failover, NodeView: o.nodeView,
 		Progress: progress, Bar: progressBars(progress)}
 	// The cluster the scenarios that need one share: the kubeconfig's, or
 	// a local control plane started for the first of them.
@@ -398,4 +408,18 @@ func hubBinary(path string) (string, error) {
 		return "", fmt.Errorf("no nodeproxy beside this binary to serve in front of the local control plane (make build builds both, or pass --nodeproxy): %w", err)
 	}
 	return hub, nil
+}
+
+// directoryFlag checks that a flag naming a directory to write to, if
+// set, names one.
+func directoryFlag(flag, dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if fi, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("%s %s: not a directory", flag, dir)
+	}
+	return nil
 }

@@ -11,4 +11,14 @@
 // server, the CPU seconds spent opening the watches, idling with them and
 // delivering a burst of updates, its resident memory and goroutines with
 // the watches open, and the watch count kube-apiserver carries.
+//
+// The nodeview scenario runs hollow kubelets behind node endpoints, first
+// each with a hub channel per kubelet reflector (--node-view=false), then
+// each with its copy of the node's view, and measures the hub's channels
+// and heap per node; a kubelet restart, counting the reads that leave the
+// node by the path that answered them; and an outage of kube-apiserver and
+// the hub (both processes stopped, etcd kept), during which a third of the
+// kubelets restart and must run their pods from the copies, and after
+// which every node's copy must equal kube-apiserver's, each change seen
+// once.
 package bench

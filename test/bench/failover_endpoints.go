@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -100,7 +101,7 @@ func (w *failoverWatchers) openThroughEndpoints(ctx context.Context, env *Env, l
 		}
 		for j := range load.Channels {
 			k := i*load.Channels + j
-			nodes.readers.Go(func() { w.logs[k].follow(fctx, kubelet, names[k], &nodes.restarts) })
+			nodes.readers.Go(func() { w.logs[k].follow(fctx, kubelet, failoverNamespace, names[k], &nodes.restarts, false) })
 		}
 	}
 	for i, l := range w.logs {
@@ -144,23 +145,45 @@ func createFailoverPod(ctx context.Context, kube kubernetes.Interface, node stri
 	return nil
 }
 
-// follow reads secret name as the kubelet's secret manager does, until
-// ctx ends: list it by name, watch from the list's resourceVersion, and
-// watch again from the last one it received whenever a watch ends. A 410
-// ends the log (the kubelet would list again; its later writes are not
-// owed).
-func (l *channelLog) follow(ctx context.Context, kubelet kubernetes.Interface, name string, restarts *atomic.Int64) {
-	secrets := kubelet.CoreV1().Secrets(failoverNamespace)
+// follow reads secret name of namespace ns as the kubelet's secret
+// manager does, until ctx ends: list it by name, watch from the list's
+// resourceVersion, and watch again from the last one it received
+// whenever a watch ends. A 410 ends the log (the kubelet would list
+// again; its later writes are not owed), unless relist: then it lists
+// again, as the kubelet's reflector does, and notes what the list held
+// (channelLog.listed).
+func (l *channelLog) follow(ctx context.Context, kubelet kubernetes.Interface, ns, name string, restarts *atomic.Int64, relist bool) {
+	secrets := kubelet.CoreV1().Secrets(ns)
 	byName := "metadata.name=" + name
-	list, err := secrets.List(ctx, metav1.ListOptions{FieldSelector: byName})
-	if err != nil {
-		l.end(errorStatus(err))
-		return
+	for again := false; ctx.Err() == nil; again = true {
+		list, err := secrets.List(ctx, metav1.ListOptions{FieldSelector: byName})
+		if err != nil {
+			if ctx.Err() == nil {
+				l.end(errorStatus(err))
+			}
+			return
+		}
+		l.mu.Lock()
+		l.initial = true
+		if again {
+			l.relists++
+			for _, item := range list.Items {
+				v, _ := strconv.ParseUint(item.ResourceVersion, 10, 64)
+				l.listed = append(l.listed, v)
+			}
+		}
+		l.mu.Unlock()
+		if !l.watchFrom(ctx, secrets, byName, list.ResourceVersion, restarts, relist) {
+			return
+		}
 	}
-	rv := list.ResourceVersion
-	l.mu.Lock()
-	l.initial = true
-	l.mu.Unlock()
+}
+
+// watchFrom watches from rv, again from the last resourceVersion
+// received whenever a watch ends, until ctx ends or an ERROR comes; it
+// returns true when the ERROR was a 410 and relist is set: the caller
+// lists again.
+func (l *channelLog) watchFrom(ctx context.Context, secrets corev1client.SecretInterface, byName, rv string, restarts *atomic.Int64, relist bool) bool {
 	for first := true; ctx.Err() == nil; first = false {
 		if !first {
 			restarts.Add(1)
@@ -170,13 +193,17 @@ func (l *channelLog) follow(ctx context.Context, kubelet kubernetes.Interface, n
 			if ctx.Err() == nil {
 				l.end(errorStatus(err))
 			}
-			return
+			return false
 		}
 		for ev := range w.ResultChan() {
 			if ev.Type == watch.Error {
-				l.end(errorStatus(apierrors.FromObject(ev.Object)))
 				w.Stop()
-				return
+				err := apierrors.FromObject(ev.Object)
+				if relist && apierrors.IsResourceExpired(err) || relist && apierrors.IsGone(err) {
+					return true
+				}
+				l.end(errorStatus(err))
+				return false
 			}
 			m, err := meta.Accessor(ev.Object)
 			if err != nil {
@@ -193,6 +220,7 @@ func (l *channelLog) follow(ctx context.Context, kubelet kubernetes.Interface, n
 			l.mu.Unlock()
 		}
 	}
+	return false
 }
 
 func (l *channelLog) end(s metav1.Status) {

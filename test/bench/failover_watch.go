@@ -39,6 +39,10 @@ type channelLog struct {
 	rvs     []uint64 // resourceVersions of the events after it
 	max     uint64
 	final   *metav1.Status // the ERROR that ended it
+	// relists are the lists after the first (follow with relist), and
+	// listed the resourceVersions their items had.
+	relists int
+	listed  []uint64
 }
 
 func newFailoverWatchers(n int) *failoverWatchers {
@@ -157,6 +161,23 @@ func (l *channelLog) ended() bool {
 	return l.final != nil
 }
 
+// repeats reads the log's events, its lock held: the resourceVersions
+// seen, how many came again, and how many of the others were not
+// expected.
+func (l *channelLog) repeats(expected func(rv uint64) bool) (seen map[uint64]bool, repeated, unexpected int) {
+	seen = map[uint64]bool{}
+	for _, rv := range l.rvs {
+		switch {
+		case seen[rv]:
+			repeated++
+		case !expected(rv):
+			unexpected++
+		}
+		seen[rv] = true
+	}
+	return seen, repeated, unexpected
+}
+
 // eventRV reads an event object's resourceVersion; 0 if it has none.
 func eventRV(raw json.RawMessage) uint64 {
 	var m struct {
@@ -209,16 +230,9 @@ func (w *failoverWatchers) compare(wr *failoverWriter) *failoverOutcome {
 				o.otherErrors++
 			}
 		}
-		seen := map[uint64]bool{}
-		for _, rv := range l.rvs {
-			switch {
-			case seen[rv]:
-				o.duplicated++
-			case !written[rv]:
-				o.strange++
-			}
-			seen[rv] = true
-		}
+		seen, duplicated, strange := l.repeats(func(rv uint64) bool { return written[rv] })
+		o.duplicated += duplicated
+		o.strange += strange
 		for rv := range written {
 			if rv <= cutoff && !seen[rv] {
 				o.lost++

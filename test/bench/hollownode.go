@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
@@ -36,6 +37,9 @@ type hollowNodeSpec struct {
 	proxy bool
 	// labels are the Node's, set by its kubelet at registration.
 	labels map[string]string
+	// endpointArgs are added to the endpoint's command line, such as
+	// --node-view=false.
+	endpointArgs []string
 }
 
 // start starts the node's processes, its endpoint first, and returns
@@ -53,7 +57,8 @@ func (n *hollowNode) start(ctx context.Context, t Target, admin kubernetes.Inter
 	var kubeconfig string
 	var err error
 	if spec.fronted {
-		if n.endpoint, err = cp.StartNodeEndpoint(ctx, t.Local.NodeEndpoint, n.name, spec.dir, t.Local.Hub.URL); err != nil {
+		command := append(slices.Clone(t.Local.NodeEndpoint), spec.endpointArgs...)
+		if n.endpoint, err = cp.StartNodeEndpoint(ctx, command, n.name, spec.dir, t.Local.Hub.URL); err != nil {
 			return err
 		}
 		kubeconfig, server.URL = n.endpoint.KubeletKubeconfig, n.endpoint.URL

@@ -35,7 +35,7 @@ func dispatchedByFlowSchema(m Metrics) requestCounts {
 	})
 }
 
-// countsBy sums the counter family name of m by the key each sample's
+// countsBy sums the counter (or gauge) family name of m by the key each sample's
 // labels give it; a sample keyed "" is left out.
 func countsBy(m Metrics, name string, key func(labels map[string]string) string) requestCounts {
 	out := requestCounts{}
@@ -49,7 +49,7 @@ func countsBy(m Metrics, name string, key func(labels map[string]string) string)
 			labels[l.GetName()] = l.GetValue()
 		}
 		if k := key(labels); k != "" {
-			out[k] += s.GetCounter().GetValue()
+			out[k] += s.GetCounter().GetValue() + s.GetGauge().GetValue()
 		}
 	}
 	return out
