@@ -61,6 +61,7 @@ func (e *Endpoint) copyMode() (string, bool) {
 	if e.ready.apiServerReady() == nil {
 		return "", false
 	}
+	e.view.sawOffline()
 	return modeOffline, true
 }
 
@@ -341,8 +342,8 @@ func (e *Endpoint) copyWatchable() bool {
 	if _, ok := e.copyMode(); ok {
 		return true
 	}
-	age, whole := e.view.age()
-	return whole && age < copyStaleAfter || e.view.catchingUp()
+	stale, whole := e.view.staleFor()
+	return whole && stale < copyStaleAfter || e.view.catchingUp()
 }
 
 // bookmarkOf is a BOOKMARK of r's type at rv, ending the initial events

@@ -44,8 +44,10 @@ type viewFollower struct {
 	mu      sync.Mutex
 	channel *watchmux.SessionChannel // guarded by mu; nil while none is open
 	// lost is when the copy stopped being live; zero while live or
-	// before it first was.
-	lost time.Time // guarded by mu
+	// before it first was. offline is when the node was last seen
+	// offline: a copy's staleness counts from the later of the two,
+	// since an outage is no time the copy could have followed anything.
+	lost, offline time.Time // guarded by mu
 	// fresh: open the view without a position, its initial state
 	// replacing the copy (the hub could not resume it). Run's alone.
 	fresh bool
@@ -299,4 +301,23 @@ func (f *viewFollower) reach(ctx context.Context, i int, rv uint64, d time.Durat
 func (f *viewFollower) at(i int) uint64 {
 	at, _ := f.copy.At(i)
 	return at
+}
+
+// sawOffline notes that the node is offline now.
+func (f *viewFollower) sawOffline() {
+	f.mu.Lock()
+	f.offline = time.Now()
+	f.mu.Unlock()
+}
+
+// staleFor is how long the copy has not followed the hub while the node
+// was not offline: 0 while it follows, false if it holds no view.
+func (f *viewFollower) staleFor() (time.Duration, bool) {
+	age, whole := f.age()
+	if !whole || age == 0 {
+		return age, whole
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return min(age, time.Since(f.offline)), true
 }

@@ -54,7 +54,7 @@ type viewOutage struct {
 	relists, byRelist                     int
 	watchRestarts                         int64
 	// opens are the hub's node view opens since it came back, by how
-	// (initial, resumed, expired, refused); reopened the endpoints' views
+	// (initial, resumed, replaced, expired, refused); reopened the endpoints' views
 	// opened afresh on 410 (nodeproxy_node_view_reopens_total).
 	opens    map[string]float64
 	reopened float64
@@ -255,7 +255,7 @@ func (s *viewSide) outage(ctx context.Context, l NodeViewLoad) (o viewOutage, er
 	}
 	o.hubChannels = hubMetrics.Sum("nodeproxy_watchmux_channels") / float64(len(s.nodes))
 	o.opens = map[string]float64{}
-	for _, how := range []string{"initial", "resumed", "expired", "refused"} {
+	for _, how := range []string{"initial", "resumed", "replaced", "expired", "refused"} {
 		o.opens[how] = hubMetrics.Sum("nodeproxy_nodeview_opens_total", "how", how)
 	}
 	api, err := ScrapeAPIServer(ctx, s.admin.CoreV1().RESTClient())
@@ -479,7 +479,7 @@ func (o *nodeViewOutcome) outageFigures() []Figure {
 		{p + "updates seen in such a list rather than as an event", float64(u.byRelist), ""},
 		{p + "endpoint views opened afresh after a 410", u.reopened, ""},
 	}
-	for _, how := range []string{"initial", "resumed", "expired", "refused"} {
+	for _, how := range []string{"initial", "resumed", "replaced", "expired", "refused"} {
 		out = append(out, Figure{p + "hub node view opens since its return: " + how, u.opens[how], ""})
 	}
 	out = append(out,

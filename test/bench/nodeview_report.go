@@ -65,7 +65,7 @@ func (o *nodeViewOutcome) WriteTables(w io.Writer) error {
 	fmt.Fprintf(tw, "stale objects\t%d of %d\t\n", u.stale, u.checked)
 	fmt.Fprintf(tw, "updates lost, events repeated, other events\t%d, %d, %d of %d\t\n", u.lost, u.repeated, u.extra, u.watched)
 	fmt.Fprintf(tw, "watches ended by a 410 and listed again; updates seen in the list\t%d; %d\t\n", u.relists, u.byRelist)
-	fmt.Fprintf(tw, "hub view opens: initial, resumed, expired\t%.0f, %.0f, %.0f\t\n", u.opens["initial"], u.opens["resumed"], u.opens["expired"])
+	fmt.Fprintf(tw, "hub view opens: initial, resumed, replaced, expired\t%.0f, %.0f, %.0f, %.0f\t\n", u.opens["initial"], u.opens["resumed"], u.opens["replaced"], u.opens["expired"])
 	fmt.Fprintf(tw, "kubelet reads off the nodes: hub, kube-apiserver\t%.0f, %.0f\t\n", u.nodeReads["hub"], u.nodeReads["apiserver"])
 	fmt.Fprintf(tw, "the kubelet's watches per node at the end: copy, hub, kube-apiserver\t%.1f, %.1f, %.1f\t\n", u.watches["copy"], u.watches["hub"], u.watches["apiserver"])
 	fmt.Fprintf(tw, "hub channels per node at the end\t%.1f\t\n", u.hubChannels)
