@@ -51,6 +51,13 @@ func newReadiness(hub *Hub, api rest.Interface) *readiness {
 
 func (r *readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	if r.hub != nil && r.hub.Connected() {
+		if r.view != nil && r.view.catchingUp() {
+			// For the few seconds the copy takes to catch up after a
+			// connection: a kubelet started now would read from hub
+			// channels it then has to leave for the copy.
+			http.Error(w, "not ready: catching up with the node's view", http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = w.Write([]byte("ok: hub connected"))
 		return
 	}
