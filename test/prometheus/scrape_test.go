@@ -366,8 +366,9 @@ func workload(t *testing.T, ns, node string) {
 }
 
 // traffic has the node's kubelet (its kubeconfig points at the endpoint)
-// do what a kubelet does: read and watch its secret (the hub: a bulk get,
-// a channel opened, then closed by the kubelet) and write an event
+// do what a kubelet does: read and watch its secret (the endpoint's copy
+// of the node's view), list and watch its pods by a label (the hub: a
+// bulk get, a channel opened, then closed by the kubelet) and write an event
 // (kube-apiserver, which asks the hub's webhook); and sends the hub's
 // webhook one malformed review, so that every series the dashboard shows
 // exists.
@@ -393,6 +394,21 @@ func traffic(t *testing.T, e *controlplane.NodeEndpoint, ns string) {
 		t.Fatal("no initial event on the kubelet's watch of its secret")
 	}
 	w.Stop()
+	// The endpoint answers those from its copy of the node's view; a
+	// list and a watch of its pods by a label too are the hub's (the
+	// copy evaluates no label selector on pods): a bulk get, and a
+	// channel opened and closed, so that the hub's series exist. The
+	// watch's answer comes once the channel is open.
+	byLabel := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", e.Node).String(), LabelSelector: "app"}
+	if _, err := kubelet.CoreV1().Pods("").List(ctx, byLabel); err != nil {
+		t.Fatal(err)
+	}
+	byLabel.AllowWatchBookmarks = true
+	pods, err := kubelet.CoreV1().Pods("").Watch(ctx, byLabel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods.Stop()
 	// A node's events are in default, as the kubelet writes them.
 	if _, err := kubelet.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{GenerateName: "scraped-"},
