@@ -40,7 +40,9 @@ func TestHubPath404GoesToKubeAPIServer(t *testing.T) {
 		http.NotFound(w, req)
 		return true
 	})
-	n := startNodeWith(t, name, nodeSpec{hub: between, kubelet: kp})
+	// The bulk get's path: a copy of the node's view would answer the
+	// read on the node.
+	n := startNodeWith(t, name, nodeSpec{hub: between, kubelet: kp, noView: true})
 	ns := workload(t, name)
 	kubelet := kubernetes.NewForConfigOrDie(n.kubelet)
 	counter := func(series string) float64 {
