@@ -99,6 +99,29 @@ func TestNodeWorksFromItsCopyThroughAnOutage(t *testing.T) {
 		}
 		return nil
 	})
+	t.Run("live, the gets before status writes come from the copy", func(t *testing.T) {
+		// The status manager's get of a pod, resourceVersion "": a
+		// consistent read of the copy, not a request to kube-apiserver.
+		copied := `nodeproxy_node_requests_total{path="copy",resource="pods",verb="get"}`
+		p, err := kubelet.CoreV1().Pods(ns).Get(ctx, "p", metav1.GetOptions{})
+		if err != nil || p.Spec.NodeName != "node-o" {
+			t.Fatalf("the node's pod: %v, %v", p, err)
+		}
+		if got := metric(t, n, copied); got != "1" {
+			t.Fatalf("%s = %s after the get, want 1", copied, got)
+		}
+		if consistent := metric(t, n, `nodeproxy_node_copy_consistent_reads_total{result="ok"}`); consistent == "0" {
+			t.Errorf("the get was not a consistent read of the copy")
+		}
+		// A pod the copy lacks may be bound a moment ago, or another
+		// node's: kube-apiserver's to answer, not the copy's 404.
+		if _, err := kubelet.CoreV1().Pods(ns).Get(ctx, "none", metav1.GetOptions{}); err == nil {
+			t.Fatal("a pod that does not exist was read")
+		}
+		if got := metric(t, n, copied); got != "1" {
+			t.Fatalf("%s = %s after a get of a pod the copy lacks, want still 1", copied, got)
+		}
+	})
 	before := reflect(t, kubelet, ns, "s")
 	eventuallyPassword(t, "the reflector before the outage", before, "pw-s")
 	l, err := kubelet.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=s", ResourceVersion: "0"})

@@ -22,15 +22,15 @@ type copyRead struct {
 	verb   string
 	filter nodecopy.Filter
 	opts   metav1.ListOptions
-	// reached: a type the graph decides (secrets, configmaps, service
-	// accounts, claims, volumes). The copy holds only those the node
-	// reaches, so an object it lacks may exist and be readable (a
-	// reference created after its pod): not the copy's to deny while
-	// the hub or kube-apiserver can answer.
-	reached bool
-	// onlyOffline: a get of what the kubelet writes (its pods, its Node)
-	// or of a cluster-wide type: kube-apiserver's answer is wanted while
-	// it can give one (see hubRoute).
+	// partial: the copy may lack an object that exists and that the
+	// node may read: of a type the graph decides (secrets, configmaps,
+	// service accounts, claims, volumes: a reference created after its
+	// pod), or a get of a pod or of the Node (a pod bound a moment ago,
+	// a Node not registered yet). Not the copy's to deny while the hub
+	// or kube-apiserver can answer.
+	partial bool
+	// onlyOffline: a get of a cluster-wide type, which RBAC decides, not
+	// the graph (see hubRoute): kube-apiserver's to answer while it can.
 	onlyOffline bool
 }
 
@@ -87,13 +87,13 @@ func copyRoute(req *http.Request, info *apirequest.RequestInfo, node string) (co
 	}
 	switch r.viewType().Resource {
 	case "secrets", "configmaps", "serviceaccounts", "persistentvolumeclaims", "persistentvolumes":
-		r.reached = true
+		r.partial = true
 		if r.filter.Name == "" || r.filter.Labels != nil || r.viewType().Namespaced && r.filter.Namespace == "" {
 			return copyRead{}, false
 		}
 	case "pods":
 		if info.Verb == "get" {
-			r.onlyOffline = true
+			r.partial = true
 		} else if !selects(opts.FieldSelector, "spec.nodeName", node) || r.filter.Labels != nil {
 			return copyRead{}, false
 		}
@@ -101,7 +101,7 @@ func copyRoute(req *http.Request, info *apirequest.RequestInfo, node string) (co
 		if r.filter.Name != node || r.filter.Labels != nil {
 			return copyRead{}, false
 		}
-		r.onlyOffline = info.Verb == "get"
+		r.partial = info.Verb == "get"
 	default: // the cluster-wide types
 		r.onlyOffline = info.Verb == "get"
 	}

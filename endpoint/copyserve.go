@@ -118,12 +118,11 @@ func (e *Endpoint) serveFromCopy(w http.ResponseWriter, req *http.Request, r cop
 }
 
 // copyHolds reports whether the copy holds the answer to r: anything but
-// an object of a reached type that the copy lacks while the hub or
-// kube-apiserver can say whether it exists and the node may read it (a
-// reference created after its pod). Offline, the copy's word is the
-// only one: it lacks the object.
+// an object of a partial read that the copy lacks while the hub or
+// kube-apiserver can say whether it exists and the node may read it.
+// Offline, the copy's word is the only one: it lacks the object.
 func (e *Endpoint) copyHolds(r copyRead, mode string) bool {
-	if !r.reached || mode != modeLive {
+	if !r.partial || mode != modeLive {
 		return true
 	}
 	o, _, err := e.view.copy.Get(r.typ, r.filter.Namespace, r.filter.Name)
