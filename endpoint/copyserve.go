@@ -55,10 +55,7 @@ func (e *Endpoint) copyMode() (string, bool) {
 		return modeLive, true
 	}
 	age, whole := e.view.age()
-	if !whole || e.hub.Connected() || age > e.offlineMaxAge {
-		return "", false
-	}
-	if e.ready.apiServerReady() == nil {
+	if !whole || age > e.offlineMaxAge || !e.offline() {
 		return "", false
 	}
 	e.view.sawOffline()

@@ -45,6 +45,9 @@ type Hub struct {
 
 	mu      sync.Mutex
 	session *watchmux.Session // guarded by mu; nil until the first dial
+	// up is closed, and replaced, each time the connection comes up
+	// and when session is set.
+	up chan struct{} // guarded by mu
 }
 
 // hubBackoff paces the first dials, until one succeeds: quick enough that
@@ -78,7 +81,7 @@ func NewHub(cfg *rest.Config) (*Hub, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hub client for %s: %w", cfg.Host, err)
 	}
-	return &Hub{cfg: rest.CopyConfig(cfg), rest: rc}, nil
+	return &Hub{cfg: rest.CopyConfig(cfg), rest: rc, up: make(chan struct{})}, nil
 }
 
 // Run dials the hub until a session is up, then keeps it until ctx ends.
@@ -100,6 +103,7 @@ func (h *Hub) Run(ctx context.Context) {
 		}
 		h.mu.Lock()
 		h.session = s
+		h.wakeLocked() // its first connection came up before this
 		h.mu.Unlock()
 		<-ctx.Done()
 		_ = s.Close()
@@ -117,6 +121,9 @@ func (h *Hub) connection(up bool) {
 	hubDials.WithLabelValues("ok").Inc()
 	hubConnected.Set(1)
 	klog.InfoS("Connected to the hub", "hub", h.cfg.Host)
+	h.mu.Lock()
+	h.wakeLocked()
+	h.mu.Unlock()
 	if h.onUp != nil {
 		h.onUp()
 	}
@@ -135,6 +142,21 @@ func (h *Hub) close() {
 // Connected reports whether the bulk watch connection is up.
 func (h *Hub) Connected() bool {
 	return h.connected() != nil
+}
+
+// wakeLocked closes up: the connection came up, or the session that has
+// it was set.
+func (h *Hub) wakeLocked() {
+	close(h.up)
+	h.up = make(chan struct{})
+}
+
+// nextUp is a channel closed the next time the connection comes up (or
+// the session that has it is set).
+func (h *Hub) nextUp() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.up
 }
 
 // connected is the session while it has a connection up, else nil.

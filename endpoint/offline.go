@@ -12,6 +12,12 @@ import (
 // themselves decide each time (copyMode).
 const offlineCheckInterval = 5 * time.Second
 
+// offline reports whether the node is offline: neither the hub nor
+// kube-apiserver answers it.
+func (e *Endpoint) offline() bool {
+	return !e.hub.Connected() && e.ready.apiServerReady() != nil
+}
+
 // watchOffline logs the node going offline (neither the hub nor
 // kube-apiserver answers) and coming back, and keeps the copy's gauges,
 // until ctx ends.
@@ -32,7 +38,7 @@ func (e *Endpoint) watchOffline(ctx context.Context) {
 		} else {
 			copyAge.Set(age.Seconds())
 		}
-		offline := !e.hub.Connected() && e.ready.apiServerReady() != nil
+		offline := e.offline()
 		switch {
 		case offline && since.IsZero():
 			since = time.Now()

@@ -106,11 +106,12 @@ func (f *viewFollower) caughtUpSignal() <-chan struct{} {
 func (f *viewFollower) run(ctx context.Context) {
 	wait := viewRetry.min
 	for ctx.Err() == nil {
+		up := f.hub.nextUp() // before the check: an up after it is seen
 		s := f.hub.connected()
 		if s == nil {
 			select {
 			case <-ctx.Done():
-			case <-time.After(500 * time.Millisecond):
+			case <-up:
 			}
 			continue
 		}
@@ -280,21 +281,9 @@ func (f *viewFollower) age() (time.Duration, bool) {
 
 // reach waits up to d for the copy to hold type i at rv or later.
 func (f *viewFollower) reach(ctx context.Context, i int, rv uint64, d time.Duration) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	for {
-		changed := f.copy.Changed()
-		if at, ok := f.copy.At(i); ok && at >= rv {
-			return true
-		}
-		select {
-		case <-changed:
-		case <-timer.C:
-			return false
-		case <-ctx.Done():
-			return false
-		}
-	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return f.copy.Await(ctx, func() bool { return f.at(i) >= rv })
 }
 
 // at is the version the copy holds type i at.

@@ -43,19 +43,12 @@ func (f *viewFollower) sync(ctx context.Context) error {
 	if send {
 		go f.sendProgress(token)
 	}
-	for {
-		changed := f.copy.Changed()
-		if f.copy.Progressed(token) {
-			syncs.WithLabelValues("ok").Inc()
-			return nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			syncs.WithLabelValues("timeout").Inc()
-			return errNoProgress
-		}
+	if !f.copy.Await(ctx, func() bool { return f.copy.Progressed(token) }) {
+		syncs.WithLabelValues("timeout").Inc()
+		return errNoProgress
 	}
+	syncs.WithLabelValues("ok").Inc()
+	return nil
 }
 
 // sendProgress sends the progress request token, waits for its answer (or
@@ -70,16 +63,7 @@ func (f *viewFollower) sendProgress(token uint64) {
 		ctx, cancel := context.WithTimeout(context.Background(), syncTimeout)
 		if ch != nil && ch.RequestProgress(ctx, strconv.FormatUint(token, 10)) == nil {
 			progressRequests.Inc()
-			for !f.copy.Progressed(token) && ctx.Err() == nil {
-				changed := f.copy.Changed()
-				if f.copy.Progressed(token) {
-					break
-				}
-				select {
-				case <-changed:
-				case <-ctx.Done():
-				}
-			}
+			f.copy.Await(ctx, func() bool { return f.copy.Progressed(token) })
 		}
 		cancel()
 		f.progressMu.Lock()

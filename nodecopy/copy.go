@@ -1,6 +1,7 @@
 package nodecopy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -301,4 +302,21 @@ func (c *Copy) Changed() <-chan struct{} {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.changed
+}
+
+// Await waits until cond holds of the copy, checking it at each change,
+// or until ctx ends; it reports whether cond held. cond is called
+// without the copy's lock, so it may read the copy.
+func (c *Copy) Await(ctx context.Context, cond func() bool) bool {
+	for {
+		changed := c.Changed() // before cond: a change after it is seen
+		if cond() {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }

@@ -171,6 +171,35 @@ func TestWatchesResumeFromAResourceVersion(t *testing.T) {
 	}
 }
 
+// An object entering the view (its first pod arrived) is not a change of
+// the object: a watch from its version or later, which kube-apiserver
+// would send nothing for it, gets nothing; one from before gets it ADDED.
+func TestAnObjectEnteringTheViewIsNoChangeAfterItsVersion(t *testing.T) {
+	c := New("node-a")
+	mustApply(t, c, Batch{Initial: true, Position: position(2, nil)})
+	mustApply(t, c, Batch{Position: position(20, nil), Events: []Event{{v1alpha1.NodeViewEntered, secret("c", 5)}}})
+	mustApply(t, c, Batch{Position: position(30, nil), Events: []Event{{watch.Modified, secret("c", 25)}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for from, want := range map[uint64]string{2: "ADDED c@5, MODIFIED c@25", 5: "MODIFIED c@25", 12: "MODIFIED c@25"} {
+		w, err := c.WatchFrom(secrets, Filter{Namespace: "ns", Name: "c"}, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []Change
+		for len(got) == 0 || got[len(got)-1].Object.RV != 25 {
+			changes, _, err := w.Next(ctx)
+			if err != nil {
+				t.Fatalf("from %d: %v after %q", from, err, describe(got))
+			}
+			got = append(got, changes...)
+		}
+		if describe(got) != want {
+			t.Errorf("c by name from %d: %q, want %q", from, describe(got), want)
+		}
+	}
+}
+
 func describe(changes []Change) string {
 	var s []string
 	for _, ch := range changes {
@@ -273,5 +302,28 @@ func TestTheLogKeepsItsBound(t *testing.T) {
 	}
 	if len(c.log.changes) > maxLog {
 		t.Fatalf("the log holds %d changes, more than %d", len(c.log.changes), maxLog)
+	}
+}
+
+func TestAwaitSeesTheChangeItWaitsFor(t *testing.T) {
+	c := New("node-a")
+	mustApply(t, c, Batch{Initial: true, Position: position(10, nil)})
+	atLeast := func(rv uint64) func() bool {
+		return func() bool { at, _ := c.At(secrets); return at >= rv }
+	}
+	if !c.Await(context.Background(), atLeast(10)) {
+		t.Fatal("a condition that holds was awaited")
+	}
+	done := make(chan bool)
+	go func() { done <- c.Await(context.Background(), atLeast(20)) }()
+	mustApply(t, c, Batch{Position: position(15, nil)})
+	mustApply(t, c, Batch{Position: position(20, nil)})
+	if !<-done {
+		t.Fatal("the wait for version 20 ended without it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if c.Await(ctx, atLeast(30)) {
+		t.Fatal("a version the copy never reached was awaited")
 	}
 }

@@ -94,6 +94,10 @@ type Watch struct {
 	cursor     uint64 // the log's sequence number of the next change
 	// pending are changes to send before the log's (WatchFrom).
 	pending []Change
+	// from is the resourceVersion a WatchFrom watch started from (0 for
+	// WatchInitial): an object entering the view at a version no later
+	// is not a change after it (below, Next).
+	from uint64
 }
 
 // Errors of a watch.
@@ -124,7 +128,7 @@ func (c *Copy) WatchFrom(i int, f Filter, rv uint64) (*Watch, error) {
 	if !c.whole {
 		return nil, ErrNoView
 	}
-	w := &Watch{c: c, resource: i, filter: f, generation: c.generation}
+	w := &Watch{c: c, resource: i, filter: f, generation: c.generation, from: rv}
 	seq, ok := c.log.since(i, rv)
 	if ok {
 		w.cursor = seq
@@ -195,7 +199,13 @@ func (w *Watch) Next(ctx context.Context) ([]Change, uint64, error) {
 			}
 			switch ch.typ {
 			case v1alpha1.NodeViewEntered:
-				out = append(out, Change{Type: watch.Added, Object: ch.obj})
+				// Entering the view is no change of the object's: one
+				// at the watch's version or before it is what a client
+				// watching from there holds, or read elsewhere (the copy
+				// lacked it), and kube-apiserver sends nothing for it.
+				if ch.obj.RV > w.from {
+					out = append(out, Change{Type: watch.Added, Object: ch.obj})
+				}
 				continue
 			case v1alpha1.NodeViewLeft:
 				if w.filter.Name != "" {
