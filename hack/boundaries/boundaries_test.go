@@ -125,6 +125,8 @@ func TestCheckReportsForbiddenLinks(t *testing.T) {
 		{"a product binary links the image builder", "cmd/nodeproxy", m("hack/image/oci")},
 		{"a product binary links go-containerregistry", "cmd/nodeproxy-node", "github.com/google/go-containerregistry/pkg/v1"},
 		{"a product binary links package testing", "cmd/nodeproxy-node", "testing"},
+		{"the node endpoint links the clientset", "cmd/nodeproxy-node", "k8s.io/client-go/kubernetes"},
+		{"the node endpoint links the clientset's scheme", "cmd/nodeproxy-node", "k8s.io/client-go/kubernetes/scheme"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			deps := map[string][]string{}
