@@ -13,7 +13,7 @@ import (
 // a collection is short and frequent ones cost little CPU, while each
 // point of headroom is memory on every node. docs/operations.md ("The
 // node endpoint's memory") has the measurements behind the value.
-const DefaultGCPercent = 50
+const DefaultGCPercent = 25
 
 // minGCPercent is the lowest --gc-percent taken other than -1: below it
 // the collector would run after every few kilobytes of growth, a cost in

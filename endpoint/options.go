@@ -149,7 +149,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs = fss.FlagSet("memory")
 	fs.IntVar(&o.GCPercent, "gc-percent", o.GCPercent,
 		"The Go collector's GOGC: it collects once the heap has grown by this percentage over what the last collection kept. "+
-			"The endpoint keeps a few megabytes live on every node, so collections are cheap, and the lower value keeps its memory lower (docs/operations.md, \"The node endpoint's memory\"). "+
+			"The endpoint keeps a few megabytes live and allocates little, so a collection is short and a low percentage saves memory on every node at little CPU (docs/operations.md, \"The node endpoint's memory\"). "+
 			"-1 turns the collector off until --memory-limit is reached. The environment's GOGC, when set, wins.")
 	fs.StringVar(&o.MemoryLimit, "memory-limit", o.MemoryLimit,
 		"The Go runtime's soft memory limit (GOMEMLIMIT), a quantity such as 230Mi: near it the collector runs more often and returns freed memory, "+
