@@ -21,9 +21,10 @@ const DefaultGCPercent = 25
 const minGCPercent = 10
 
 // minMemoryLimit is the lowest --memory-limit taken: under load the
-// endpoint's Go memory is about 20 MiB (docs/operations.md), and a soft
-// limit near that keeps the collector running without pause, the thrash
-// a soft limit is meant to avoid.
+// endpoint's own Go memory is not far below it (docs/benchmarks.md, "The
+// node endpoint's footprint"), and a soft limit near that keeps the
+// collector running without pause, the thrash a soft limit is meant to
+// avoid.
 const minMemoryLimit = 32 << 20
 
 // Memory is how the Go runtime manages the endpoint's memory.
@@ -41,7 +42,7 @@ func (o *Options) validateMemory() error {
 	if err != nil {
 		errs = append(errs, err)
 	} else if limit != 0 && limit < minMemoryLimit {
-		errs = append(errs, fmt.Errorf("--memory-limit must be 0 (none) or at least %s, got %s: under load the endpoint's own Go memory nears 20 MiB, "+
+		errs = append(errs, fmt.Errorf("--memory-limit must be 0 (none) or at least %s, got %s: under load the endpoint's own Go memory is 15 to 20 MiB, "+
 			"and a limit that close keeps the collector running", resource.NewQuantity(minMemoryLimit, resource.BinarySI), o.MemoryLimit))
 	}
 	switch {
