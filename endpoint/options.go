@@ -66,7 +66,11 @@ type Options struct {
 	NodeViewDir, NodeViewKeyFile string
 	// MetricsBindAddress is host:port for scrapers; empty for none.
 	MetricsBindAddress string
-	Logs               *logsapi.LoggingConfiguration
+	// GCPercent and MemoryLimit (a quantity, "0" for none) set the Go
+	// collector, as GOGC and GOMEMLIMIT would.
+	GCPercent   int
+	MemoryLimit string
+	Logs        *logsapi.LoggingConfiguration
 }
 
 // NewOptions returns the defaults, those of a kubeadm node.
@@ -82,6 +86,8 @@ func NewOptions() *Options {
 		// tmpfs: docs/operations.md, "Secrets at rest on the node".
 		NodeView:    true,
 		NodeViewDir: "/run/nodeproxy/node-view",
+		GCPercent:   DefaultGCPercent,
+		MemoryLimit: "0",
 		Logs:        logsapi.NewLoggingConfiguration(),
 	}
 }
@@ -140,6 +146,16 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 			"and allows to get the non-resource path /metrics (SubjectAccessReview), as Prometheus scrapes a kubelet. "+
 			"Empty: /metrics is served only on --secure-port, to the node's own certificate.")
 
+	fs = fss.FlagSet("memory")
+	fs.IntVar(&o.GCPercent, "gc-percent", o.GCPercent,
+		"The Go collector's GOGC: it collects once the heap has grown by this percentage over what the last collection kept. "+
+			"The endpoint keeps a few megabytes live and allocates little, so a collection is short and a low percentage saves memory on every node at little CPU (docs/operations.md, \"The node endpoint's memory\"). "+
+			"-1 turns the collector off until --memory-limit is reached. The environment's GOGC, when set, wins.")
+	fs.StringVar(&o.MemoryLimit, "memory-limit", o.MemoryLimit,
+		"The Go runtime's soft memory limit (GOMEMLIMIT), a quantity such as 230Mi: near it the collector runs more often and returns freed memory, "+
+			"rather than the endpoint being killed at its container's limit. Set it under that limit (nodeproxy node install's static pod: 90% of its 256Mi). "+
+			"It does not count the binary's own pages. 0: none. The environment's GOMEMLIMIT, when set, wins.")
+
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
 	return fss
 }
@@ -196,6 +212,9 @@ func (o *Options) Validate() error {
 	if !o.HubThroughAPIServer && o.HubURL != "" && o.HubCAFile == "" {
 		errs = append(errs, errors.New("--hub-ca-file is required with --hub-url: the hub is verified against a CA of its own, "+
 			"not the cluster's (which signs kubelet serving certificates too); or --hub-url= for no hub"))
+	}
+	if err := o.validateMemory(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := logsapi.Validate(o.Logs, utilfeature.DefaultFeatureGate, nil); len(err) > 0 {
 		errs = append(errs, err.ToAggregate())

@@ -134,7 +134,7 @@ func TestInstallAndUninstall(t *testing.T) {
 	}
 	args := strings.Join(pod.Spec.Containers[0].Args, " ")
 	for _, want := range []string{"--node-name=node-a", "--kubeconfig=/etc/kubernetes/kubelet-direct.conf", "--secure-port=10262", "--cert-dir=/var/lib/nodeproxy/pki",
-		"--hub-ca-file=/var/lib/nodeproxy/pki/hub-ca.crt"} {
+		"--hub-ca-file=/var/lib/nodeproxy/pki/hub-ca.crt", "--memory-limit=230Mi"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("static pod args %q lack %q", args, want)
 		}

@@ -15,6 +15,9 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// memoryLimit is the endpoint container's memory limit.
+const memoryLimit = "256Mi"
+
 // staticPod is the endpoint as the kubelet runs it from its manifest
 // directory. certDir holds the kubelet's client certificate (from the
 // direct kubeconfig), mounted read-only; nothing else of the host is.
@@ -23,6 +26,13 @@ import (
 // so that a new CA changes the manifest and the kubelet restarts the
 // endpoint with it.
 func (c *Config) staticPod(kubeletCertDir string, hubCA []byte) ([]byte, error) {
+	limit := resource.MustParse(memoryLimit)
+	// The Go runtime's soft limit at 90% of the container's: near it the
+	// collector works harder and returns memory rather than the kubelet
+	// killing the endpoint at the limit, with 10% left for what the
+	// runtime does not count (the binary's own pages). In whole MiB, as
+	// an operator would write it.
+	softLimit := resource.NewQuantity((limit.Value()/10*9)&^(1<<20-1), resource.BinarySI)
 	hostPath := func(name, path string, typ corev1.HostPathType) corev1.Volume {
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &typ}}}
 	}
@@ -57,12 +67,13 @@ func (c *Config) staticPod(kubeletCertDir string, hubCA []byte) ([]byte, error) 
 					"--cert-dir=" + c.CertDir,
 					"--hub-url=" + c.HubURL,
 					"--node-view-dir=" + nodeViewDir,
+					"--memory-limit=" + softLimit.String(),
 				},
 				LivenessProbe:  probe("/livez"),
 				ReadinessProbe: probe("/readyz"),
 				Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
-					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: limit},
 				},
 				SecurityContext: &corev1.SecurityContext{
 					// Root, to read the kubelet's 0600 certificate; nothing more.

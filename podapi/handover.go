@@ -61,7 +61,7 @@ func (a *API) step(ctx context.Context, r Record) {
 	if time.Now().Before(p.next) {
 		return
 	}
-	pods := a.client.CoreV1().Pods(r.Pod.Namespace)
+	pods, ns := a.client, r.Pod.Namespace
 	switch r.State {
 	case StateLocal, StateHandoverFailed:
 		_, err := pods.Create(ctx, a.apiPod(r), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -69,7 +69,7 @@ func (a *API) step(ctx context.Context, r Record) {
 			a.failed(r, p, "dry-run create of the API pod", err)
 			return
 		}
-		existing, err := pods.Get(ctx, r.Pod.Name, metav1.GetOptions{})
+		existing, err := pods.Get(ctx, ns, r.Pod.Name)
 		switch {
 		case err == nil && existing.Annotations[corev1.MirrorPodAnnotationKey] == "":
 			if existing.Annotations[annotationUID] == uid {
@@ -100,7 +100,7 @@ func (a *API) step(ctx context.Context, r Record) {
 		if a.fetchDone.Load() <= p.mark {
 			return // the kubelet has not seen the pod go yet
 		}
-		existing, err := pods.Get(ctx, r.Pod.Name, metav1.GetOptions{})
+		existing, err := pods.Get(ctx, ns, r.Pod.Name)
 		switch {
 		case err == nil && existing.Annotations[corev1.MirrorPodAnnotationKey] != "":
 			return // the kubelet deletes it at its next housekeeping
@@ -124,7 +124,7 @@ func (a *API) step(ctx context.Context, r Record) {
 		handoverSeconds.Observe(time.Since(p.since).Seconds())
 		a.handedOver(r, p, created)
 	case StateHandedOver:
-		existing, err := pods.Get(ctx, r.Pod.Name, metav1.GetOptions{})
+		existing, err := pods.Get(ctx, ns, r.Pod.Name)
 		if err == nil && existing.UID == r.APIUID {
 			p.next = time.Now().Add(a.cfg.HandoverInterval)
 			return

@@ -15,7 +15,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 )
@@ -72,7 +71,7 @@ type Config struct {
 type API struct {
 	cfg    Config
 	store  *Store
-	client kubernetes.Interface // nil: no handover
+	client *apiPods // nil: no handover
 	// kubelet tells which pods the kubelet took; nil: no quarantine.
 	kubelet      kubeletView
 	closeKubelet func() error
@@ -127,7 +126,7 @@ func New(cfg Config) (*API, error) {
 	if cfg.Handover != nil {
 		c := rest.CopyConfig(cfg.Handover)
 		c.UserAgent = "nodeproxy-node/podapi"
-		if a.client, err = kubernetes.NewForConfig(c); err != nil {
+		if a.client, err = newAPIPods(c); err != nil {
 			return nil, fmt.Errorf("pod API handover client: %w", err)
 		}
 	}

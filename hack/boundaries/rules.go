@@ -81,6 +81,13 @@ var Rules = []Rule{
 		Within: []string{"watchmux", "apis/...", "endpoint/...", "podapi", "nodeinstall", "nodecopy/...", "internal/..."},
 	},
 	{
+		Name: "the node endpoint links no clientset",
+		Why: "client-go's clientset, its scheme and its informers register and link every API group, which every node " +
+			"would keep resident; the endpoint's packages use REST clients of the groups they read (endpoint/codec.go, podapi/apipods.go)",
+		From:  []string{"cmd/nodeproxy-node"},
+		Never: []string{"k8s.io/client-go/kubernetes/...", "k8s.io/client-go/informers/...", "k8s.io/client-go/applyconfigurations/..."},
+	},
+	{
 		Name: "no product binary links the harness, plotting or the image builder",
 		Why: "nodeproxy runs in every hub replica and nodeproxy-node on every node: the local control plane, " +
 			"synthetic workloads, benchmark scenarios, charts and image assembly are for tests, nodeproxy-bench " +

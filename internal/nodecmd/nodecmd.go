@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
@@ -42,6 +43,10 @@ func NewCommand(use string) *cobra.Command {
 			if err := logsapi.ValidateAndApply(o.Logs, utilfeature.DefaultFeatureGate); err != nil {
 				return err
 			}
+			// Both binaries run the endpoint with the same collector
+			// settings: the flags, unless the environment sets GOGC or
+			// GOMEMLIMIT.
+			klog.InfoS("Go memory settings", o.Memory().Apply(os.Getenv)...)
 			cfg, addr, err := o.Config()
 			if err != nil {
 				return err
@@ -96,6 +101,9 @@ func newNodeInstallCommand() *cobra.Command {
 			if err := o.Validate(); err != nil {
 				return fmt.Errorf("invalid flags: %w", err)
 			}
+			// With --keep-reconciling it stays on every node too: the
+			// endpoint's collector setting, without its flags.
+			endpoint.Memory{GCPercent: endpoint.DefaultGCPercent}.Apply(os.Getenv)
 			ctx := cli.SignalContext()
 			if err := nodeinstall.Install(ctx, o.Config); err != nil {
 				return err
