@@ -28,8 +28,8 @@ LDFLAGS := -X github.com/nodeproxy/nodeproxy/internal/cli.version=$(VERSION)
 # grpcnotrace keeps golang.org/x/net/trace, and the html/template it
 # imports, out of the binaries: text/template's reflection turns off the
 # linker's removal of unused methods, and the hub links gRPC (through
-# k8s.io/apiserver's server options); nodeproxy-node no longer does
-# (podapi's PodResources call is its own). What the tag saves is in
+# k8s.io/apiserver's server options), as does nodeproxy-node for the
+# kubelet's PodResources API (podapi). What the tag saves is in
 # docs/benchmarks.md, "Binary sizes"; hack/image/oci builds with it too.
 BUILDTAGS := grpcnotrace
 

@@ -17,7 +17,7 @@ const buildTags = "grpcnotrace"
 // maxNodeBinaryBytes bounds nodeproxy-node as the image carries it
 // (linux/amd64, static, stripped). It runs on every node, where most of
 // its mapped pages are resident: the bound leaves room for the endpoint
-// to grow and fails if it links the clientset, gRPC or the hub's server
+// to grow and fails if it links the clientset or the hub's server
 // stack again (docs/benchmarks.md, "Binary sizes", "The node endpoint's
 // footprint").
 const maxNodeBinaryBytes = 27_000_000
