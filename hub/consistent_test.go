@@ -225,10 +225,12 @@ func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) {
 // (2.25 s) to a second after the probe's end (4 s) failed the read so.
 func TestConsistentReadOfAQuietTypeOutlivesABookmarklessProbe(t *testing.T) {
 	const (
-		ns            = "bookmarkless"
 		node          = "node-bookmarkless"
 		questionDelay = 3100 * time.Millisecond
 	)
+	// A namespace of its own each run, so that -count=N runs again
+	// (the node's pod is created once per namespace).
+	ns := fmt.Sprintf("bookmarkless-%d", time.Now().UnixNano())
 	ctx := context.Background()
 	if err := cp.EnsureNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
