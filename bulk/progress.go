@@ -23,7 +23,10 @@ type Progress interface {
 	// kube-apiserver's first bookmark, and returns the bookmark's
 	// resourceVersion (through) and the resourceVersion of the last
 	// change sent before it, or from when none was: kube-apiserver made
-	// no change of resource in (last, through].
+	// no change of resource in (last, through]. A watch that ends
+	// without a bookmark (kube-apiserver had nothing past from to
+	// bookmark when one was due) answers through = last: it shows
+	// nothing new, and is no error.
 	Progress(ctx context.Context, resource schema.GroupVersionResource, from uint64) (last, through uint64, err error)
 }
 

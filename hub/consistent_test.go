@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/transport"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeproxy/nodeproxy/hub"
@@ -172,4 +174,108 @@ func TestConsistentReadsThroughALaggingReplica(t *testing.T) {
 	if got := gatheredSum(t, "nodeproxy_bulk_consistent_reads_total", `resource="secrets"`) - before; got < 4 {
 		t.Errorf("nodeproxy_bulk_consistent_reads_total{resource=\"secrets\"} grew by %v, want at least 4", got)
 	}
+}
+
+// slowQuestions delays the replica's questions for kube-apiserver's
+// latest resourceVersion of resource (hub's latestVersions: a list of one
+// item) by d, as a loaded kube-apiserver answers a consistent list late;
+// every other request goes through untouched.
+func slowQuestions(resource string, d time.Duration) transport.WrapperFunc {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			q := req.URL.Query()
+			if q.Get("limit") == "1" && q.Get("watch") != "true" && strings.HasSuffix(req.URL.Path, "/"+resource) {
+				select {
+				case <-time.After(d):
+				case <-req.Context().Done():
+					return nil, req.Context().Err()
+				}
+			}
+			return rt.RoundTrip(req)
+		})
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// TestConsistentReadOfAQuietTypeOutlivesABookmarklessProbe: a consistent
+// read of a type nobody writes is served even when a probe of the type
+// ends without a bookmark. kube-apiserver's watch cache bookmarks a watch
+// only at a version past the watch's own, and a probe is due its only
+// bookmark a second in; a probe from the version the cache of the type is
+// at gets none when nothing has made the cache move past it by then
+// (kube-apiserver asks etcd for its progress only while a consistent read
+// of the type waits there), and it ends at its timeout. Before, that
+// counted as a failed probe: every read waiting on the type, and every
+// read arriving in the second after with no probe out, stopped asking and
+// waited for the store alone, which a quiet type never moves, and was
+// refused with 504 "Too large resource version" when its budget ran out.
+// In the failover benchmark, on channels opened on a freshly started
+// replica, the probes so ended were the ones the first channels started
+// while the cache was still current; the channels refused were waiting
+// for a later version (a write to another type) that a probe started
+// after it would have shown.
+//
+// Here the replica's question for kube-apiserver's version comes back
+// late (a loaded kube-apiserver), so that the read's own first probe is
+// due its bookmark before the question makes kube-apiserver's cache
+// move: a question late by anything from the probe's last bookmark tick
+// (2.25 s) to a second after the probe's end (4 s) failed the read so.
+func TestConsistentReadOfAQuietTypeOutlivesABookmarklessProbe(t *testing.T) {
+	const (
+		node          = "node-bookmarkless"
+		questionDelay = 3100 * time.Millisecond
+	)
+	// A namespace of its own each run, so that -count=N runs again
+	// (the node's pod is created once per namespace).
+	ns := fmt.Sprintf("bookmarkless-%d", time.Now().UnixNano())
+	ctx := context.Background()
+	if err := cp.EnsureNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	testserver.InstallRBAC(t, cp)
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	podUsing(t, admin, ns, node, secretVolume("quiet"))
+	writeSecret(t, admin, ns, "quiet", "1")
+	srv := testserver.Start(t, cp, testserver.Options{Configure: func(o *hub.Options) {
+		o.KubeTransportWrapper = slowQuestions("secrets", questionDelay)
+	}})
+	srv.WaitReady(t, 90*time.Second)
+	nodeCfg, err := cp.NodeConfig(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeClient := srv.Client(t, nodeCfg)
+	// The last change of secrets, which the replica's store and
+	// kube-apiserver's watch cache both end at; reads at "0" ask
+	// kube-apiserver nothing.
+	writeSecret(t, admin, ns, "quiet", "2")
+	testserver.Eventually(t, 30*time.Second, "the replica has v=2", func(context.Context) error {
+		if _, got, _ := nodeGetsSecret(t, srv, nodeClient, ns, "quiet", "0"); len(got) != 1 || got[0] != "2" {
+			return fmt.Errorf("v=%v", got)
+		}
+		return nil
+	})
+	// kube-apiserver's version moves past the last change of secrets.
+	if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "moves-"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A streaming list from "", as watchmux.Session opens a channel
+	// from now (the failover benchmark's).
+	c := dialAsNode(t, srv, node)
+	sel := secretsIn(ns, "metadata.name=quiet", "")
+	sel.Options.SendInitialEvents = ptr.To(true)
+	sel.Options.AllowWatchBookmarks = true
+	start := time.Now()
+	ch, err := c.Watch(ctx, sel)
+	if err != nil {
+		t.Fatalf("the channel was refused after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	}
+	if ev := nextSeen(t, ch); ev.typ != watch.Added || ev.v != "2" {
+		t.Fatalf("initial state %+v, want ADDED with v=2", ev)
+	}
+	t.Logf("the channel opened in %s", time.Since(start).Round(time.Millisecond))
 }

@@ -17,7 +17,10 @@ const probeTimeout = 5 * time.Second
 
 // probeRetryAfter rests a type's probes after one failed, so that the
 // resumes arriving meanwhile do not each ask a kube-apiserver that
-// refuses.
+// refuses; and after one that showed nothing past where it began
+// (kube-apiserver's cache of the type had nothing newer to bookmark), so
+// that the resumes that waited for it take that answer instead of each
+// asking again at once.
 const probeRetryAfter = time.Second
 
 // spans extends a resume's position over versions this replica's change
@@ -45,7 +48,9 @@ type span struct {
 	// (from itself when none) and no change in (last, through].
 	from, last, through uint64
 	probing             chan struct{} // closed when the probe in flight ends; nil when none
-	failedAt            time.Time
+	// restedAt is when the last probe failed or showed nothing past its
+	// start: none starts again within probeRetryAfter.
+	restedAt time.Time
 }
 
 func newSpans(source bulk.Progress) *spans {
@@ -81,7 +86,7 @@ func (p *spans) extend(ctx context.Context, i int, at uint64) uint64 {
 			case <-ctx.Done():
 				return at
 			}
-		case time.Since(sp.failedAt) < probeRetryAfter:
+		case time.Since(sp.restedAt) < probeRetryAfter:
 			p.mu.Unlock()
 			return at
 		}
@@ -94,10 +99,13 @@ func (p *spans) extend(ctx context.Context, i int, at uint64) uint64 {
 		cancel()
 
 		p.mu.Lock()
-		if err != nil {
-			sp.failedAt = time.Now()
+		switch {
+		case err != nil:
+			sp.restedAt = time.Now()
 			klog.V(2).InfoS("Could not ask kube-apiserver whether a type changed since a node view's position", "resource", types[i].gvr.Resource, "resourceVersion", at, "err", err)
-		} else if through > sp.through {
+		case through <= at:
+			sp.restedAt = time.Now()
+		case through > sp.through:
 			sp.from, sp.last, sp.through = at, last, through
 		}
 		sp.probing = nil
