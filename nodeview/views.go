@@ -3,6 +3,8 @@ package nodeview
 import (
 	"context"
 	"fmt"
+	"iter"
+	"maps"
 	"net/http"
 	"sync"
 	"time"
@@ -42,12 +44,12 @@ type Views struct {
 	started bool     // guarded by mu
 	// holding is the pod change held back (see holdLocked), and since
 	// when; 0 when none.
-	holding     uint64                                 // guarded by mu
-	holdingFrom time.Time                              // guarded by mu
-	byNode      map[string]map[*view]struct{}          // guarded by mu
-	wants       map[graph.ObjectRef]map[*view]struct{} // guarded by mu
-	all         map[*view]struct{}                     // guarded by mu: joined views
-	joining     []*joinRequest                         // guarded by mu
+	holding     uint64                        // guarded by mu
+	holdingFrom time.Time                     // guarded by mu
+	byNode      map[string]map[*view]struct{} // guarded by mu
+	wants       map[graph.ObjectRef]viewSet   // guarded by mu
+	all         map[*view]struct{}            // guarded by mu: joined views
+	joining     []*joinRequest                // guarded by mu
 
 	// gone holds views closed since the last step. A view closes on
 	// whatever goroutine closed its channel, the stepping one inside a
@@ -94,7 +96,7 @@ func NewViews(c *cache.Cache, live Reachability, bookmarkInterval time.Duration)
 	RegisterMetrics()
 	m := &Views{
 		live: live, interval: bookmarkInterval, wake: make(chan struct{}, 1), now: time.Now,
-		byNode: map[string]map[*view]struct{}{}, wants: map[graph.ObjectRef]map[*view]struct{}{}, all: map[*view]struct{}{},
+		byNode: map[string]map[*view]struct{}{}, wants: map[graph.ObjectRef]viewSet{}, all: map[*view]struct{}{},
 	}
 	for i, t := range types {
 		s := c.Store(t.gvr)
@@ -300,8 +302,8 @@ func (m *Views) holdLocked(e *cache.Event) bool {
 func (m *Views) routeLocked(i int, e *cache.Event) {
 	o, prev := e.Object, e.Prev
 	var targets []*view
-	add := func(set map[*view]struct{}) {
-		for v := range set {
+	add := func(views iter.Seq[*view]) {
+		for v := range views {
 			if !v.dead && !containsView(targets, v) {
 				targets = append(targets, v)
 			}
@@ -309,25 +311,25 @@ func (m *Views) routeLocked(i int, e *cache.Event) {
 	}
 	switch t := types[i]; t.role {
 	case reached:
-		add(m.wants[graph.ObjectRef{Kind: t.kind, Namespace: o.Namespace, Name: o.Name}])
+		add(m.wants[graph.ObjectRef{Kind: t.kind, Namespace: o.Namespace, Name: o.Name}].all())
 	case boundVolume:
 		if c, ok := claimOf(prev); ok {
-			add(m.wants[c])
+			add(m.wants[c].all())
 		}
 		if c, ok := claimOf(o); ok {
-			add(m.wants[c])
+			add(m.wants[c].all())
 		}
 		// Routed before the index moves: a view decides by what it
 		// holds and by the event, not by the index.
 		defer bindClaims(m.st.claims, prev, o)
 	case ownNode:
-		add(m.byNode[o.Name])
+		add(maps.Keys(m.byNode[o.Name]))
 	case clusterWide:
-		add(m.all)
+		add(maps.Keys(m.all))
 	case ownPods:
-		add(m.byNode[o.NodeName])
+		add(maps.Keys(m.byNode[o.NodeName]))
 		if prev != nil && prev.NodeName != o.NodeName {
-			add(m.byNode[prev.NodeName])
+			add(maps.Keys(m.byNode[prev.NodeName]))
 		}
 	}
 	for _, v := range targets {
@@ -445,19 +447,20 @@ func (m *Views) registerLocked(v *view) {
 // want and unwant keep the index of what views reach (index).
 func (m *Views) want(v *view, ref graph.ObjectRef) {
 	set := m.wants[ref]
-	if set == nil {
-		set = map[*view]struct{}{}
-		m.wants[ref] = set
-	}
-	set[v] = struct{}{}
+	set.add(v)
+	m.wants[ref] = set
 }
 
 func (m *Views) unwant(v *view, ref graph.ObjectRef) {
-	if set := m.wants[ref]; set != nil {
-		delete(set, v)
-		if len(set) == 0 {
-			delete(m.wants, ref)
-		}
+	set, ok := m.wants[ref]
+	if !ok {
+		return
+	}
+	set.remove(v)
+	if set.empty() {
+		delete(m.wants, ref)
+	} else {
+		m.wants[ref] = set
 	}
 }
 
@@ -516,8 +519,10 @@ func (m *Views) dropLocked(v *view) {
 			delete(m.byNode, v.node)
 		}
 	}
-	for ref := range v.wanted {
-		m.unwant(v, ref)
+	for ref, r := range v.refs {
+		if r.paths > 0 {
+			m.unwant(v, ref)
+		}
 	}
 	openViews.Dec()
 }
