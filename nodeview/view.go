@@ -26,10 +26,12 @@ type Reachability interface {
 
 // index is told which graph objects a view reaches, so that their
 // changes are routed to it (Views keeps it); a view calls it when an
-// object's paths go from none to some and back.
+// object's paths go from none to some and back. shared says whether more
+// than one view reaches ref.
 type index interface {
 	want(v *view, ref graph.ObjectRef)
 	unwant(v *view, ref graph.ObjectRef)
+	shared(ref graph.ObjectRef) bool
 }
 
 // state is the cache as views read it at one position: a snapshot per
@@ -522,13 +524,22 @@ func (v *view) hide(i int, ref graph.ObjectRef, o *cache.Object, t watch.EventTy
 	v.emit(v1alpha1.NodeViewLeft, identityObject(st.stores[i], ref, st.snaps[i].RV))
 }
 
-// encode is o's JSON from the cache's encoder: one encoding per object
-// version, whatever the number of views that send it.
+// encode is o's JSON from the cache's encoder. What several views send
+// (the cluster-wide types, an object more than one node reaches) is
+// encoded once per version and kept in the encoder's LRU for all of them;
+// what this view alone sends (its pods, its Node, what only it reaches)
+// is encoded for it and not kept, so that the bytes go once written
+// rather than stay in the LRU for a reader that will not come
+// (cache.Encoder.EncodeUncached).
 func (v *view) encode(st *state, i int, o *cache.Object) []byte {
 	if o == st.last {
 		return st.lastBytes
 	}
-	b, err := st.encoder.Encode(st.stores[i], o)
+	encode := st.encoder.EncodeUncached
+	if v.sharedObject(i, o) {
+		encode = st.encoder.Encode
+	}
+	b, err := encode(st.stores[i], o)
 	if err != nil {
 		// Not the node's fault and not to be skipped: the view cannot
 		// go on without this object.
@@ -537,6 +548,20 @@ func (v *view) encode(st *state, i int, o *cache.Object) []byte {
 	}
 	st.last, st.lastBytes = o, b
 	return b
+}
+
+// sharedObject says whether other views may send o, of type i, too.
+func (v *view) sharedObject(i int, o *cache.Object) bool {
+	switch t := types[i]; t.role {
+	case clusterWide:
+		return true
+	case reached:
+		return v.ix.shared(graph.ObjectRef{Kind: t.kind, Namespace: o.Namespace, Name: o.Name})
+	case boundVolume:
+		c, ok := claimOf(o)
+		return ok && v.ix.shared(c)
+	}
+	return false
 }
 
 func (v *view) emit(t watch.EventType, object []byte) {

@@ -451,6 +451,8 @@ func (m *Views) want(v *view, ref graph.ObjectRef) {
 	m.wants[ref] = set
 }
 
+func (m *Views) shared(ref graph.ObjectRef) bool { return m.wants[ref].more != nil }
+
 func (m *Views) unwant(v *view, ref graph.ObjectRef) {
 	set, ok := m.wants[ref]
 	if !ok {
