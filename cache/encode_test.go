@@ -68,13 +68,7 @@ func TestEncodeProtobufIsKubeAPIServersEncoding(t *testing.T) {
 // channels, and as protobuf, for channels that ask for it.
 // docs/benchmarks.md has the figures.
 func BenchmarkEncodeObject(b *testing.B) {
-	var r resource
-	for _, s := range served {
-		if s.kind == "EndpointSlice" {
-			r = s
-		}
-	}
-	s := newStore(r, 8)
+	s := newStore(servedKind(b, "EndpointSlice"), 8)
 	o, err := newObject(workload.ServiceSlice("shop", "web", 10))
 	if err != nil {
 		b.Fatal(err)
@@ -99,13 +93,7 @@ func BenchmarkEncodeObject(b *testing.B) {
 // the same bytes without keeping them, so that the next Encode encodes
 // afresh.
 func TestEncodeUncachedSharesOnlyWhatIsCached(t *testing.T) {
-	var r resource
-	for _, s := range served {
-		if s.kind == "Secret" {
-			r = s
-		}
-	}
-	s := newStore(r, 8)
+	s := newStore(servedKind(t, "Secret"), 8)
 	obj := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", ResourceVersion: "5"}, Data: map[string][]byte{"k": []byte("v")}}
 	o, err := newObject(obj)
 	if err != nil {
@@ -136,4 +124,16 @@ func TestEncodeUncachedSharesOnlyWhatIsCached(t *testing.T) {
 	if &again[0] != &cached[0] {
 		t.Fatal("EncodeUncached encoded a version the LRU holds")
 	}
+}
+
+// servedKind is the served resource of kind.
+func servedKind(t testing.TB, kind string) resource {
+	t.Helper()
+	for _, r := range served {
+		if r.kind == kind {
+			return r
+		}
+	}
+	t.Fatalf("%s is not served", kind)
+	return resource{}
 }
