@@ -302,34 +302,35 @@ func (m *Views) holdLocked(e *cache.Event) bool {
 func (m *Views) routeLocked(i int, e *cache.Event) {
 	o, prev := e.Object, e.Prev
 	var targets []*view
-	add := func(views iter.Seq[*view]) {
+	addAll := func(views iter.Seq[*view]) {
 		for v := range views {
 			if !v.dead && !containsView(targets, v) {
 				targets = append(targets, v)
 			}
 		}
 	}
+	add := func(set map[*view]struct{}) { addAll(maps.Keys(set)) }
 	switch t := types[i]; t.role {
 	case reached:
-		add(m.wants[graph.ObjectRef{Kind: t.kind, Namespace: o.Namespace, Name: o.Name}].all())
+		addAll(m.wants[graph.ObjectRef{Kind: t.kind, Namespace: o.Namespace, Name: o.Name}].all())
 	case boundVolume:
 		if c, ok := claimOf(prev); ok {
-			add(m.wants[c].all())
+			addAll(m.wants[c].all())
 		}
 		if c, ok := claimOf(o); ok {
-			add(m.wants[c].all())
+			addAll(m.wants[c].all())
 		}
 		// Routed before the index moves: a view decides by what it
 		// holds and by the event, not by the index.
 		defer bindClaims(m.st.claims, prev, o)
 	case ownNode:
-		add(maps.Keys(m.byNode[o.Name]))
+		add(m.byNode[o.Name])
 	case clusterWide:
-		add(maps.Keys(m.all))
+		add(m.all)
 	case ownPods:
-		add(maps.Keys(m.byNode[o.NodeName]))
+		add(m.byNode[o.NodeName])
 		if prev != nil && prev.NodeName != o.NodeName {
-			add(maps.Keys(m.byNode[prev.NodeName]))
+			add(m.byNode[prev.NodeName])
 		}
 	}
 	for _, v := range targets {
