@@ -34,8 +34,9 @@ import (
 //	go test ./nodeview -run '^$' -bench BytesPerView -benchtime 1x
 //
 // With NODEVIEW_HEAP_PROFILE=<file> (and -memprofilerate 1) it writes the
-// heap profile with the views open to file: -memprofile comes too late,
-// once the replica is gone.
+// heap profiles with the views open to file, after the change to
+// file.churned and with the views closed to file.closed: -memprofile
+// comes too late, once the replica is gone.
 func BenchmarkBytesPerView(b *testing.B) {
 	const nodes, pods, perPod = 200, 5, 20
 	for b.Loop() {
