@@ -55,7 +55,10 @@
 //   - Objects are stored without metadata.managedFields and without type
 //     meta, once: the indexes hold pointers, not copies.
 //   - Every object version is serialized at most once while it stays in
-//     the Encoder's LRU, however many readers ask for it.
+//     the Encoder's LRU, however many readers ask for it. Readers that
+//     know a version has one reader (a node's view, of its own pods)
+//     encode it outside the LRU (EncodeUncached), once for each time
+//     they send it.
 //   - Until a type's first list is in (HasSynced), its store is empty and
 //     the server reports not ready: an empty store would read as "the
 //     object does not exist", for the authorizer a wrong deny and for a

@@ -56,6 +56,23 @@ func (e *Encoder) EncodeProtobuf(s *Store, o *Object) ([]byte, error) {
 	return e.encode(s, o, true, encodeProtobuf)
 }
 
+// EncodeUncached is Encode for an object version that few readers will
+// ask for (a pod, which only its node's view sends): the LRU's bytes if a
+// reader put them there, or else bytes encoded for this caller alone and
+// not kept, which go once the caller has written them. An entry for each
+// such version would hold its bytes, and an entry's keys, until as many
+// newer versions push it out, and in a full LRU push out bytes that many
+// readers share.
+func (e *Encoder) EncodeUncached(s *Store, o *Object) ([]byte, error) {
+	key := encodedKey{kind: s.Kind, namespace: o.Namespace, name: o.Name, rv: o.RV}
+	if b, ok := e.lru.Get(key); ok {
+		e.hits.Inc()
+		return b, nil
+	}
+	e.misses.Inc()
+	return encodeObject(s, o)
+}
+
 func (e *Encoder) encode(s *Store, o *Object, protobuf bool, encode func(*Store, *Object) ([]byte, error)) ([]byte, error) {
 	key := encodedKey{kind: s.Kind, namespace: o.Namespace, name: o.Name, rv: o.RV, protobuf: protobuf}
 	if b, ok := e.lru.Get(key); ok {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -67,13 +68,7 @@ func TestEncodeProtobufIsKubeAPIServersEncoding(t *testing.T) {
 // channels, and as protobuf, for channels that ask for it.
 // docs/benchmarks.md has the figures.
 func BenchmarkEncodeObject(b *testing.B) {
-	var r resource
-	for _, s := range served {
-		if s.kind == "EndpointSlice" {
-			r = s
-		}
-	}
-	s := newStore(r, 8)
+	s := newStore(servedKind(b, "EndpointSlice"), 8)
 	o, err := newObject(workload.ServiceSlice("shop", "web", 10))
 	if err != nil {
 		b.Fatal(err)
@@ -91,4 +86,54 @@ func BenchmarkEncodeObject(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestEncodeUncachedSharesOnlyWhatIsCached: EncodeUncached returns the
+// LRU's bytes for a version a reader encoded with Encode, and otherwise
+// the same bytes without keeping them, so that the next Encode encodes
+// afresh.
+func TestEncodeUncachedSharesOnlyWhatIsCached(t *testing.T) {
+	s := newStore(servedKind(t, "Secret"), 8)
+	obj := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", ResourceVersion: "5"}, Data: map[string][]byte{"k": []byte("v")}}
+	o, err := newObject(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, err := NewEncoder(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone, err := enc.EncodeUncached(s, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if enc.lru.Len() != 0 {
+		t.Fatalf("EncodeUncached kept %d entries", enc.lru.Len())
+	}
+	cached, err := enc.Encode(s, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(alone, cached) {
+		t.Fatalf("EncodeUncached %q, Encode %q", alone, cached)
+	}
+	again, err := enc.EncodeUncached(s, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &again[0] != &cached[0] {
+		t.Fatal("EncodeUncached encoded a version the LRU holds")
+	}
+}
+
+// servedKind is the served resource of kind.
+func servedKind(t testing.TB, kind string) resource {
+	t.Helper()
+	for _, r := range served {
+		if r.kind == kind {
+			return r
+		}
+	}
+	t.Fatalf("%s is not served", kind)
+	return resource{}
 }

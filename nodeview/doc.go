@@ -66,9 +66,13 @@
 //     a view's requests are answered in order, one bookmark, with the
 //     latest token, answering all those it reaches.
 //   - LEFT carries an object's identity, never its state.
-//   - One goroutine for every view; a view costs no goroutine. Objects are
-//     encoded once per version by the cache's encoder, whatever the number
-//     of views that send them.
+//   - One goroutine for every view; a view costs no goroutine. Objects
+//     several views send are encoded once per version by the cache's
+//     encoder, whatever the number of views that send them; what one view
+//     alone sends (its pods, its Node) is encoded for it and not kept.
+//   - A view keeps identities and counts, never objects or bytes of its
+//     own: its pods and volumes are the cache's objects, at the version it
+//     took in.
 //   - Step is the whole of a round and takes no other lock than Views.mu,
 //     besides the inboxes' (views closed, progress requests), held for a
 //     swap, which other goroutines put into without waiting for a step:

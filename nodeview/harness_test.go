@@ -45,7 +45,12 @@ func newReplica(t testing.TB, logSize int) *replica {
 // later does; the others at 1.
 func newReplicaListedAt(t testing.TB, logSize int, listed map[string]string) *replica {
 	t.Helper()
-	c, err := cache.NewDetached(cache.Options{LogSize: logSize, EncodedEntries: 1024})
+	return newReplicaOf(t, cache.Options{LogSize: logSize, EncodedEntries: 1024}, listed)
+}
+
+func newReplicaOf(t testing.TB, opts cache.Options, listed map[string]string) *replica {
+	t.Helper()
+	c, err := cache.NewDetached(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

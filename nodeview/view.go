@@ -26,10 +26,12 @@ type Reachability interface {
 
 // index is told which graph objects a view reaches, so that their
 // changes are routed to it (Views keeps it); a view calls it when an
-// object's paths go from none to some and back.
+// object's paths go from none to some and back. shared says whether more
+// than one view reaches ref.
 type index interface {
 	want(v *view, ref graph.ObjectRef)
 	unwant(v *view, ref graph.ObjectRef)
+	shared(ref graph.ObjectRef) bool
 }
 
 // state is the cache as views read it at one position: a snapshot per
@@ -115,18 +117,20 @@ type view struct {
 	live Reachability
 	ix   index
 
-	// wanted counts the paths from reached objects (claims included) to
-	// the node: one per pod of the node that uses it, one per volume in
-	// the view that names it. Counted, as the graph counts, so that an
-	// object two pods use stays when one goes.
-	wanted map[graph.ObjectRef]int32
-	// held are the reached objects and volumes the consumer holds.
-	held map[graph.ObjectRef]struct{}
-	// volumes are the PVs in the view: bound to a claim in wanted.
-	volumes map[string]volume
-	// pods are the node's pods in the view, with what each added a path
-	// to: removal takes away exactly that, whatever the pod looks like by
-	// then.
+	// refs are the objects of the graph's kinds the view reaches or the
+	// consumer holds, and the volumes it holds: one entry for both, since
+	// they are the same objects but while one is withheld or missing
+	// (reach). An entry goes when it is neither.
+	refs map[graph.ObjectRef]reach
+	// held counts the entries of refs the consumer holds.
+	held int
+	// volumes are the PVs in the view, bound to a claim it reaches, each
+	// at the version whose secrets it added a path to: the cache's own
+	// object, which the view takes in again at each change.
+	volumes map[string]*cache.Object
+	// pods are the node's pods in the view, each at the version whose
+	// references it added a path to, the cache's own object: removal
+	// takes away exactly those, whatever the pod looks like by then.
 	pods    map[objectKey]podEntry
 	hasNode bool
 
@@ -147,32 +151,80 @@ type view struct {
 	progress []progressAsk
 }
 
-type volume struct {
-	claim   graph.ObjectRef
-	secrets []graph.ObjectRef
+// reach is what a view knows of an object of the graph's kinds: paths
+// counts the paths from it to the node, one per pod of the node that
+// uses it and one per volume in the view that names it (counted, as the
+// graph counts, so that an object two pods use stays when one goes);
+// held, whether the consumer holds it. A volume has no paths of its own:
+// it is in the view by its claim's.
+type reach struct {
+	paths int32
+	held  bool
 }
 
 type objectKey struct{ namespace, name string }
 
-// podEntry is a pod of the node in the view: what it added a path to,
-// and whether the consumer holds it.
+// podEntry is a pod of the node in the view: the version whose
+// references it added a path to (podUses), and whether the consumer
+// holds it.
 type podEntry struct {
-	uses []graph.ObjectRef
+	obj  *cache.Object
 	held bool
+}
+
+// uses is what the pod added a path to.
+func (p podEntry) uses() []graph.ObjectRef {
+	if p.obj == nil {
+		return nil
+	}
+	return podUses(p.obj)
 }
 
 func newView(node string, sink watchmux.Sink, live Reachability, ix index) *view {
 	return &view{
 		node: node, sink: sink, live: live, ix: ix,
-		wanted: map[graph.ObjectRef]int32{}, held: map[graph.ObjectRef]struct{}{},
-		volumes: map[string]volume{}, pods: map[objectKey]podEntry{},
+		refs: map[graph.ObjectRef]reach{}, volumes: map[string]*cache.Object{}, pods: map[objectKey]podEntry{},
 	}
+}
+
+// paths is how many paths lead from ref to the node.
+func (v *view) paths(ref graph.ObjectRef) int32 { return v.refs[ref].paths }
+
+// holds says whether the consumer holds ref.
+func (v *view) holds(ref graph.ObjectRef) bool { return v.refs[ref].held }
+
+// setPaths and setHeld change one half of ref's entry, dropping the
+// entry once it is empty.
+func (v *view) setPaths(ref graph.ObjectRef, n int32) {
+	r := v.refs[ref]
+	r.paths = n
+	v.putRef(ref, r)
+}
+
+func (v *view) setHeld(ref graph.ObjectRef, held bool) {
+	r := v.refs[ref]
+	switch {
+	case held && !r.held:
+		v.held++
+	case !held && r.held:
+		v.held--
+	}
+	r.held = held
+	v.putRef(ref, r)
+}
+
+func (v *view) putRef(ref graph.ObjectRef, r reach) {
+	if r == (reach{}) {
+		delete(v.refs, ref)
+		return
+	}
+	v.refs[ref] = r
 }
 
 // objects is how many objects of its own the view holds: everything but
 // the cluster-wide types, which every view holds alike.
 func (v *view) objects() int {
-	n := len(v.held) + len(v.pods)
+	n := v.held + len(v.pods)
 	if v.hasNode {
 		n++
 	}
@@ -187,9 +239,8 @@ func (v *view) build(st *state) {
 	v.quiet = true
 	defer func() { v.quiet = false }()
 	st.snaps[podIndex].AscendNode(v.node, "", "", "", func(o *cache.Object) bool {
-		uses := podUses(o)
-		v.pods[objectKey{o.Namespace, o.Name}] = podEntry{uses: uses, held: true}
-		for _, r := range uses {
+		v.pods[objectKey{o.Namespace, o.Name}] = podEntry{obj: o, held: true}
+		for _, r := range podUses(o) {
 			v.addPath(r, 1, st)
 		}
 		return true
@@ -209,15 +260,15 @@ func (v *view) sendAll(st *state, pos Position) {
 		switch t.role {
 		case reached, boundVolume:
 			var refs []graph.ObjectRef
-			for r := range v.held {
-				if r.Kind == t.kind {
+			for r, e := range v.refs {
+				if e.held && r.Kind == t.kind {
 					refs = append(refs, r)
 				}
 			}
 			slices.SortFunc(refs, compareRefs)
 			for _, r := range refs {
 				o, _ := st.get(i, r.Namespace, r.Name)
-				delete(v.held, r)
+				v.setHeld(r, false)
 				v.show(i, r, o, watch.Added, st)
 			}
 		case ownNode:
@@ -236,7 +287,7 @@ func (v *view) sendAll(st *state, pos Position) {
 					v.emit(watch.Added, v.encode(st, i, o))
 				} else {
 					withheld.Inc()
-					v.pods[key] = podEntry{uses: v.pods[key].uses}
+					v.pods[key] = podEntry{obj: v.pods[key].obj}
 				}
 				return !v.dead
 			})
@@ -256,7 +307,7 @@ func (v *view) apply(i int, e *cache.Event, st *state) {
 	switch t := types[i]; t.role {
 	case reached:
 		ref := graph.ObjectRef{Kind: t.kind, Namespace: o.Namespace, Name: o.Name}
-		if v.wanted[ref] == 0 {
+		if v.paths(ref) == 0 {
 			return
 		}
 		if e.Type == watch.Deleted {
@@ -300,8 +351,7 @@ func (v *view) applyPod(e *cache.Event, st *state) {
 	is := e.Type != watch.Deleted && o.NodeName == v.node
 	switch {
 	case is:
-		uses := podUses(o)
-		for _, r := range uses {
+		for _, r := range podUses(o) {
 			v.addPath(r, 1, st)
 		}
 		held := old.held
@@ -317,8 +367,8 @@ func (v *view) applyPod(e *cache.Event, st *state) {
 		} else {
 			withheld.Inc()
 		}
-		v.pods[key] = podEntry{uses: uses, held: held}
-		for _, r := range old.uses {
+		v.pods[key] = podEntry{obj: o, held: held}
+		for _, r := range old.uses() {
 			v.addPath(r, -1, st)
 		}
 	case was:
@@ -326,7 +376,7 @@ func (v *view) applyPod(e *cache.Event, st *state) {
 		if old.held {
 			v.emit(watch.Deleted, v.encode(st, podIndex, o))
 		}
-		for _, r := range old.uses {
+		for _, r := range old.uses() {
 			v.addPath(r, -1, st)
 		}
 	}
@@ -339,22 +389,21 @@ func (v *view) applyVolume(e *cache.Event, st *state) {
 	ref := graph.ObjectRef{Kind: graph.PersistentVolume, Name: o.Name}
 	old, was := v.volumes[o.Name]
 	claim, bound := claimOf(o)
-	is := e.Type != watch.Deleted && bound && v.wanted[claim] > 0
+	is := e.Type != watch.Deleted && bound && v.paths(claim) > 0
 	switch {
 	case is && !was:
 		t := watch.Added
 		if e.Type != watch.Added {
 			t = v1alpha1.NodeViewEntered
 		}
-		v.volumeIn(o, claim, t, st)
+		v.volumeIn(o, t, st)
 	case is:
-		secrets := volumeSecrets(o)
-		for _, s := range secrets {
+		for _, s := range volumeSecrets(o) {
 			v.addPath(s, 1, st)
 		}
-		v.volumes[o.Name] = volume{claim: claim, secrets: secrets}
+		v.volumes[o.Name] = o
 		v.show(pvIndex, ref, o, watch.Modified, st)
-		for _, s := range old.secrets {
+		for _, s := range volumeSecrets(old) {
 			v.addPath(s, -1, st)
 		}
 	case was:
@@ -366,10 +415,10 @@ func (v *view) applyVolume(e *cache.Event, st *state) {
 	}
 }
 
-func (v *view) volumeIn(o *cache.Object, claim graph.ObjectRef, t watch.EventType, st *state) {
-	secrets := volumeSecrets(o)
-	v.volumes[o.Name] = volume{claim: claim, secrets: secrets}
-	for _, s := range secrets {
+// volumeIn takes in the PV o, bound to a claim the view reaches.
+func (v *view) volumeIn(o *cache.Object, t watch.EventType, st *state) {
+	v.volumes[o.Name] = o
+	for _, s := range volumeSecrets(o) {
 		v.addPath(s, 1, st)
 	}
 	v.show(pvIndex, graph.ObjectRef{Kind: graph.PersistentVolume, Name: o.Name}, o, t, st)
@@ -379,7 +428,7 @@ func (v *view) volumeOut(name string, o *cache.Object, t watch.EventType, st *st
 	vol := v.volumes[name]
 	delete(v.volumes, name)
 	v.hide(pvIndex, graph.ObjectRef{Kind: graph.PersistentVolume, Name: name}, o, t, st)
-	for _, s := range vol.secrets {
+	for _, s := range volumeSecrets(vol) {
 		v.addPath(s, -1, st)
 	}
 }
@@ -393,20 +442,16 @@ func (v *view) addPath(ref graph.ObjectRef, delta int32, st *state) {
 	if i < 0 {
 		return
 	}
-	before := v.wanted[ref]
+	before := v.paths(ref)
 	after := max(before+delta, 0)
-	if after == 0 {
-		delete(v.wanted, ref)
-	} else {
-		v.wanted[ref] = after
-	}
+	v.setPaths(ref, after)
 	switch {
 	case before == 0 && after > 0:
 		v.ix.want(v, ref)
 		if ref.Kind == graph.PersistentVolumeClaim {
 			for _, pv := range st.volumesOf(ref) {
 				if _, in := v.volumes[pv.Name]; !in {
-					v.volumeIn(pv, ref, v1alpha1.NodeViewEntered, st)
+					v.volumeIn(pv, v1alpha1.NodeViewEntered, st)
 				}
 			}
 		}
@@ -418,7 +463,7 @@ func (v *view) addPath(ref graph.ObjectRef, delta int32, st *state) {
 		if ref.Kind == graph.PersistentVolumeClaim {
 			var gone []string
 			for name, vol := range v.volumes {
-				if vol.claim == ref {
+				if c, _ := claimOf(vol); c == ref {
 					gone = append(gone, name)
 				}
 			}
@@ -443,10 +488,10 @@ func (v *view) addPath(ref graph.ObjectRef, delta int32, st *state) {
 // consumer still holds.
 func (v *view) show(i int, ref graph.ObjectRef, o *cache.Object, t watch.EventType, st *state) {
 	if v.quiet {
-		v.held[ref] = struct{}{}
+		v.setHeld(ref, true)
 		return
 	}
-	_, held := v.held[ref]
+	held := v.holds(ref)
 	if !v.live.Reachable(v.node, ref) {
 		withheld.Inc()
 		return
@@ -457,7 +502,7 @@ func (v *view) show(i int, ref graph.ObjectRef, o *cache.Object, t watch.EventTy
 	case t == watch.Modified:
 		t = v1alpha1.NodeViewEntered
 	}
-	v.held[ref] = struct{}{}
+	v.setHeld(ref, true)
 	v.emit(t, v.encode(st, i, o))
 }
 
@@ -465,10 +510,10 @@ func (v *view) show(i int, ref graph.ObjectRef, o *cache.Object, t watch.EventTy
 // when the object was deleted while the node reaches it, otherwise LEFT
 // with its identity alone.
 func (v *view) hide(i int, ref graph.ObjectRef, o *cache.Object, t watch.EventType, st *state) {
-	if _, held := v.held[ref]; !held {
+	if !v.holds(ref) {
 		return
 	}
-	delete(v.held, ref)
+	v.setHeld(ref, false)
 	if v.quiet {
 		return
 	}
@@ -479,13 +524,22 @@ func (v *view) hide(i int, ref graph.ObjectRef, o *cache.Object, t watch.EventTy
 	v.emit(v1alpha1.NodeViewLeft, identityObject(st.stores[i], ref, st.snaps[i].RV))
 }
 
-// encode is o's JSON from the cache's encoder: one encoding per object
-// version, whatever the number of views that send it.
+// encode is o's JSON from the cache's encoder. What several views send
+// (the cluster-wide types, an object more than one node reaches) is
+// encoded once per version and kept in the encoder's LRU for all of them;
+// what this view alone sends (its pods, its Node, what only it reaches)
+// is encoded for it and not kept, so that the bytes go once written
+// rather than stay in the LRU for a reader that will not come
+// (cache.Encoder.EncodeUncached).
 func (v *view) encode(st *state, i int, o *cache.Object) []byte {
 	if o == st.last {
 		return st.lastBytes
 	}
-	b, err := st.encoder.Encode(st.stores[i], o)
+	encode := st.encoder.EncodeUncached
+	if v.sharedObject(i, o) {
+		encode = st.encoder.Encode
+	}
+	b, err := encode(st.stores[i], o)
 	if err != nil {
 		// Not the node's fault and not to be skipped: the view cannot
 		// go on without this object.
@@ -494,6 +548,20 @@ func (v *view) encode(st *state, i int, o *cache.Object) []byte {
 	}
 	st.last, st.lastBytes = o, b
 	return b
+}
+
+// sharedObject says whether other views may send o, of type i, too.
+func (v *view) sharedObject(i int, o *cache.Object) bool {
+	switch t := types[i]; t.role {
+	case clusterWide:
+		return true
+	case reached:
+		return v.ix.shared(graph.ObjectRef{Kind: t.kind, Namespace: o.Namespace, Name: o.Name})
+	case boundVolume:
+		c, ok := claimOf(o)
+		return ok && v.ix.shared(c)
+	}
+	return false
 }
 
 func (v *view) emit(t watch.EventType, object []byte) {
@@ -540,6 +608,9 @@ func podUses(o *cache.Object) []graph.ObjectRef {
 
 // volumeSecrets is what a PV adds a path to, once each.
 func volumeSecrets(o *cache.Object) []graph.ObjectRef {
+	if o == nil {
+		return nil
+	}
 	pv, ok := o.Obj.(*corev1.PersistentVolume)
 	if !ok {
 		return nil

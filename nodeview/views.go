@@ -3,6 +3,8 @@ package nodeview
 import (
 	"context"
 	"fmt"
+	"iter"
+	"maps"
 	"net/http"
 	"sync"
 	"time"
@@ -42,12 +44,12 @@ type Views struct {
 	started bool     // guarded by mu
 	// holding is the pod change held back (see holdLocked), and since
 	// when; 0 when none.
-	holding     uint64                                 // guarded by mu
-	holdingFrom time.Time                              // guarded by mu
-	byNode      map[string]map[*view]struct{}          // guarded by mu
-	wants       map[graph.ObjectRef]map[*view]struct{} // guarded by mu
-	all         map[*view]struct{}                     // guarded by mu: joined views
-	joining     []*joinRequest                         // guarded by mu
+	holding     uint64                        // guarded by mu
+	holdingFrom time.Time                     // guarded by mu
+	byNode      map[string]map[*view]struct{} // guarded by mu
+	wants       map[graph.ObjectRef]viewSet   // guarded by mu
+	all         map[*view]struct{}            // guarded by mu: joined views
+	joining     []*joinRequest                // guarded by mu
 
 	// gone holds views closed since the last step. A view closes on
 	// whatever goroutine closed its channel, the stepping one inside a
@@ -94,7 +96,7 @@ func NewViews(c *cache.Cache, live Reachability, bookmarkInterval time.Duration)
 	RegisterMetrics()
 	m := &Views{
 		live: live, interval: bookmarkInterval, wake: make(chan struct{}, 1), now: time.Now,
-		byNode: map[string]map[*view]struct{}{}, wants: map[graph.ObjectRef]map[*view]struct{}{}, all: map[*view]struct{}{},
+		byNode: map[string]map[*view]struct{}{}, wants: map[graph.ObjectRef]viewSet{}, all: map[*view]struct{}{},
 	}
 	for i, t := range types {
 		s := c.Store(t.gvr)
@@ -300,22 +302,23 @@ func (m *Views) holdLocked(e *cache.Event) bool {
 func (m *Views) routeLocked(i int, e *cache.Event) {
 	o, prev := e.Object, e.Prev
 	var targets []*view
-	add := func(set map[*view]struct{}) {
-		for v := range set {
+	addAll := func(views iter.Seq[*view]) {
+		for v := range views {
 			if !v.dead && !containsView(targets, v) {
 				targets = append(targets, v)
 			}
 		}
 	}
+	add := func(set map[*view]struct{}) { addAll(maps.Keys(set)) }
 	switch t := types[i]; t.role {
 	case reached:
-		add(m.wants[graph.ObjectRef{Kind: t.kind, Namespace: o.Namespace, Name: o.Name}])
+		addAll(m.wants[graph.ObjectRef{Kind: t.kind, Namespace: o.Namespace, Name: o.Name}].all())
 	case boundVolume:
 		if c, ok := claimOf(prev); ok {
-			add(m.wants[c])
+			addAll(m.wants[c].all())
 		}
 		if c, ok := claimOf(o); ok {
-			add(m.wants[c])
+			addAll(m.wants[c].all())
 		}
 		// Routed before the index moves: a view decides by what it
 		// holds and by the event, not by the index.
@@ -445,19 +448,22 @@ func (m *Views) registerLocked(v *view) {
 // want and unwant keep the index of what views reach (index).
 func (m *Views) want(v *view, ref graph.ObjectRef) {
 	set := m.wants[ref]
-	if set == nil {
-		set = map[*view]struct{}{}
-		m.wants[ref] = set
-	}
-	set[v] = struct{}{}
+	set.add(v)
+	m.wants[ref] = set
 }
 
+func (m *Views) shared(ref graph.ObjectRef) bool { return m.wants[ref].more != nil }
+
 func (m *Views) unwant(v *view, ref graph.ObjectRef) {
-	if set := m.wants[ref]; set != nil {
-		delete(set, v)
-		if len(set) == 0 {
-			delete(m.wants, ref)
-		}
+	set, ok := m.wants[ref]
+	if !ok {
+		return
+	}
+	set.remove(v)
+	if set.empty() {
+		delete(m.wants, ref)
+	} else {
+		m.wants[ref] = set
 	}
 }
 
@@ -516,8 +522,10 @@ func (m *Views) dropLocked(v *view) {
 			delete(m.byNode, v.node)
 		}
 	}
-	for ref := range v.wanted {
-		m.unwant(v, ref)
+	for ref, r := range v.refs {
+		if r.paths > 0 {
+			m.unwant(v, ref)
+		}
 	}
 	openViews.Dec()
 }
