@@ -89,7 +89,7 @@ func (r *replica) write(w write) {
 // recording sink; it joins at the next step.
 func (r *replica) open(node string, from *Position) *consumer {
 	c := &consumer{t: r.t, node: node, held: map[string]uint64{}}
-	v := newView(node, &c.sink, r.graph, r.views)
+	v := newView(node, v1alpha1.AllNodeViewTypes, &c.sink, r.graph, r.views)
 	c.view = v
 	c.sink.onClose = func() { r.views.remove(v) }
 	if from == nil {

@@ -260,7 +260,7 @@ func TestPositionOlderThanTheChangeLogIsAnsweredAfresh(t *testing.T) {
 	var from Position
 	from.At[podIndex] = 2 // before the pod: the secrets log of 4 changes no longer reaches it
 	resumed.pos = from.String()
-	resumed.view = newView("n1", &resumed.sink, r.graph, r.views)
+	resumed.view = newView("n1", v1alpha1.AllNodeViewTypes, &resumed.sink, r.graph, r.views)
 	r.views.join(resumed.view, from, true)
 	r.views.Step()
 	if st := resumed.sink.closed; st != nil {
