@@ -432,7 +432,7 @@ func (c *consumer) snapshot() []string {
 
 // selector is a node view's selector.
 func selector(fieldSelector, rv string) *v1alpha1.GetOperation {
-	return &v1alpha1.GetOperation{Resource: v1alpha1.NodeViewResource,
+	return &v1alpha1.GetOperation{Resource: v1alpha1.NodeViewResourceV1alpha2,
 		Options: metav1.ListOptions{FieldSelector: fieldSelector, ResourceVersion: rv}}
 }
 

@@ -224,7 +224,8 @@ func TestMalformedPositionsAreRefused(t *testing.T) {
 }
 
 func TestPositionRoundTrips(t *testing.T) {
-	p := Position{Since: [numTypes]uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, At: [numTypes]uint64{1, 5, 3, 4, 5, 6, 7, 8, 9, 12}}
+	p := Position{Since: [numTypes]uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, At: [numTypes]uint64{1, 5, 3, 4, 5, 6, 7, 8, 9, 12, 11},
+		Types: v1alpha1.AllNodeViewTypes}
 	got, err := ParsePosition(p.String())
 	if err != nil || got != p {
 		t.Fatalf("%s read back as %v, %v", p, got, err)
