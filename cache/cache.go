@@ -68,6 +68,13 @@ var (
 		{storagev1.SchemeGroupVersion.WithResource("volumeattachments"), "VolumeAttachment", false, false, &storagev1.VolumeAttachment{}, storage},
 		{resourcev1.SchemeGroupVersion.WithResource("resourceslices"), "ResourceSlice", false, false, &resourcev1.ResourceSlice{}, dra},
 	}
+	// viewOnly are carried by node views (nodeview) alone: each node's
+	// own CSINode, which its kubelet reads once at start.
+	viewOnly = []resource{
+		{storagev1.SchemeGroupVersion.WithResource("csinodes"), "CSINode", false, false, &storagev1.CSINode{}, storage},
+	}
+	// unserved are the types cached that no bulk get or watch serves.
+	unserved = append(slices.Clone(graphOnly), viewOnly...)
 )
 
 // Resources are the resource types the cache serves, in a fixed order.
@@ -77,10 +84,14 @@ var Resources = gvrs(served)
 // nothing serves them.
 var GraphResources = gvrs(graphOnly)
 
+// ViewResources are cached only for the node views, which carry them;
+// no bulk get or watch serves them.
+var ViewResources = gvrs(viewOnly)
+
 // Watched is every resource nodeproxy watches: Resources, then
-// GraphResources.
+// GraphResources, then ViewResources.
 func Watched() []schema.GroupVersionResource {
-	return append(slices.Clone(Resources), GraphResources...)
+	return append(append(slices.Clone(Resources), GraphResources...), ViewResources...)
 }
 
 func gvrs(rs []resource) []schema.GroupVersionResource {
@@ -144,7 +155,7 @@ func New(client kubernetes.Interface, opts Options) (*Cache, error) {
 		b := ReflectorBackoff()
 		backoff = &b
 	}
-	for _, r := range append(slices.Clone(served), graphOnly...) {
+	for _, r := range append(slices.Clone(served), unserved...) {
 		lw := toolscache.ToListWatcherWithWatchListSemantics(
 			toolscache.NewListWatchFromClient(r.client(client), r.gvr.Resource, "", fields.Everything()), client)
 		store := c.stores[r.gvr]
@@ -168,7 +179,7 @@ func NewDetached(opts Options) (*Cache, error) {
 	}
 	RegisterMetrics()
 	c := &Cache{stores: map[schema.GroupVersionResource]*Store{}, encoder: enc}
-	for _, r := range append(slices.Clone(served), graphOnly...) {
+	for _, r := range append(slices.Clone(served), unserved...) {
 		c.stores[r.gvr] = newStore(r, opts.LogSize)
 		c.stores[r.gvr].restartLogOnRelist = opts.RestartLogOnRelist
 	}

@@ -3,7 +3,8 @@
 // persistentvolumes, serviceaccounts and nodes; the cluster-wide types
 // kubelets and kube-proxy watch whole: services, endpointslices,
 // servicecidrs, runtimeclasses and csidrivers (and, for the authorization
-// graph only, volumeattachments and resourceslices).
+// graph only, volumeattachments and resourceslices; for the node views
+// only, csinodes).
 //
 //	kube-apiserver --list/watch (one per type)--> Reflector --> Store
 //	                                                             |  1. handlers (the graph)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -121,6 +122,20 @@ func TestNodeWorksFromItsCopyThroughAnOutage(t *testing.T) {
 		if got := metric(t, n, copied); got != "1" {
 			t.Fatalf("%s = %s after a get of a pod the copy lacks, want still 1", copied, got)
 		}
+		// The CSI plugin manager's get of the node's CSINode, at start.
+		admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+		if _, err := admin.StorageV1().CSINodes().Create(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "node-o"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		testserver.Eventually(t, 30*time.Second, "the node's CSINode from the copy", func(ctx context.Context) error {
+			if _, err := kubelet.StorageV1().CSINodes().Get(ctx, "node-o", metav1.GetOptions{}); err != nil {
+				return err
+			}
+			if got := metric(t, n, `nodeproxy_node_requests_total{path="copy",resource="csinodes",verb="get"}`); got == "0" {
+				return fmt.Errorf("not from the copy")
+			}
+			return nil
+		})
 	})
 	before := reflect(t, kubelet, ns, "s")
 	eventuallyPassword(t, "the reflector before the outage", before, "pw-s")

@@ -50,6 +50,7 @@ func (r copyRead) groupVersion() schema.GroupVersion {
 //     the kubelet reads them; a node may not list them;
 //   - pods: list and watch with spec.nodeName=<node>; get by name;
 //   - the node's Node: list and watch with metadata.name=<node>; get;
+//   - the node's CSINode: get;
 //   - services, runtime classes, CSI drivers: list and watch with
 //     selectors of labels, metadata.name and metadata.namespace; get.
 //
@@ -102,6 +103,12 @@ func copyRoute(req *http.Request, info *apirequest.RequestInfo, node string) (co
 			return copyRead{}, false
 		}
 		r.partial = info.Verb == "get"
+	case "csinodes":
+		// Its kubelet gets it at start; nothing lists or watches it.
+		if info.Verb != "get" || r.filter.Name != node {
+			return copyRead{}, false
+		}
+		r.partial = true
 	default: // the cluster-wide types
 		r.onlyOffline = info.Verb == "get"
 	}

@@ -36,6 +36,9 @@ func TestCopyRoute(t *testing.T) {
 		{url: "/api/v1/nodes?fieldSelector=metadata.name%3Dnode-a&watch=true", copy: true, verb: "watch", name: "node-a"},
 		{url: "/api/v1/nodes/node-a", copy: true, verb: "get", name: "node-a", partial: true},
 		{url: "/api/v1/nodes/node-b"},
+		{url: "/apis/storage.k8s.io/v1/csinodes/node-a", copy: true, verb: "get", name: "node-a", partial: true},
+		{url: "/apis/storage.k8s.io/v1/csinodes/node-b"},
+		{url: "/apis/storage.k8s.io/v1/csinodes?fieldSelector=metadata.name%3Dnode-a"},
 		{url: "/api/v1/nodes"},
 		// The cluster-wide types the view carries, with their selectors.
 		{url: "/api/v1/services?fieldSelector=spec.clusterIP%21%3DNone&resourceVersion=&sendInitialEvents=true&watch=true", copy: true, verb: "watch"},

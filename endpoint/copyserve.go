@@ -70,6 +70,9 @@ func (e *Endpoint) serveFromCopy(w http.ResponseWriter, req *http.Request, r cop
 	if !ok || r.onlyOffline && mode != modeOffline {
 		return false
 	}
+	if _, carried := e.view.copy.At(r.typ); !carried {
+		return false // a view from an older hub, without the type
+	}
 	if served, err := e.copyAt(req.Context(), r, mode); err != nil {
 		e.noteCopyRead(r, mode)
 		writeError(w, req, err)

@@ -57,6 +57,10 @@ type viewFollower struct {
 	// caughtUp is closed, and replaced, when the copy applies its first
 	// batch after the connection came up.
 	caughtUp chan struct{} // guarded by mu
+	// olderHub: the hub refused the newest version of the view (a
+	// replica from before it); the view is opened at the first version
+	// until the connection comes up again, perhaps on a newer replica.
+	olderHub bool // guarded by mu
 
 	// Progress requests (sync): tokens count up; one request is in
 	// flight at a time (sending), and the reads that arrive meanwhile
@@ -82,6 +86,7 @@ func (f *viewFollower) connected() <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.upSince = time.Now()
+	f.olderHub = false
 	return f.caughtUp
 }
 
@@ -138,12 +143,22 @@ func (f *viewFollower) run(ctx context.Context) {
 // it again at once (the session gave up resuming it, or the hub could not
 // resume from the copy's position: 410).
 func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
+	resource := v1alpha1.NodeViewResourceV1alpha2
+	f.mu.Lock()
+	if f.olderHub {
+		resource = v1alpha1.NodeViewResource
+	}
+	f.mu.Unlock()
+	types, _ := v1alpha1.NodeViewTypesOf(resource.Version)
 	pos, _ := f.copy.Position()
-	if f.fresh {
+	if f.fresh || f.copy.Types() != types {
+		// A copy of another version of the view (the endpoint's
+		// previous release, an older hub) is replaced once, by the
+		// view afresh, as after a 410.
 		pos, f.fresh = "", false
 	}
 	op := v1alpha1.GetOperation{
-		Resource: v1alpha1.NodeViewResource,
+		Resource: resource,
 		Options: metav1.ListOptions{
 			FieldSelector:   fields.OneTermEqualSelector("metadata.name", f.copy.Node()).String(),
 			ResourceVersion: pos,
@@ -156,6 +171,16 @@ func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
 	ch, err := s.WatchBatches(openCtx, op)
 	cancel()
 	if err != nil {
+		if resource != v1alpha1.NodeViewResource && (apierrors.IsInvalid(err) || apierrors.IsNotFound(err) || apierrors.IsBadRequest(err)) {
+			// A replica from before this version of the view answers
+			// that it does not serve it.
+			klog.InfoS("The hub does not serve this version of the node view; opening the first one", "version", resource.Version, "reason", err)
+			viewReopens.WithLabelValues("older_hub").Inc()
+			f.mu.Lock()
+			f.olderHub = true
+			f.mu.Unlock()
+			return nil
+		}
 		if pos != "" && (apierrors.IsResourceExpired(err) || apierrors.IsGone(err)) {
 			klog.InfoS("The hub cannot resume the node view from the copy's position; opening it afresh", "position", pos)
 			viewReopens.WithLabelValues("expired").Inc()

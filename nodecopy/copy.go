@@ -128,6 +128,9 @@ func (c *Copy) Apply(b Batch) (refused []error, err error) {
 		if !c.whole {
 			return refused, errors.New("a change before the view's initial state")
 		}
+		if pos.Types != c.pos.Types {
+			return refused, fmt.Errorf("the bookmark's position %s names other types than the copy's view", b.Position)
+		}
 		for i := range pos.At {
 			if pos.At[i] < c.pos.At[i] {
 				return refused, fmt.Errorf("the bookmark's position goes back: %s at %d, the copy at %d",
@@ -136,6 +139,11 @@ func (c *Copy) Apply(b Batch) (refused []error, err error) {
 		}
 	}
 	for _, e := range events {
+		if !pos.Names(e.i) {
+			refused = append(refused, fmt.Errorf("%s %s/%s, of a type the view's version does not carry: %w",
+				v1alpha1.NodeViewTypes[e.i].Kind, e.o.Namespace, e.o.Name, ErrOutsideView))
+			continue
+		}
 		c.applyLocked(e.typ, e.i, e.o, pos.At[e.i], b.Initial)
 	}
 	c.setPositionLocked(pos)
@@ -168,9 +176,9 @@ func (c *Copy) admits(i int, o *Object) error {
 		if o.NodeName != c.node {
 			return fmt.Errorf("pod %s/%s of node %q: %w", o.Namespace, o.Name, o.NodeName, ErrOutsideView)
 		}
-	case "nodes":
+	case "nodes", "csinodes":
 		if o.Name != c.node {
-			return fmt.Errorf("node %q: %w", o.Name, ErrOutsideView)
+			return fmt.Errorf("%s %q: %w", v1alpha1.NodeViewTypes[i].Kind, o.Name, ErrOutsideView)
 		}
 	}
 	return nil
@@ -248,6 +256,16 @@ func (c *Copy) Clear() {
 	c.resetLocked(v1alpha1.NodeViewPosition{})
 	c.whole = false
 	c.changedLocked()
+}
+
+// Types are the types of the view the copy holds (0 before one).
+func (c *Copy) Types() v1alpha1.NodeViewTypeSet {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.whole {
+		return 0
+	}
+	return c.pos.Types
 }
 
 // Position is the copy's position, and whether it holds a whole view.

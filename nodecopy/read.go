@@ -78,11 +78,11 @@ func (c *Copy) Get(i int, namespace, name string) (*Object, uint64, error) {
 }
 
 // At is the resourceVersion the copy holds type i at, false if it holds
-// no whole view.
+// no whole view, or one whose version does not carry the type.
 func (c *Copy) At(i int) (uint64, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.at[i], c.whole
+	return c.at[i], c.whole && c.pos.Names(i)
 }
 
 // Watch is one watch of a type of the copy.

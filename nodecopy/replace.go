@@ -53,6 +53,12 @@ func (c *Copy) replaceLocked(pos v1alpha1.NodeViewPosition, types []int, objects
 		}
 	}
 	for i := numTypes - 1; i >= 0; i-- {
+		if !pos.Names(i) {
+			// A view of a version without the type (an older hub):
+			// nothing of it is the copy's to answer any more.
+			c.objects[i] = map[objKey]*Object{}
+			continue
+		}
 		for k, old := range c.objects[i] {
 			if _, ok := fresh[i][k]; ok {
 				continue

@@ -1,5 +1,6 @@
 // Package nodeview serves the node view: one bulk watch channel per node
-// that carries everything the node may read, its Node, its pods, every
+// that carries everything the node may read, its Node and (from view
+// version v1alpha2) its CSINode, its pods, every
 // object the authorization graph lets it reach (secrets, configmaps,
 // service accounts, claims, the volumes bound to those claims), and the
 // cluster-wide types the kubelet reads (services, runtime classes, CSI

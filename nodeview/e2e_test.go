@@ -131,7 +131,7 @@ func (c *nodeCopy) ours() []string {
 }
 
 func viewOf(node, rv string) v1alpha1.GetOperation {
-	return v1alpha1.GetOperation{Resource: v1alpha1.NodeViewResource,
+	return v1alpha1.GetOperation{Resource: v1alpha1.NodeViewResourceV1alpha2,
 		Options: metav1.ListOptions{FieldSelector: "metadata.name=" + node, ResourceVersion: rv}}
 }
 

@@ -24,7 +24,11 @@ import (
 
 // Selects reports whether sel asks for a node view rather than a bulk
 // watch channel: the hub's wiring routes on it.
-func Selects(sel *v1alpha1.GetOperation) bool { return sel.Resource == v1alpha1.NodeViewResource }
+func Selects(sel *v1alpha1.GetOperation) bool {
+	r := sel.Resource
+	_, known := v1alpha1.NodeViewTypesOf(r.Version)
+	return r.Group == v1alpha1.NodeViewResource.Group && r.Resource == v1alpha1.NodeViewResource.Resource && known
+}
 
 // Handler opens node view channels: the watchmux.Handler for selectors
 // Selects.
@@ -55,7 +59,7 @@ func (h *Handler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 	if !ok {
 		return nil, &apierrors.NewInternalError(errors.New("no user in the request context")).ErrStatus
 	}
-	node, from, resume, err := parseSelector(sel)
+	node, viewTypes, from, resume, err := parseSelector(sel)
 	if err != nil {
 		return nil, statusOf(err)
 	}
@@ -71,6 +75,9 @@ func (h *Handler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 		// client's wait for its channel to be carried over.
 		var g errgroup.Group
 		for i, s := range h.views.stores {
+			if !viewTypes.Has(i) {
+				continue // the consumer holds none of it: nothing to settle
+			}
 			g.Go(func() error { return h.settle(ctx, i, s, &from) }) // each its own from.Since[i], from.At[i]
 		}
 		if err := g.Wait(); err != nil {
@@ -78,7 +85,7 @@ func (h *Handler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink wat
 			return nil, statusOf(err)
 		}
 	}
-	v := newView(node, sink, h.views.live, h.views)
+	v := newView(node, viewTypes, sink, h.views.live, h.views)
 	sink.OnClose(func() { h.views.remove(v) })
 	if ps, ok := sink.(watchmux.ProgressSink); ok {
 		ps.OnProgress(func(token string) { h.views.requestProgress(v, token) })
@@ -169,10 +176,11 @@ func (h *Handler) await(ctx context.Context, i int, s *cache.Store, rv uint64, f
 // metadata.name, and the position to resume from, if any. What a view
 // cannot honour (other selectors, paging, an exact version, initial
 // events with a position) is refused rather than ignored.
-func parseSelector(sel *v1alpha1.GetOperation) (node string, from Position, resume bool, err error) {
+func parseSelector(sel *v1alpha1.GetOperation) (node string, viewTypes v1alpha1.NodeViewTypeSet, from Position, resume bool, err error) {
 	path := field.NewPath("selector")
 	opts := path.Child("options")
 	var errs field.ErrorList
+	viewTypes, _ = v1alpha1.NodeViewTypesOf(sel.Resource.Version) // Selects: a version of the view
 	if sel.Namespace != "" {
 		errs = append(errs, field.Forbidden(path.Child("namespace"), "a node view is not namespaced"))
 	}
@@ -204,8 +212,12 @@ func parseSelector(sel *v1alpha1.GetOperation) (node string, from Position, resu
 		}
 	default:
 		p, perr := ParsePosition(rv)
-		if perr != nil {
+		switch {
+		case perr != nil:
 			errs = append(errs, field.Invalid(opts.Child("resourceVersion"), rv, perr.Error()))
+		case p.Types != viewTypes:
+			errs = append(errs, field.Invalid(opts.Child("resourceVersion"), rv,
+				"a position of another version of the node view than "+sel.Resource.Version))
 		}
 		if initial != nil && *initial {
 			errs = append(errs, field.Invalid(opts.Child("sendInitialEvents"), true, "a position resumes the view; the initial state comes only without one"))
@@ -213,9 +225,9 @@ func parseSelector(sel *v1alpha1.GetOperation) (node string, from Position, resu
 		from, resume = p, true
 	}
 	if len(errs) > 0 {
-		return "", from, false, apierrors.NewInvalid(schema.GroupKind{Group: v1alpha1.GroupName, Kind: v1alpha1.NodeViewKind}, node, errs)
+		return "", 0, from, false, apierrors.NewInvalid(schema.GroupKind{Group: v1alpha1.GroupName, Kind: v1alpha1.NodeViewKind}, node, errs)
 	}
-	return node, from, resume, nil
+	return node, viewTypes, from, resume, nil
 }
 
 func statusOf(err error) *metav1.Status {

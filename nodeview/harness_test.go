@@ -94,7 +94,7 @@ func (r *replica) write(w write) {
 // recording sink; it joins at the next step.
 func (r *replica) open(node string, from *Position) *consumer {
 	c := &consumer{t: r.t, node: node, held: map[string]uint64{}}
-	v := newView(node, &c.sink, r.graph, r.views)
+	v := newView(node, v1alpha1.AllNodeViewTypes, &c.sink, r.graph, r.views)
 	c.view = v
 	c.sink.onClose = func() { r.views.remove(v) }
 	if from == nil {
@@ -437,7 +437,7 @@ func (c *consumer) snapshot() []string {
 
 // selector is a node view's selector.
 func selector(fieldSelector, rv string) *v1alpha1.GetOperation {
-	return &v1alpha1.GetOperation{Resource: v1alpha1.NodeViewResource,
+	return &v1alpha1.GetOperation{Resource: v1alpha1.NodeViewResourceV1alpha2,
 		Options: metav1.ListOptions{FieldSelector: fieldSelector, ResourceVersion: rv}}
 }
 

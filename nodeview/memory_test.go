@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/cache"
 )
 
@@ -73,7 +74,7 @@ func BenchmarkBytesPerView(b *testing.B) {
 		sinks := make([]*discardSink, nodes)
 		for n := range nodes {
 			sinks[n] = &discardSink{}
-			v := newView(fmt.Sprintf("node-%d", n), sinks[n], r.graph, r.views)
+			v := newView(fmt.Sprintf("node-%d", n), v1alpha1.AllNodeViewTypes, sinks[n], r.graph, r.views)
 			r.views.join(v, Position{}, false)
 		}
 		r.views.Step()

@@ -20,7 +20,8 @@ const (
 	// boundVolume: a PersistentVolume, in the view while it is bound to
 	// a claim the node reaches.
 	boundVolume
-	// ownNode: the node's own Node.
+	// ownNode: the node's own object, named after it: its Node, its
+	// CSINode.
 	ownNode
 	// clusterWide: every object of the type (what the system:node role
 	// lets every node read: services, runtime classes, CSI drivers).
@@ -49,6 +50,7 @@ var types = [numTypes]viewType{
 	{gvr: corev1.SchemeGroupVersion.WithResource("persistentvolumes"), role: boundVolume, kind: graph.PersistentVolume},
 	{gvr: corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims"), role: reached, kind: graph.PersistentVolumeClaim},
 	{gvr: corev1.SchemeGroupVersion.WithResource("nodes"), role: ownNode},
+	{gvr: storagev1.SchemeGroupVersion.WithResource("csinodes"), role: ownNode},
 	{gvr: corev1.SchemeGroupVersion.WithResource("services"), role: clusterWide},
 	{gvr: nodev1.SchemeGroupVersion.WithResource("runtimeclasses"), role: clusterWide},
 	{gvr: storagev1.SchemeGroupVersion.WithResource("csidrivers"), role: clusterWide},

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/bulk"
 	"github.com/nodeproxy/nodeproxy/graph"
 )
@@ -109,7 +110,7 @@ func gvrOf(resource string) schema.GroupVersionResource {
 func check(t *testing.T, r *replica, c *consumer, when string) {
 	t.Helper()
 	truth := &consumer{t: t, node: c.node, held: map[string]uint64{}}
-	v := newView(c.node, &truth.sink, allowAll{}, r.views)
+	v := newView(c.node, v1alpha1.AllNodeViewTypes, &truth.sink, allowAll{}, r.views)
 	truth.sink.onClose = func() { r.views.remove(v) }
 	r.views.join(v, Position{}, false)
 	r.views.Step()
@@ -206,7 +207,7 @@ func (c *consumer) resumeOn(r *replica) *view {
 	from := c.position()
 	c.sink = recordingSink{}
 	c.watchOrder(r)
-	v := newView(c.node, &c.sink, r.graph, r.views)
+	v := newView(c.node, v1alpha1.AllNodeViewTypes, &c.sink, r.graph, r.views)
 	c.sink.onClose = func() { r.views.remove(v) }
 	r.views.join(v, from, true)
 	return v

@@ -100,9 +100,8 @@ func claimsAt(snap *cache.Snapshot) map[graph.ObjectRef]map[string]struct{} {
 }
 
 var (
-	pvIndex   = typeIndex("persistentvolumes")
-	podIndex  = typeIndex("pods")
-	nodeIndex = typeIndex("nodes")
+	pvIndex  = typeIndex("persistentvolumes")
+	podIndex = typeIndex("pods")
 )
 
 // view is one node's view: the synchronous core. It holds what its
@@ -131,8 +130,13 @@ type view struct {
 	// pods are the node's pods in the view, each at the version whose
 	// references it added a path to, the cache's own object: removal
 	// takes away exactly those, whatever the pod looks like by then.
-	pods    map[objectKey]podEntry
-	hasNode bool
+	pods map[objectKey]podEntry
+	// own are the types of which the consumer holds the node's own
+	// object (ownNode: its Node, its CSINode).
+	own v1alpha1.NodeViewTypeSet
+	// types are the types the view carries: those of the version of the
+	// view its client asked for, which knows no other.
+	types v1alpha1.NodeViewTypeSet
 
 	// quiet: building the state the consumer already holds (a resume,
 	// or before the initial state is sent): record, send nothing.
@@ -180,9 +184,9 @@ func (p podEntry) uses() []graph.ObjectRef {
 	return podUses(p.obj)
 }
 
-func newView(node string, sink watchmux.Sink, live Reachability, ix index) *view {
+func newView(node string, types v1alpha1.NodeViewTypeSet, sink watchmux.Sink, live Reachability, ix index) *view {
 	return &view{
-		node: node, sink: sink, live: live, ix: ix,
+		node: node, types: types, sink: sink, live: live, ix: ix,
 		refs: map[graph.ObjectRef]reach{}, volumes: map[string]*cache.Object{}, pods: map[objectKey]podEntry{},
 	}
 }
@@ -225,8 +229,10 @@ func (v *view) putRef(ref graph.ObjectRef, r reach) {
 // the cluster-wide types, which every view holds alike.
 func (v *view) objects() int {
 	n := v.held + len(v.pods)
-	if v.hasNode {
-		n++
+	for i := range types {
+		if v.own.Has(i) {
+			n++
+		}
 	}
 	return n
 }
@@ -245,7 +251,15 @@ func (v *view) build(st *state) {
 		}
 		return true
 	})
-	_, v.hasNode = st.get(nodeIndex, "", v.node)
+	v.own = 0
+	for i, t := range types {
+		if t.role != ownNode || !v.types.Has(i) {
+			continue
+		}
+		if _, ok := st.get(i, "", v.node); ok {
+			v.own |= 1 << i
+		}
+	}
 }
 
 // sendAll sends the view build recorded as its initial state, in types
@@ -257,6 +271,9 @@ func (v *view) sendAll(st *state, pos Position) {
 	v.initial = true
 	defer func() { v.initial = false }()
 	for i, t := range types {
+		if !v.types.Has(i) {
+			continue
+		}
 		switch t.role {
 		case reached, boundVolume:
 			var refs []graph.ObjectRef
@@ -293,7 +310,7 @@ func (v *view) sendAll(st *state, pos Position) {
 			})
 		}
 	}
-	v.sink.Initial(watch.Bookmark, bookmarkObject(pos, true, ""))
+	v.sink.Initial(watch.Bookmark, bookmarkObject(v.positionOf(pos), true, ""))
 	v.sent, v.marked = 0, pos
 }
 
@@ -303,6 +320,9 @@ func (v *view) sendAll(st *state, pos Position) {
 // anything: the changes of other nodes' pods, and of objects the node
 // does not reach, are none of its business.
 func (v *view) apply(i int, e *cache.Event, st *state) {
+	if !v.types.Has(i) {
+		return
+	}
 	o := e.Object
 	switch t := types[i]; t.role {
 	case reached:
@@ -321,14 +341,15 @@ func (v *view) apply(i int, e *cache.Event, st *state) {
 		if o.Name != v.node {
 			return
 		}
+		held := v.own.Has(i)
 		switch {
-		case e.Type == watch.Deleted && v.hasNode:
-			v.hasNode = false
+		case e.Type == watch.Deleted && held:
+			v.own &^= 1 << i
 			v.emit(watch.Deleted, v.encode(st, i, o))
-		case e.Type != watch.Deleted && v.hasNode:
+		case e.Type != watch.Deleted && held:
 			v.emit(watch.Modified, v.encode(st, i, o))
 		case e.Type != watch.Deleted:
-			v.hasNode = true
+			v.own |= 1 << i
 			v.emit(watch.Added, v.encode(st, i, o))
 		}
 	case clusterWide:
@@ -649,6 +670,12 @@ func identityObject(s *cache.Store, ref graph.ObjectRef, rv uint64) []byte {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name, ResourceVersion: strconv.FormatUint(rv, 10)},
 	})
 	return b
+}
+
+// positionOf is pos as v's client has it: naming the types v carries.
+func (v *view) positionOf(pos Position) Position {
+	pos.Types = v.types
+	return pos
 }
 
 // bookmarkObject is a view's BOOKMARK: its position, a resume point, with

@@ -224,7 +224,8 @@ func TestMalformedPositionsAreRefused(t *testing.T) {
 }
 
 func TestPositionRoundTrips(t *testing.T) {
-	p := Position{Since: [numTypes]uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, At: [numTypes]uint64{1, 5, 3, 4, 5, 6, 7, 8, 9, 12}}
+	p := Position{Since: [numTypes]uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, At: [numTypes]uint64{1, 5, 3, 4, 5, 6, 7, 8, 9, 12, 11},
+		Types: v1alpha1.AllNodeViewTypes}
 	got, err := ParsePosition(p.String())
 	if err != nil || got != p {
 		t.Fatalf("%s read back as %v, %v", p, got, err)
@@ -260,7 +261,7 @@ func TestPositionOlderThanTheChangeLogIsAnsweredAfresh(t *testing.T) {
 	var from Position
 	from.At[podIndex] = 2 // before the pod: the secrets log of 4 changes no longer reaches it
 	resumed.pos = from.String()
-	resumed.view = newView("n1", &resumed.sink, r.graph, r.views)
+	resumed.view = newView("n1", v1alpha1.AllNodeViewTypes, &resumed.sink, r.graph, r.views)
 	r.views.join(resumed.view, from, true)
 	r.views.Step()
 	if st := resumed.sink.closed; st != nil {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/graph"
 )
@@ -402,6 +403,9 @@ func (m *Views) resumeLocked(v *view, from Position) {
 	st := state{stores: &m.stores, encoder: m.st.encoder}
 	for i := range types {
 		at.At[i] = min(from.At[i], m.pos.At[i])
+		if !v.types.Has(i) {
+			at.At[i] = m.pos.At[i] // the consumer holds none of it
+		}
 		snap, err := m.st.snaps[i].At(at.At[i])
 		if err != nil {
 			m.replaceLocked(v, from, types[i].gvr.Resource)
@@ -473,7 +477,8 @@ func (m *Views) unwant(v *view, ref graph.ObjectRef) {
 // answers carries the token; it closes the batch like any other, so the
 // events before it are the change up to the position it names.
 func (m *Views) markLocked(all bool) {
-	var obj []byte // one for every view: the position is the hub's
+	// One for every view of a version: the position is the hub's.
+	objs := map[v1alpha1.NodeViewTypeSet][]byte{}
 	for v := range m.all {
 		if v.dead {
 			continue
@@ -482,13 +487,13 @@ func (m *Views) markLocked(all bool) {
 		if v.sent == 0 && answers == 0 && (!all || v.marked == m.pos) {
 			continue
 		}
-		b := obj
+		b := objs[v.types]
 		switch {
 		case answers > 0:
-			b = bookmarkObject(m.pos, false, token)
-		case obj == nil:
-			obj = bookmarkObject(m.pos, false, "")
-			b = obj
+			b = bookmarkObject(v.positionOf(m.pos), false, token)
+		case b == nil:
+			b = bookmarkObject(v.positionOf(m.pos), false, "")
+			objs[v.types] = b
 		}
 		if !v.sink.Send(watch.Bookmark, b) {
 			v.dead = true

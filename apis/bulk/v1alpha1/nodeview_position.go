@@ -28,10 +28,37 @@ var NodeViewTypes = [...]NodeViewType{
 	{Version: "v1", Resource: "persistentvolumes", Kind: "PersistentVolume"},
 	{Version: "v1", Resource: "persistentvolumeclaims", Kind: "PersistentVolumeClaim", Namespaced: true},
 	{Version: "v1", Resource: "nodes", Kind: "Node"},
+	{Group: "storage.k8s.io", Version: "v1", Resource: "csinodes", Kind: "CSINode"},
 	{Version: "v1", Resource: "services", Kind: "Service", Namespaced: true},
 	{Group: "node.k8s.io", Version: "v1", Resource: "runtimeclasses", Kind: "RuntimeClass"},
 	{Group: "storage.k8s.io", Version: "v1", Resource: "csidrivers", Kind: "CSIDriver"},
 	{Version: "v1", Resource: "pods", Kind: "Pod", Namespaced: true},
+}
+
+// NodeViewTypeSet is a set of indexes in NodeViewTypes: the types a view
+// of one version of the nodeviews resource carries.
+type NodeViewTypeSet uint32
+
+// Has reports whether s holds type i.
+func (s NodeViewTypeSet) Has(i int) bool { return s&(1<<i) != 0 }
+
+// AllNodeViewTypes is every type of NodeViewTypes.
+const AllNodeViewTypes NodeViewTypeSet = 1<<len(NodeViewTypes) - 1
+
+// nodeViewVersions are the versions of the nodeviews resource and the
+// types a view of each carries: a client asks for the version whose types
+// it knows, and never gets another type (docs/api.md, "Versions of the
+// view"). v1alpha1 lacks csinodes.
+var nodeViewVersions = map[string]NodeViewTypeSet{
+	"v1alpha1": AllNodeViewTypes &^ (1 << NodeViewTypeIndex("csinodes")),
+	"v1alpha2": AllNodeViewTypes,
+}
+
+// NodeViewTypesOf is the set of types a view of version carries, false
+// for a version that is not one of the nodeviews resource.
+func NodeViewTypesOf(version string) (NodeViewTypeSet, bool) {
+	s, ok := nodeViewVersions[version]
+	return s, ok
 }
 
 // NodeViewTypeIndex is the index in NodeViewTypes of resource, -1 if a
@@ -56,15 +83,34 @@ func NodeViewTypeIndex(resource string) int {
 // +k8s:openapi-gen=false
 type NodeViewPosition struct {
 	Since, At [len(NodeViewTypes)]uint64
+	// Types are the types the position names, those of the view's
+	// version; 0 means all of them. The others' Since and At are
+	// meaningless.
+	Types NodeViewTypeSet
 }
 
+// types is p.Types, all of them for 0.
+func (p NodeViewPosition) types() NodeViewTypeSet {
+	if p.Types == 0 {
+		return AllNodeViewTypes
+	}
+	return p.Types
+}
+
+// Names reports whether p names type i.
+func (p NodeViewPosition) Names(i int) bool { return p.types().Has(i) }
+
 // String is the position as a client sends it back in resourceVersion:
-// "secrets=700-812,configmaps=790,...", every type once, in
+// "secrets=700-812,configmaps=790,...", every type it names once, in
 // NodeViewTypes order, Since-At, or one number when they are equal.
 func (p NodeViewPosition) String() string {
 	var b strings.Builder
+	types := p.types()
 	for i, t := range NodeViewTypes {
-		if i > 0 {
+		if !types.Has(i) {
+			continue
+		}
+		if b.Len() > 0 {
 			b.WriteByte(',')
 		}
 		b.WriteString(t.Resource)
@@ -89,9 +135,10 @@ func (p NodeViewPosition) Reaches(q NodeViewPosition) bool {
 	return true
 }
 
-// ParseNodeViewPosition reads a position String made. Every type must be
-// there, once, in any order: a position that lacks one cannot say what
-// the client holds of it.
+// ParseNodeViewPosition reads a position String made. It must name the
+// types of a version of the view, each once, in any order: a position
+// that lacks one cannot say what the client holds of it. Its Types are
+// those it names.
 func ParseNodeViewPosition(s string) (NodeViewPosition, error) {
 	var p NodeViewPosition
 	var seen [len(NodeViewTypes)]bool
@@ -127,9 +174,19 @@ func ParseNodeViewPosition(s string) (NodeViewPosition, error) {
 		seen[i] = true
 	}
 	for i, ok := range seen {
-		if !ok {
+		if ok {
+			p.Types |= 1 << i
+		}
+	}
+	for _, version := range nodeViewVersions {
+		if p.Types == version {
+			return p, nil
+		}
+	}
+	for i, ok := range seen {
+		if !ok && nodeViewVersions["v1alpha1"].Has(i) {
 			return p, fmt.Errorf("position %q lacks %s", s, NodeViewTypes[i].Resource)
 		}
 	}
-	return p, nil
+	return p, fmt.Errorf("position %q names the types of no version of the node view", s)
 }

@@ -12,8 +12,13 @@ import (
 //	{"resource":{"group":"bulk.k8s.io","version":"v1alpha1","resource":"nodeviews"},
 //	 "options":{"fieldSelector":"metadata.name=<its own node>","resourceVersion":"<a position, or empty>"}}
 
-// NodeViewResource is the selector's resource of a node view channel.
+// NodeViewResource is the selector's resource of a node view channel, at
+// its first version; NodeViewTypesOf says what each version carries.
 var NodeViewResource = metav1.GroupVersionResource{Group: GroupName, Version: "v1alpha1", Resource: "nodeviews"}
+
+// NodeViewResourceV1alpha2 is the node view whose types include the
+// node's CSINode.
+var NodeViewResourceV1alpha2 = metav1.GroupVersionResource{Group: GroupName, Version: "v1alpha2", Resource: "nodeviews"}
 
 // NodeViewKind is the kind of a node view's BOOKMARK object, whose
 // metadata.resourceVersion is the view's position: the resume point.
