@@ -45,7 +45,7 @@ func NewEncoder(entries int) (*Encoder, error) {
 // sends an object in a watch event. The bytes are shared: callers must
 // not modify them.
 func (e *Encoder) Encode(s *Store, o *Object) ([]byte, error) {
-	return e.encode(s, o, false, encodeObject)
+	return e.encode(s, o, false, true, encodeObject)
 }
 
 // EncodeProtobuf returns o as kube-apiserver encodes an object in
@@ -53,7 +53,7 @@ func (e *Encoder) Encode(s *Store, o *Object) ([]byte, error) {
 // apiVersion, kind and the object. The bytes are shared: callers must not
 // modify them.
 func (e *Encoder) EncodeProtobuf(s *Store, o *Object) ([]byte, error) {
-	return e.encode(s, o, true, encodeProtobuf)
+	return e.encode(s, o, true, true, encodeProtobuf)
 }
 
 // EncodeUncached is Encode for an object version that few readers will
@@ -64,16 +64,12 @@ func (e *Encoder) EncodeProtobuf(s *Store, o *Object) ([]byte, error) {
 // newer versions push it out, and in a full LRU push out bytes that many
 // readers share.
 func (e *Encoder) EncodeUncached(s *Store, o *Object) ([]byte, error) {
-	key := encodedKey{kind: s.Kind, namespace: o.Namespace, name: o.Name, rv: o.RV}
-	if b, ok := e.lru.Get(key); ok {
-		e.hits.Inc()
-		return b, nil
-	}
-	e.misses.Inc()
-	return encodeObject(s, o)
+	return e.encode(s, o, false, false, encodeObject)
 }
 
-func (e *Encoder) encode(s *Store, o *Object, protobuf bool, encode func(*Store, *Object) ([]byte, error)) ([]byte, error) {
+// encode looks o up in the LRU, and encodes it on a miss, keeping the
+// bytes there if keep.
+func (e *Encoder) encode(s *Store, o *Object, protobuf, keep bool, encode func(*Store, *Object) ([]byte, error)) ([]byte, error) {
 	key := encodedKey{kind: s.Kind, namespace: o.Namespace, name: o.Name, rv: o.RV, protobuf: protobuf}
 	if b, ok := e.lru.Get(key); ok {
 		e.hits.Inc()
@@ -81,8 +77,8 @@ func (e *Encoder) encode(s *Store, o *Object, protobuf bool, encode func(*Store,
 	}
 	e.misses.Inc()
 	b, err := encode(s, o)
-	if err != nil {
-		return nil, err
+	if err != nil || !keep {
+		return b, err
 	}
 	if found, _ := e.lru.ContainsOrAdd(key, b); !found {
 		encodedEntries.Inc() // an eviction, if any, took one off

@@ -96,6 +96,10 @@ func (c *Copy) Apply(b Batch) (refused []error, err error) {
 	events := make([]parsed, 0, len(b.Events))
 	for _, e := range b.Events {
 		i, o, err := parseObject(e.Object)
+		if err == nil && !pos.Names(i) {
+			err = fmt.Errorf("%s %s/%s, of a type the view's version does not carry: %w",
+				v1alpha1.NodeViewTypes[i].Kind, o.Namespace, o.Name, ErrOutsideView)
+		}
 		if err == nil {
 			err = c.admits(i, o)
 		}
@@ -139,11 +143,6 @@ func (c *Copy) Apply(b Batch) (refused []error, err error) {
 		}
 	}
 	for _, e := range events {
-		if !pos.Names(e.i) {
-			refused = append(refused, fmt.Errorf("%s %s/%s, of a type the view's version does not carry: %w",
-				v1alpha1.NodeViewTypes[e.i].Kind, e.o.Namespace, e.o.Name, ErrOutsideView))
-			continue
-		}
 		c.applyLocked(e.typ, e.i, e.o, pos.At[e.i], b.Initial)
 	}
 	c.setPositionLocked(pos)
