@@ -61,6 +61,13 @@ func TestHollowKubeletsThroughAnOutage(t *testing.T) {
 		}
 		n.kubelet = h
 		t.Cleanup(h.Stop)
+		// Cleanups run last first: this one reads the log before Stop.
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("%s: %s", n.name, h.Process.Describe())
+				keepLog(t, n.name, h.LogPath)
+			}
+		})
 	}
 	runsWithFiles := func(n *hollowNode, password string, viaKubelet bool) {
 		t.Helper()
@@ -163,5 +170,21 @@ func TestHollowKubeletsThroughAnOutage(t *testing.T) {
 		if got := metric(t, n.endpoint, `nodeproxy_node_copy_reads_total{mode="offline"}`); got == "0" {
 			t.Errorf("%s: no read served offline", n.name)
 		}
+	}
+}
+
+// keepLog copies a log that t.TempDir would remove into the directory
+// named by NODEPROXY_TEST_LOGS, when set, for a failure to be read whole.
+func keepLog(t *testing.T, name, path string) {
+	dir := os.Getenv("NODEPROXY_TEST_LOGS")
+	if dir == "" {
+		return
+	}
+	b, err := os.ReadFile(path)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-%d.log", t.Name(), name, time.Now().UnixNano())), b, 0o644)
+	}
+	if err != nil {
+		t.Logf("keep %s: %v", path, err)
 	}
 }

@@ -255,16 +255,21 @@ func RunBehindWebhook(m *testing.M, cp **controlplane.ControlPlane, port *int) i
 }
 
 // Eventually polls check every 100 ms until it returns nil, and fails the
-// test with what and check's last error if the timeout passes first.
+// test with what and the errors check gave if the timeout passes first.
 // Caches, informers and aggregation all converge a moment after a write.
+//
+// The last error alone often says only that the final poll was cut at the
+// deadline, so the message lists each distinct error in the order first
+// seen (at most eventuallyErrors, with how often each came).
 func Eventually(t testing.TB, timeout time.Duration, what string, check func(context.Context) error) {
 	t.Helper()
-	var last error
+	var seen errorTally
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		last = check(ctx)
-		return last == nil, nil
+		err := check(ctx)
+		seen.add(err)
+		return err == nil, nil
 	})
 	if err != nil {
-		t.Fatalf("%s: not within %s: %v", what, timeout, last)
+		t.Fatalf("%s: not within %s: %s", what, timeout, seen.String())
 	}
 }
