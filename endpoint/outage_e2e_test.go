@@ -64,7 +64,14 @@ func TestHollowKubeletsThroughAnOutage(t *testing.T) {
 		// Cleanups run last first: this one reads the log before Stop.
 		t.Cleanup(func() {
 			if t.Failed() {
+				// Where the kubelet was, in its log, if it stopped answering.
+				h.Process.DumpGoroutines()
 				t.Logf("%s: %s", n.name, h.Process.Describe())
+				if stacks, err := controlplane.Goroutines(h.LogPath, "pkg/kubelet/server"); err != nil {
+					t.Log(err)
+				} else {
+					t.Logf("%s: %d goroutines in the kubelet's server:\n%s", n.name, len(stacks), strings.Join(stacks, "\n\n"))
+				}
 				keepLog(t, n.name, h.LogPath)
 			}
 		})

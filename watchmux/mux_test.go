@@ -559,10 +559,16 @@ func TestClientNoticesASilentServer(t *testing.T) {
 		t.Fatal("the connection to a silent server was still up after 10s (50 idle timeouts)")
 	}
 
+	// A pinging server's connection outlives its idle timeouts. Each side
+	// hears from the other every second (the server's pings and the
+	// client's pongs) and gives up after two (the server) or four (the
+	// client): a loaded machine (this runs with -race
+	// beside other packages' tests) can stall a goroutine for a few
+	// hundred milliseconds, which is not the silence this is about.
 	o := DefaultOptions()
-	o.PingInterval = 50 * time.Millisecond
+	o.PingInterval = time.Second
 	_, live, _ := startServer(t, o)
-	lc, err := Dial(context.Background(), restConfigFor(live), WithIdleTimeout(200*time.Millisecond))
+	lc, err := Dial(context.Background(), restConfigFor(live), WithIdleTimeout(4*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -570,6 +576,6 @@ func TestClientNoticesASilentServer(t *testing.T) {
 	select {
 	case <-lc.Done():
 		t.Fatalf("a pinging server's connection ended: %v", lc.Err())
-	case <-time.After(time.Second):
+	case <-time.After(6 * time.Second):
 	}
 }

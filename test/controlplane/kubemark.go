@@ -283,9 +283,16 @@ func (h *HollowKubelet) PodResourcesSocket() string {
 	return filepath.Join(h.RootDir, "pod-resources", "kubelet.sock")
 }
 
+// podsTimeout bounds one request to a kubelet's /pods, which it answers
+// from memory: a poll that called Pods with its whole deadline would
+// otherwise see one stuck connection as the kubelet never answering.
+const podsTimeout = 10 * time.Second
+
 // Pods asks the kubelet which pods it has (its /pods, plain HTTP in
 // kubemark); a static pod's status there is the kubelet's own.
 func (h *HollowKubelet) Pods(ctx context.Context) ([]corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, podsTimeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(h.Port)+"/pods", nil)
 	if err != nil {
 		return nil, err

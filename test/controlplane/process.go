@@ -138,6 +138,23 @@ func (p *Process) Kill() {
 	<-p.done
 }
 
+// DumpGoroutines ends a Go process with SIGQUIT, on which the Go runtime
+// writes every goroutine's stack to standard error (into the log) before
+// it exits: where a process that stopped answering is stuck. It waits for
+// the exit, escalating to SIGKILL after stopGrace.
+func (p *Process) DumpGoroutines() {
+	if ok, _ := p.Exited(); ok {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-p.done:
+	case <-time.After(stopGrace):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
 // Describe names the process, its log file and its last lines: what a
 // developer needs to see when it did not get ready.
 func (p *Process) Describe() string {
@@ -214,4 +231,20 @@ func WaitReady(ctx context.Context, p *Process, client *http.Client, url string)
 		case <-tick.C:
 		}
 	}
+}
+
+// Goroutines returns the stacks, from the goroutine dump DumpGoroutines
+// left in the log at logPath, that mention substr.
+func Goroutines(logPath, substr string) ([]string, error) {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", logPath, err)
+	}
+	var found []string
+	for _, stanza := range strings.Split(string(b), "\n\n") {
+		if strings.HasPrefix(stanza, "goroutine ") && strings.Contains(stanza, substr) {
+			found = append(found, stanza)
+		}
+	}
+	return found, nil
 }
