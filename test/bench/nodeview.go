@@ -97,6 +97,12 @@ func runNodeView(ctx context.Context, env *Env, t Target) (_ *Result, err error)
 		return &viewSide{sideRun: &s, round: round, kubemark: tools["kubemark"]}
 	}
 	perObject, copied := side("per-object", 0), side("copy", 1)
+	hubMetrics, err := t.Nodeproxy.Metrics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	perObject.idleChannels = hubMetrics.Sum("nodeproxy_watchmux_channels")
+	copied.idleChannels = perObject.idleChannels
 	r := &Result{Scenario: "nodeview"}
 	o := &nodeViewOutcome{load: l}
 	defer func() {
