@@ -199,7 +199,9 @@ func (s *Store) publishLocked(e *Event) {
 	if e != nil {
 		e.PrevRV = prev.RV
 		e.RV = max(e.Object.RV, prev.RV)
-		e.after = next
+		if (s.seq+1)%checkpointEvery == 0 {
+			e.after = next
+		}
 		next.RV = e.RV
 		s.log.appendLocked(e, s.seq)
 		s.seq++
