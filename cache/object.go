@@ -63,11 +63,16 @@ func (o *Object) readKeys(accessor metav1.Object) {
 	}
 }
 
-// shareFrom makes o, a version not yet published, reuse what it holds
-// unchanged of prev, the version of the same object it follows
-// (shareUnchanged), key fields included.
-func (o *Object) shareFrom(prev *Object) {
-	shareUnchanged(o.Obj, prev.Obj)
+// slim makes o, a version not yet published, hold as little as it can:
+// what it holds unchanged of prev (the version it follows, or nil) is
+// prev's, key fields included, and its lists are cut to length
+// (slimVersion).
+func (o *Object) slim(prev *Object) {
+	var p any
+	if prev != nil {
+		p = prev.Obj
+	}
+	slimVersion(o.Obj, p)
 	if accessor, err := meta.Accessor(o.Obj); err == nil {
 		o.readKeys(accessor)
 	}

@@ -90,7 +90,7 @@ func relistChanges(old, list *btree.BTreeG[*Object], prevRV, listRV uint64) ([]*
 		if err != nil {
 			return nil, false
 		}
-		o.shareFrom(prev) // a copy of prev but for its resourceVersion
+		o.slim(prev) // a copy of prev but for its resourceVersion
 		changes = append(changes, &Event{Type: watch.Deleted, Object: o, Prev: prev, RV: rv})
 	}
 	return changes, true

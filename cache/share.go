@@ -6,35 +6,45 @@ import (
 	"sync"
 )
 
-// shareUnchanged makes next, a version the store has just decoded and not
-// yet published, reuse every part of prev, the version it replaces, that
-// it holds unchanged: equal strings, slices, maps and pointed-to structs
-// become prev's, and next's own copies become garbage.
+// slimVersion makes next, a version the store has just decoded and not yet
+// published, hold as little memory as it can without changing: every
+// part of prev (the version it replaces, or nil) that it holds unchanged
+// becomes prev's (equal strings, slices, maps and pointed-to structs, so
+// next's own copies become garbage), and its other slices are cut to
+// their length.
 //
-// Why: the change log keeps every version it holds decoded, and most
-// versions differ from the one before in a few fields. A kubelet writes
-// its pod's status several times as the pod starts, and each write brings
-// the whole spec again (its volumes, containers and mounts); a Node's
-// status writes bring its images, capacity and node info again. Without
-// sharing, each version in the log costs the whole object; with it,
-// about what changed. docs/benchmarks.md ("The cache's history") has the
-// figures.
+// Why share: the change log keeps every version it holds decoded, and
+// most versions differ from the one before in a few fields. A kubelet
+// writes its pod's status several times as the pod starts, and each write
+// brings the whole spec again (its volumes, containers and mounts); a
+// Node's status writes bring its images, capacity and node info again.
+// Without sharing, each version in the log costs the whole object; with
+// it, about what changed.
+//
+// Why cut: decoders grow a list by appending, so a list of 21 volumes
+// (256 bytes each) sits in an array of 32 for as long as the version is
+// kept. docs/benchmarks.md ("The cache's history") has the figures.
 //
 // next stays equal to what was decoded (reflect.DeepEqual): a part is
 // replaced only by an equal one, and only where prev is equal to next
 // down to its unexported fields. Objects are immutable once published
 // (Object), so sharing between versions is safe; next is the writer's
 // alone until it publishes it.
-func shareUnchanged(next, prev any) {
+func slimVersion(next, prev any) {
 	n, p := reflect.ValueOf(next), reflect.ValueOf(prev)
-	if n.Kind() != reflect.Pointer || n.IsNil() || p.Kind() != reflect.Pointer || p.IsNil() || n.Type() != p.Type() {
+	if n.Kind() != reflect.Pointer || n.IsNil() {
+		return
+	}
+	if p.Kind() != reflect.Pointer || p.IsNil() || n.Type() != p.Type() {
+		trim(n.Elem())
 		return
 	}
 	share(n.Elem(), p.Elem())
 }
 
 // share makes dst, a settable value, reuse the parts of src equal to its
-// own, and reports whether the two are equal.
+// own, and trims what it does not share; it reports whether the two are
+// equal.
 func share(dst, src reflect.Value) bool {
 	switch dst.Kind() {
 	case reflect.String:
@@ -45,6 +55,7 @@ func share(dst, src reflect.Value) bool {
 		return true
 	case reflect.Pointer:
 		if dst.IsNil() || src.IsNil() {
+			trim(dst)
 			return dst.IsNil() == src.IsNil()
 		}
 		if dst.UnsafePointer() == src.UnsafePointer() {
@@ -80,16 +91,10 @@ func share(dst, src reflect.Value) bool {
 			}
 		}
 		return equal
-	case reflect.Interface:
-		if dst.IsNil() || src.IsNil() {
+	case reflect.Interface, reflect.Array:
+		if dst.Kind() == reflect.Interface && (dst.IsNil() || src.IsNil()) {
 			return dst.IsNil() == src.IsNil()
 		}
-		if !reflect.DeepEqual(dst.Interface(), src.Interface()) {
-			return false
-		}
-		dst.Set(src)
-		return true
-	case reflect.Array:
 		if !reflect.DeepEqual(dst.Interface(), src.Interface()) {
 			return false
 		}
@@ -104,9 +109,10 @@ func share(dst, src reflect.Value) bool {
 
 // shareSlice shares src whole when dst is equal to it, or else its equal
 // elements, index by index (a condition that changed leaves the others
-// shared).
+// shared), and trims dst.
 func shareSlice(dst, src reflect.Value) bool {
 	if dst.IsNil() || src.IsNil() {
+		trim(dst)
 		return dst.IsNil() == src.IsNil()
 	}
 	if dst.Len() == src.Len() && dst.UnsafePointer() == src.UnsafePointer() {
@@ -114,21 +120,63 @@ func shareSlice(dst, src reflect.Value) bool {
 	}
 	if dst.Type().Elem().Kind() == reflect.Uint8 {
 		if !bytes.Equal(dst.Bytes(), src.Bytes()) {
+			trim(dst)
 			return false
 		}
 		dst.Set(src)
 		return true
 	}
 	equal := dst.Len() == src.Len()
-	for i := range min(dst.Len(), src.Len()) {
-		if !share(dst.Index(i), src.Index(i)) {
+	for i := range dst.Len() {
+		if i >= src.Len() {
+			trim(dst.Index(i))
+		} else if !share(dst.Index(i), src.Index(i)) {
 			equal = false
 		}
 	}
 	if equal {
 		dst.Set(src)
+		return true
 	}
-	return equal
+	cut(dst)
+	return false
+}
+
+// trim cuts every slice of v, which shares nothing with another version,
+// to its length.
+func trim(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			trim(v.Elem())
+		}
+	case reflect.Struct:
+		if !opaque(v.Type()) {
+			for i := range v.NumField() {
+				trim(v.Field(i))
+			}
+		}
+	case reflect.Slice:
+		if v.IsNil() {
+			return
+		}
+		if k := v.Type().Elem().Kind(); k == reflect.Pointer || k == reflect.Struct || k == reflect.Slice {
+			for i := range v.Len() {
+				trim(v.Index(i))
+			}
+		}
+		cut(v)
+	}
+}
+
+// cut reallocates the slice v at its length, if its array is longer.
+func cut(v reflect.Value) {
+	if v.Cap() == v.Len() {
+		return
+	}
+	exact := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+	reflect.Copy(exact, v)
+	v.Set(exact)
 }
 
 // opaqueTypes remembers, per struct type, whether it has an unexported

@@ -107,7 +107,7 @@ func TestANewVersionSharesWhatItHoldsUnchanged(t *testing.T) {
 				next = decodePod(t, changed)
 			}
 			wantNext, wantPrev := next.DeepCopy(), prev.DeepCopy()
-			shareUnchanged(next, prev)
+			slimVersion(next, prev)
 			if !reflect.DeepEqual(next, wantNext) {
 				t.Errorf("the new version changed in sharing")
 			}
@@ -119,6 +119,46 @@ func TestANewVersionSharesWhatItHoldsUnchanged(t *testing.T) {
 			}
 			if !tt.own(next, prev) {
 				t.Errorf("a changed part is shared")
+			}
+		})
+	}
+}
+
+// TestAVersionsListsAreCutToLength: the decoder's spare capacity goes,
+// whether or not there is a version before, and nothing else changes.
+func TestAVersionsListsAreCutToLength(t *testing.T) {
+	cutToLength := func(p *corev1.Pod) bool {
+		return cap(p.Spec.Volumes) == len(p.Spec.Volumes) && cap(p.Spec.Containers[0].VolumeMounts) == len(p.Spec.Containers[0].VolumeMounts) &&
+			cap(p.Spec.Volumes[20].Projected.Sources) == len(p.Spec.Volumes[20].Projected.Sources) && cap(p.Status.Conditions) == len(p.Status.Conditions)
+	}
+	first := scenarioPod(0, 20, corev1.PodPending)
+	startingStatus(first)
+	second := first.DeepCopy()
+	second.Spec.Volumes = append(second.Spec.Volumes, corev1.Volume{Name: "more"})
+	second.Status.Conditions = append(second.Status.Conditions, corev1.PodCondition{Type: "More"})
+	for _, tt := range []struct {
+		name       string
+		next, prev *corev1.Pod
+	}{
+		{"no version before", decodePod(t, first), nil},
+		{"a version before, lists grown", decodePod(t, second), decodePod(t, first)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if cutToLength(tt.next) {
+				t.Fatal("the decoder left no spare capacity to cut")
+			}
+			want := tt.next.DeepCopy()
+			var prev any
+			if tt.prev != nil {
+				slimVersion(tt.prev, nil) // as the store took it in
+				prev = tt.prev
+			}
+			slimVersion(tt.next, prev)
+			if !reflect.DeepEqual(tt.next, want) {
+				t.Errorf("the version changed in slimming")
+			}
+			if !cutToLength(tt.next) {
+				t.Errorf("lists left longer than their length")
 			}
 		})
 	}
