@@ -206,10 +206,11 @@ func TestTheStoreSharesUnchangedPartsOfEveryVersion(t *testing.T) {
 	}
 }
 
-// scenarioPod is a pod of the nodeview scenario (test/bench): a pod of
-// node i that mounts objects secrets and configmaps of its own (half
-// each), with the projected service-account token kube-apiserver adds,
-// as its kubelet first sees it.
+// scenarioPod is a pod shaped as the nodeview scenario's (test/bench):
+// a pod of node i that mounts objects secrets and configmaps of its own
+// (half each), as its kubelet first sees it; with, besides, what most
+// pods have and the scenario's do without: the projected
+// service-account token kube-apiserver adds, and resources.
 func scenarioPod(i, objects int, phase corev1.PodPhase) *corev1.Pod {
 	now := metav1.NewTime(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
 	pod := &corev1.Pod{
@@ -287,7 +288,8 @@ func runningStatus(p *corev1.Pod) {
 }
 
 // BenchmarkBytesPerPodHistory measures what the change log holds for a
-// pod of the nodeview scenario (20 secrets and configmaps mounted) as its
+// pod shaped as the nodeview scenario's (20 secrets and configmaps
+// mounted, and the service-account token most pods mount) as its
 // kubelet starts it: the list's version, then the two status writes
 // (containers creating, running), each decoded afresh as the reflector
 // decodes it; heap after a forced collection, with every version in the
