@@ -3,8 +3,10 @@ package cache
 import (
 	"errors"
 	"sort"
+	"sync"
 	"sync/atomic"
 
+	"github.com/google/btree"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
@@ -29,9 +31,28 @@ type Event struct {
 	RV, PrevRV uint64
 
 	seq uint64
-	// after is the store's state right after this change.
+	// after is the store's state right after this change, kept for one
+	// change in checkpointEvery (and for the last of a relist's batch):
+	// at rebuilds the others from the next kept one. Each kept state
+	// holds the tree nodes its change copied, a few KiB a change.
 	after *Snapshot
+	// partial marks a change inside a relist's batch: no state after it
+	// is one anybody can vouch for, and at refuses it.
+	partial bool
 }
+
+// checkpointEvery is how often a change keeps the state after it: at
+// undoes at most checkpointEvery-1 changes to answer a version between
+// two (go test ./cache -bench At has what it costs), and the log holds
+// 1/checkpointEvery of the tree nodes the changes copied.
+// docs/benchmarks.md ("The cache's history") has the figures.
+const checkpointEvery = 16
+
+// cloneMu serializes the clones of a snapshot's trees that at takes to
+// rebuild a state: google/btree's Clone writes the tree it clones (its
+// copy-on-write context), and many readers may rebuild from one snapshot
+// at once. Readers of the trees read no field Clone writes.
+var cloneMu sync.Mutex
 
 // changeLog is a bounded ring of a store's latest changes, appended by the
 // store's single writer and read by any number of readers without locks.
@@ -204,10 +225,10 @@ func (l *changeLog) first(rv, seq uint64) (uint64, error) {
 }
 
 // at returns the state at rv: the snapshot after the last change at or
-// before rv. Only called for rv older than the caller's snapshot, so a
-// change after rv exists among the first seq.
-func (l *changeLog) at(rv, seq uint64) (*Snapshot, error) {
-	i, err := l.first(rv, seq)
+// before rv. Only called for rv older than s, the caller's snapshot, so a
+// change after rv exists among s's.
+func (l *changeLog) at(rv uint64, s *Snapshot) (*Snapshot, error) {
+	i, err := l.first(rv, s.seq)
 	if err != nil {
 		return nil, err
 	}
@@ -220,10 +241,58 @@ func (l *changeLog) at(rv, seq uint64) (*Snapshot, error) {
 		return nil, ErrExpired
 	}
 	e, ok := l.event(i - 1)
-	if !ok || e.after == nil {
+	if !ok || e.partial {
 		// The change before i is overwritten, or is inside a relist's
 		// batch, whose states in between nobody can vouch for.
 		return nil, ErrExpired
 	}
-	return e.after, nil
+	if e.after != nil {
+		return e.after, nil
+	}
+	return l.rebuild(e, i, s)
+}
+
+// rebuild returns the state after change number i-1, e, which kept none:
+// the next state kept after it (or s), with the changes from number i up
+// to that one undone, newest first. Each change's Prev is the object's
+// state before it, so undoing is exact.
+func (l *changeLog) rebuild(e *Event, i uint64, s *Snapshot) (*Snapshot, error) {
+	base := s
+	var undo []*Event
+	for j := i; j < s.seq; j++ {
+		c, ok := l.event(j)
+		if !ok {
+			return nil, ErrExpired // the ring wrapped under this reader
+		}
+		undo = append(undo, c)
+		if c.after != nil {
+			base = c.after
+			break
+		}
+	}
+	cloneMu.Lock()
+	objects := base.objects.Clone()
+	var nodes *btree.BTreeG[*Object]
+	if base.nodes != nil {
+		nodes = base.nodes.Clone()
+	}
+	cloneMu.Unlock()
+	for k := len(undo) - 1; k >= 0; k-- {
+		c := undo[k]
+		switch c.Type {
+		case watch.Added:
+			objects.Delete(c.Object)
+		default: // Modified, Deleted: the object was Prev
+			objects.ReplaceOrInsert(c.Prev)
+		}
+		if nodes != nil {
+			nodes.Delete(c.Object)
+			if c.Type != watch.Added {
+				nodes.ReplaceOrInsert(c.Prev)
+			}
+		}
+	}
+	newer := make(chan struct{})
+	close(newer) // a newer state exists: s
+	return &Snapshot{RV: e.RV, objects: objects, nodes: nodes, log: l, seq: i, next: newer}, nil
 }

@@ -54,7 +54,15 @@
 //     A quiet type hears only bookmarks, about one a minute, so time since
 //     the last news is no failure by itself; an outage is.
 //   - Objects are stored without metadata.managedFields and without type
-//     meta, once: the indexes hold pointers, not copies.
+//     meta, once: the indexes hold pointers, not copies. A version shares
+//     every part it holds unchanged with the version before it, and its
+//     lists are cut to length (slimVersion), so that the change log's
+//     history costs what changed, not whole objects; what readers see is
+//     what kube-apiserver sent.
+//   - The log keeps the state after one change in checkpointEvery (and
+//     after a relist's batch); At rebuilds the others exactly, undoing the
+//     changes from the next kept state back (each change holds the
+//     object's state before it).
 //   - Every object version is serialized at most once while it stays in
 //     the Encoder's LRU, however many readers ask for it. Readers that
 //     know a version has one reader (a node's view, of its own pods)

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -49,17 +50,32 @@ func newObject(obj interface{}) (*Object, error) {
 	}
 	accessor.SetManagedFields(nil)
 	ro.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
-	o := &Object{
-		Namespace: accessor.GetNamespace(),
-		Name:      accessor.GetName(),
-		RV:        rv,
-		Labels:    accessor.GetLabels(),
-		Obj:       ro,
-	}
-	if pod, ok := ro.(*corev1.Pod); ok {
+	o := &Object{RV: rv, Obj: ro}
+	o.readKeys(accessor)
+	return o, nil
+}
+
+// readKeys points the key fields at the object's own metadata.
+func (o *Object) readKeys(accessor metav1.Object) {
+	o.Namespace, o.Name, o.Labels = accessor.GetNamespace(), accessor.GetName(), accessor.GetLabels()
+	if pod, ok := o.Obj.(*corev1.Pod); ok {
 		o.NodeName = pod.Spec.NodeName
 	}
-	return o, nil
+}
+
+// slim makes o, a version not yet published, hold as little as it can:
+// what it holds unchanged of prev (the version it follows, or nil) is
+// prev's, key fields included, and its lists are cut to length
+// (slimVersion).
+func (o *Object) slim(prev *Object) {
+	var p any
+	if prev != nil {
+		p = prev.Obj
+	}
+	slimVersion(o.Obj, p)
+	if accessor, err := meta.Accessor(o.Obj); err == nil {
+		o.readKeys(accessor)
+	}
 }
 
 // parseRV reads a resourceVersion kube-apiserver produced. nodeproxy

@@ -90,6 +90,7 @@ func relistChanges(old, list *btree.BTreeG[*Object], prevRV, listRV uint64) ([]*
 		if err != nil {
 			return nil, false
 		}
+		o.slim(prev) // a copy of prev but for its resourceVersion
 		changes = append(changes, &Event{Type: watch.Deleted, Object: o, Prev: prev, RV: rv})
 	}
 	return changes, true
@@ -132,6 +133,8 @@ func (s *Store) appendRelistLocked(changes []*Event, listRV uint64) {
 		e.PrevRV = prevRV
 		if i == len(changes)-1 {
 			e.after = next
+		} else {
+			e.partial = true
 		}
 		s.log.appendLocked(e, s.seq)
 		s.seq++

@@ -88,5 +88,5 @@ func (s *Snapshot) At(rv uint64) (*Snapshot, error) {
 	if rv >= s.RV {
 		return s, nil
 	}
-	return s.log.at(rv, s.seq)
+	return s.log.at(rv, s)
 }

@@ -127,6 +127,8 @@ func (s *Store) upsert(obj interface{}) error {
 	s.fresh.heardAt(start)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	prev, _ := s.objects.Get(o)
+	o.slim(prev) // before the handlers, so that the graph keeps no part of o that prev has too
 	prev, exists := s.objects.ReplaceOrInsert(o)
 	if s.nodes != nil {
 		if exists && prev.NodeName != o.NodeName {
@@ -167,6 +169,7 @@ func (s *Store) Delete(obj interface{}) error {
 	if !exists {
 		return nil // never seen, or already gone with a relist
 	}
+	o.slim(prev) // the last state the log keeps is mostly prev's
 	if s.nodes != nil {
 		s.nodes.Delete(prev)
 	}
@@ -195,7 +198,9 @@ func (s *Store) publishLocked(e *Event) {
 	if e != nil {
 		e.PrevRV = prev.RV
 		e.RV = max(e.Object.RV, prev.RV)
-		e.after = next
+		if (s.seq+1)%checkpointEvery == 0 {
+			e.after = next
+		}
 		next.RV = e.RV
 		s.log.appendLocked(e, s.seq)
 		s.seq++
@@ -242,6 +247,7 @@ func (s *Store) Replace(list []interface{}, rv string) error {
 	initial := !s.synced.Load()
 	objects.Ascend(func(o *Object) bool {
 		prev, ok := s.objects.Get(o)
+		o.slim(prev) // an object listed at the version held is prev's all over
 		switch {
 		case !ok:
 			for _, h := range s.handlers {

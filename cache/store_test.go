@@ -11,13 +11,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
 // TestWatchFromAnySnapshotMissesNothing checks the store's promise under
 // concurrency: for any two snapshots a reader takes, the changes between
 // their resourceVersions turn the first into the second, none missing and
-// none repeated, or the store says ErrExpired. Run with -race.
+// none repeated, and the second's state at the first's version is the
+// first, or the store says ErrExpired. Run with -race.
 func TestWatchFromAnySnapshotMissesNothing(t *testing.T) {
 	s := newStore(served[1], 64) // secrets
 	if err := s.Replace(nil, "1"); err != nil {
@@ -65,6 +67,15 @@ func TestWatchFromAnySnapshotMissesNothing(t *testing.T) {
 				}
 				if want := contents(b); fmt.Sprint(state) != fmt.Sprint(want) {
 					t.Errorf("snapshot %d + %d changes = %v, snapshot %d = %v", a.RV, len(events), state, b.RV, want)
+					return
+				}
+				// The state at a's version, rebuilt from b's (most states
+				// are not kept: checkpointEvery), is a's.
+				if at, err := b.At(a.RV); err == nil && fmt.Sprint(contents(at)) != fmt.Sprint(contents(a)) {
+					t.Errorf("snapshot %d at %d = %v, want %v", b.RV, a.RV, contents(at), contents(a))
+					return
+				} else if err != nil && !errors.Is(err, ErrExpired) {
+					t.Error(err)
 					return
 				}
 				checked.Store(r, true)
@@ -213,5 +224,120 @@ func TestAnOlderSnapshotReadsTheLogWhileTheWriterMovesOn(t *testing.T) {
 	}
 	if at, err := snap.At(10); err != nil || at.RV != 10 {
 		t.Errorf("state at 10 from the older snapshot: %v, %v", at, err)
+	}
+}
+
+// TestAtRebuildsEveryStateExactly: the states the log did not keep
+// (checkpointEvery) are rebuilt as they were, by name and by node,
+// across updates, moves between nodes, deletions and carried-over
+// relists; a version inside a relist's batch stays refused.
+func TestAtRebuildsEveryStateExactly(t *testing.T) {
+	s := newStore(served[0], 4096) // pods: both trees
+	type state struct {
+		byName, byNode string
+	}
+	dump := func(snap *Snapshot) state {
+		var byNode []string
+		for n := range 4 {
+			node := "node-" + strconv.Itoa(n)
+			snap.AscendNode(node, "", "", "", func(o *Object) bool {
+				byNode = append(byNode, node+":"+o.Name+"@"+strconv.FormatUint(o.RV, 10))
+				return true
+			})
+		}
+		return state{byName: fmt.Sprint(contents(snap)), byNode: fmt.Sprint(byNode)}
+	}
+	pod := func(name string, node int, rv uint64) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), ResourceVersion: strconv.FormatUint(rv, 10)},
+			Spec:       corev1.PodSpec{NodeName: "node-" + strconv.Itoa(node)},
+		}
+	}
+	if err := s.Replace(nil, "1"); err != nil {
+		t.Fatal(err)
+	}
+	states := map[uint64]state{}
+	var gaps [][2]uint64
+	rng := rand.New(rand.NewPCG(3, 4))
+	rv := uint64(1)
+	for step := range 1500 {
+		rv += 2 // an odd version with no change of its own follows each
+		name := "p" + strconv.Itoa(rng.IntN(40))
+		var err error
+		switch {
+		case step%300 == 299:
+			// A relist that carries on: the held pods, some changed,
+			// one dropped, one new.
+			from := s.Snapshot().RV
+			var list []interface{}
+			dropped := false
+			s.Snapshot().Ascend("", "", "", func(o *Object) bool {
+				p := o.Obj.(*corev1.Pod).DeepCopy()
+				switch {
+				case !dropped && rng.IntN(3) == 0:
+					dropped = true
+					return true
+				case rng.IntN(3) == 0:
+					rv++
+					p.ResourceVersion = strconv.FormatUint(rv, 10)
+					p.Spec.NodeName = "node-" + strconv.Itoa(rng.IntN(4))
+				}
+				list = append(list, p)
+				return true
+			})
+			rv++
+			list = append(list, pod("new-"+strconv.Itoa(step), rng.IntN(4), rv))
+			rv += 2
+			err = s.Replace(list, strconv.FormatUint(rv, 10))
+			gaps = append(gaps, [2]uint64{from, rv})
+		case rng.IntN(5) == 0:
+			err = s.Delete(pod(name, 0, rv))
+		default:
+			err = s.Update(pod(name, rng.IntN(4), rv))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap := s.Snapshot()
+		states[snap.RV] = dump(snap)
+	}
+	last := s.Snapshot()
+	inGap := func(v uint64) bool {
+		for _, g := range gaps {
+			if g[0] < v && v < g[1] {
+				return true
+			}
+		}
+		return false
+	}
+	rebuilt := 0
+	for v := uint64(1); v < last.RV; v++ {
+		at, err := last.At(v)
+		if inGap(v) {
+			if !errors.Is(err, ErrExpired) {
+				t.Errorf("At(%d), inside a relist: %v, want ErrExpired", v, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("At(%d): %v", v, err)
+		}
+		want, ok := states[v]
+		if !ok {
+			want, ok = states[v-1] // no change at v: the state before it
+		}
+		if !ok {
+			continue // a version a relist's events took
+		}
+		if got := dump(at); got != want {
+			t.Fatalf("At(%d) = %+v, want %+v", v, got, want)
+		}
+		if at.RV != v && at.RV != v-1 {
+			t.Errorf("At(%d) is at %d", v, at.RV)
+		}
+		rebuilt++
+	}
+	if rebuilt < 1000 {
+		t.Fatalf("only %d states compared", rebuilt)
 	}
 }

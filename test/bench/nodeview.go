@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 
+	bulkwatch "github.com/nodeproxy/nodeproxy/bulk/watch"
 	"github.com/nodeproxy/nodeproxy/test/controlplane"
 )
 
@@ -97,6 +98,12 @@ func runNodeView(ctx context.Context, env *Env, t Target) (_ *Result, err error)
 		return &viewSide{sideRun: &s, round: round, kubemark: tools["kubemark"]}
 	}
 	perObject, copied := side("per-object", 0), side("copy", 1)
+	hubMetrics, err := t.Nodeproxy.Metrics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	perObject.idleChannels = hubMetrics.Sum("nodeproxy_watchmux_channels")
+	copied.idleChannels = perObject.idleChannels
 	r := &Result{Scenario: "nodeview"}
 	o := &nodeViewOutcome{load: l}
 	defer func() {
@@ -125,6 +132,13 @@ func runNodeView(ctx context.Context, env *Env, t Target) (_ *Result, err error)
 		return interrupted(ctx, r, fmt.Errorf("nodeview, a channel per object: %w", err))
 	}
 	if err := perObject.stop(ctx); err != nil {
+		return interrupted(ctx, r, err)
+	}
+	// The bulk watch lets go of a closed channel at its type's next
+	// change or bookmark: for the secrets and configmaps, quiet now, up
+	// to a bookmark interval after the side stopped. Measured before
+	// that, what it lets go of later comes off the copy's figure.
+	if err := sleepUntil(ctx, time.Now().Add(bulkwatch.DefaultBookmarkInterval+5*time.Second)); err != nil {
 		return interrupted(ctx, r, err)
 	}
 	if o.copied, err = copied.start(ctx, dir, nil); err != nil {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -38,6 +39,9 @@ type viewSide struct {
 	// scrape reads its /metrics with them.
 	asNode []kubernetes.Interface
 	scrape []*http.Client
+	// idleChannels are the hub's open channels before either side's
+	// nodes started.
+	idleChannels float64
 }
 
 // viewFootprint is what one side's nodes cost the hub and themselves.
@@ -64,6 +68,9 @@ type viewFootprint struct {
 // be Running, and measures what the nodes added to the hub.
 func (s *viewSide) start(ctx context.Context, dir string, endpointArgs []string) (f viewFootprint, err error) {
 	l := s.env.Kubelets
+	if err := waitHubChannels(ctx, s.t, s.idleChannels); err != nil {
+		return f, err
+	}
 	channels0, heap0, _, err := hubFootprint(ctx, s.t, s.profile("before"))
 	if err != nil {
 		return f, err
@@ -304,35 +311,97 @@ func (s *viewSide) profile(when string) string {
 	return filepath.Join(s.env.NodeView.Profiles, "hub-heap-"+s.way+"-"+when+".pprof")
 }
 
+// hubHeapSamples are the forced collections hubFootprint takes the
+// median of, hubHeapGap apart: one reading also holds whatever the hub
+// had in flight at that moment (an event being routed, a batch being
+// written), which a median of three leaves out.
+const (
+	hubHeapSamples = 3
+	hubHeapGap     = time.Second
+)
+
 // hubFootprint reads the hub's open channels, its live heap after a
-// forced collection (its /debug/pprof/heap?gc=1, as afterGC does for
-// kube-apiserver) and its open node views; the heap profile goes to
-// profile unless that is "".
+// forced collection (the median of hubHeapSamples) and its open node
+// views; the last sample's heap profile goes to profile unless that is
+// "".
+//
+// The live heap is go_gc_heap_live_bytes, what the forced collection
+// found live (runtime/metrics /gc/heap/live:bytes), not
+// go_memstats_heap_alloc_bytes, which the scrape reads later and which
+// holds, besides, what the hub allocated since the collection, the
+// scrape's own allocations among it: megabytes, which moved the figure
+// per node by a tenth of a MiB from one run to the next.
 func hubFootprint(ctx context.Context, t Target, profile string) (channels, heap, views float64, err error) {
+	heaps := make([]float64, 0, hubHeapSamples)
+	for i := range hubHeapSamples {
+		if i > 0 {
+			if err := sleepUntil(ctx, time.Now().Add(hubHeapGap)); err != nil {
+				return 0, 0, 0, err
+			}
+		}
+		keep := ""
+		if i == hubHeapSamples-1 {
+			keep = profile
+		}
+		if err := hubHeapProfile(ctx, t, keep); err != nil {
+			return 0, 0, 0, err
+		}
+		m, err := t.Nodeproxy.Metrics(ctx)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if _, ok := m["go_gc_heap_live_bytes"]; !ok {
+			return 0, 0, 0, errors.New("the hub's /metrics has no go_gc_heap_live_bytes")
+		}
+		heaps = append(heaps, m.Sum("go_gc_heap_live_bytes"))
+		channels, views = m.Sum("nodeproxy_watchmux_channels"), m.Sum("nodeproxy_nodeview_views")
+	}
+	slices.Sort(heaps)
+	return channels, heaps[len(heaps)/2], views, nil
+}
+
+// hubHeapProfile forces a garbage collection in the hub (its
+// /debug/pprof/heap?gc=1, as afterGC does for kube-apiserver) and writes
+// the heap profile it answers to profile, unless that is "".
+func hubHeapProfile(ctx context.Context, t Target, profile string) error {
 	hub := t.Local.Hub
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, hub.URL+"/debug/pprof/heap?gc=1", nil)
 	if err != nil {
-		return 0, 0, 0, err
+		return err
 	}
 	resp, err := hub.Admin.Do(req)
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("force a garbage collection in the hub: %w", err)
+		return fmt.Errorf("force a garbage collection in the hub: %w", err)
 	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return 0, 0, 0, fmt.Errorf("force a garbage collection in the hub: %s %v", resp.Status, err)
+		return fmt.Errorf("force a garbage collection in the hub: %s %v", resp.Status, err)
 	}
-	if profile != "" {
-		if err := os.WriteFile(profile, body, 0o644); err != nil {
-			return 0, 0, 0, err
+	if profile == "" {
+		return nil
+	}
+	return os.WriteFile(profile, body, 0o644)
+}
+
+// waitHubChannels waits, at most a minute, for the hub's open channels
+// to fall to want: the channels of a side just stopped close as the hub
+// notices their connections gone, and a side's first measure taken
+// before then would count their memory as freed by its own nodes.
+func waitHubChannels(ctx context.Context, t Target, want float64) error {
+	var last float64
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		m, err := t.Nodeproxy.Metrics(ctx)
+		if err != nil {
+			return false, nil
 		}
-	}
-	m, err := t.Nodeproxy.Metrics(ctx)
+		last = m.Sum("nodeproxy_watchmux_channels")
+		return last <= want, nil
+	})
 	if err != nil {
-		return 0, 0, 0, err
+		return fmt.Errorf("the hub's channels at %.0f, not back to %.0f: %w", last, want, err)
 	}
-	return m.Sum("nodeproxy_watchmux_channels"), m.Sum("go_memstats_heap_alloc_bytes"), m.Sum("nodeproxy_nodeview_views"), nil
+	return nil
 }
 
 func meanMiB(bs []int64) float64 {
