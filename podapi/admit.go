@@ -24,8 +24,8 @@ import (
 // beside the running binary unless --pod-api-admit-binary names it.
 const AdmitBinary = "nodeproxy-node-podadmit"
 
-// admitTimeout bounds one run of the helper. It checks a pod in a few
-// milliseconds and starts in tens (a static binary of about 30 MB); the
+// admitTimeout bounds one run of the helper, which takes a fraction of a
+// second (docs/benchmarks.md, "The node endpoint's footprint"); the
 // margin is for a node busy starting its pods, as at bootstrap.
 const admitTimeout = 30 * time.Second
 
@@ -34,8 +34,8 @@ const admitTimeout = 30 * time.Second
 // link k8s.io/kubernetes, whose packages' initialisation is resident
 // memory on every node although the Pod API is off by default
 // (docs/architecture.md, "The Pod API"). One at a time: pods are posted
-// rarely (a node's bootstrap), and each run holds the helper's memory
-// (about 25 MiB) while it lasts.
+// rarely (a node's bootstrap), and each run holds the helper's memory,
+// about what the endpoint holds idle, while it lasts.
 type admitter struct {
 	path string
 	one  chan struct{}
