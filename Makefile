@@ -40,9 +40,10 @@ all: build
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
-build: ## build bin/nodeproxy (hub), bin/nodeproxy-node (the node endpoint alone) and bin/nodeproxy-bench
+build: ## build bin/nodeproxy (hub), bin/nodeproxy-node (the node endpoint alone, with nodeproxy-node-podadmit, its Pod API's checks) and bin/nodeproxy-bench
 	$(GO) build -tags '$(BUILDTAGS)' -ldflags '$(LDFLAGS)' -o bin/nodeproxy ./cmd/nodeproxy
 	$(GO) build -tags '$(BUILDTAGS)' -ldflags '$(LDFLAGS)' -o bin/nodeproxy-node ./cmd/nodeproxy-node
+	$(GO) build -tags '$(BUILDTAGS)' -ldflags '$(LDFLAGS)' -o bin/nodeproxy-node-podadmit ./cmd/nodeproxy-node-podadmit
 	$(GO) build -tags '$(BUILDTAGS)' -ldflags '$(LDFLAGS)' -o bin/nodeproxy-bench ./cmd/nodeproxy-bench
 
 tools: ## build kube-apiserver, etcd and the hollow kubelets (kubemark, hack/tools/hollowkubelet) for tests and the demo (once per machine, ~15 min cold)

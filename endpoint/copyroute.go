@@ -16,7 +16,10 @@ import (
 )
 
 // copyRead is a read of the kubelet that the copy of the node's view may
-// answer.
+// answer. Passed by pointer: a watch of the copy holds it for its life,
+// and what its goroutine's stack holds while it waits decides whether
+// the stack can shrink (docs/benchmarks.md, "The node endpoint's
+// footprint").
 type copyRead struct {
 	typ    int // index in v1alpha1.NodeViewTypes
 	verb   string
@@ -34,9 +37,9 @@ type copyRead struct {
 	onlyOffline bool
 }
 
-func (r copyRead) viewType() v1alpha1.NodeViewType { return v1alpha1.NodeViewTypes[r.typ] }
+func (r *copyRead) viewType() v1alpha1.NodeViewType { return v1alpha1.NodeViewTypes[r.typ] }
 
-func (r copyRead) groupVersion() schema.GroupVersion {
+func (r *copyRead) groupVersion() schema.GroupVersion {
 	t := r.viewType()
 	return schema.GroupVersion{Group: t.Group, Version: t.Version}
 }
@@ -55,34 +58,34 @@ func (r copyRead) groupVersion() schema.GroupVersion {
 //     selectors of labels, metadata.name and metadata.namespace; get.
 //
 // Anything else is not the copy's: it goes where it goes without one.
-func copyRoute(req *http.Request, info *apirequest.RequestInfo, node string) (copyRead, bool) {
+func copyRoute(req *http.Request, info *apirequest.RequestInfo, node string) (*copyRead, bool) {
 	if req.Method != http.MethodGet || info == nil || !info.IsResourceRequest || info.Subresource != "" {
-		return copyRead{}, false
+		return nil, false
 	}
 	switch info.Verb {
 	case "get", "list", "watch":
 	default:
-		return copyRead{}, false
+		return nil, false
 	}
 	i := nodecopy.TypeIndex(info.APIGroup, info.Resource)
 	if i < 0 || v1alpha1.NodeViewTypes[i].Version != info.APIVersion {
-		return copyRead{}, false
+		return nil, false
 	}
 	var opts metav1.ListOptions
 	if err := parameterCodec.DecodeParameters(req.URL.Query(), coreV1, &opts); err != nil {
-		return copyRead{}, false
+		return nil, false
 	}
-	r := copyRead{typ: i, verb: info.Verb, opts: opts}
+	r := &copyRead{typ: i, verb: info.Verb, opts: opts}
 	r.filter.Namespace = info.Namespace
 	if r.viewType().Namespaced != (info.Namespace != "") && info.Verb == "get" {
-		return copyRead{}, false
+		return nil, false
 	}
 	if !filterOf(&r.filter, opts, r.viewType().Resource) {
-		return copyRead{}, false
+		return nil, false
 	}
 	if len(info.Parts) > 1 {
 		if r.filter.Name != "" && r.filter.Name != info.Name {
-			return copyRead{}, false
+			return nil, false
 		}
 		r.filter.Name = info.Name
 	}
@@ -90,23 +93,23 @@ func copyRoute(req *http.Request, info *apirequest.RequestInfo, node string) (co
 	case "secrets", "configmaps", "serviceaccounts", "persistentvolumeclaims", "persistentvolumes":
 		r.partial = true
 		if r.filter.Name == "" || r.filter.Labels != nil || r.viewType().Namespaced && r.filter.Namespace == "" {
-			return copyRead{}, false
+			return nil, false
 		}
 	case "pods":
 		if info.Verb == "get" {
 			r.partial = true
 		} else if !selects(opts.FieldSelector, "spec.nodeName", node) || r.filter.Labels != nil {
-			return copyRead{}, false
+			return nil, false
 		}
 	case "nodes":
 		if r.filter.Name != node || r.filter.Labels != nil {
-			return copyRead{}, false
+			return nil, false
 		}
 		r.partial = info.Verb == "get"
 	case "csinodes":
 		// Its kubelet gets it at start; nothing lists or watches it.
 		if info.Verb != "get" || r.filter.Name != node {
-			return copyRead{}, false
+			return nil, false
 		}
 		r.partial = true
 	default: // the cluster-wide types

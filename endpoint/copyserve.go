@@ -65,7 +65,7 @@ func (e *Endpoint) copyMode() (string, bool) {
 // serveFromCopy answers r from the copy, and returns false, having
 // written nothing, when the copy may not answer it: the request then
 // goes where it would without a copy.
-func (e *Endpoint) serveFromCopy(w http.ResponseWriter, req *http.Request, r copyRead) bool {
+func (e *Endpoint) serveFromCopy(w http.ResponseWriter, req *http.Request, r *copyRead) bool {
 	mode, ok := e.copyMode()
 	if !ok || r.onlyOffline && mode != modeOffline {
 		return false
@@ -83,6 +83,14 @@ func (e *Endpoint) serveFromCopy(w http.ResponseWriter, req *http.Request, r cop
 	if r.verb == "watch" {
 		return e.serveCopyWatch(w, req, r, mode)
 	}
+	return e.serveCopyRead(w, req, r, mode)
+}
+
+// serveCopyRead answers a get or a list from the copy; false, having
+// written nothing, when the copy does not hold the answer. A function
+// of its own so that serveFromCopy's frame, under every watch of the
+// copy while it waits, holds nothing of a list's.
+func (e *Endpoint) serveCopyRead(w http.ResponseWriter, req *http.Request, r *copyRead, mode string) bool {
 	if !e.copyHolds(r, mode) {
 		return false
 	}
@@ -121,7 +129,7 @@ func (e *Endpoint) serveFromCopy(w http.ResponseWriter, req *http.Request, r cop
 // an object of a partial read that the copy lacks while the hub or
 // kube-apiserver can say whether it exists and the node may read it.
 // Offline, the copy's word is the only one: it lacks the object.
-func (e *Endpoint) copyHolds(r copyRead, mode string) bool {
+func (e *Endpoint) copyHolds(r *copyRead, mode string) bool {
 	if !r.partial || mode != modeLive {
 		return true
 	}
@@ -129,7 +137,7 @@ func (e *Endpoint) copyHolds(r copyRead, mode string) bool {
 	return err == nil && o != nil
 }
 
-func (e *Endpoint) noteCopyRead(r copyRead, mode string) {
+func (e *Endpoint) noteCopyRead(r *copyRead, mode string) {
 	requests.WithLabelValues(pathCopy, r.viewType().Resource, r.verb).Inc()
 	copyReads.WithLabelValues(mode).Inc()
 }
@@ -173,7 +181,7 @@ func listOf(gvk schema.GroupVersionKind, objs []*nodecopy.Object, rv uint64) (ru
 //
 // An error is the answer to give; false without one, the read is not
 // the copy's.
-func (e *Endpoint) copyAt(ctx context.Context, r copyRead, mode string) (bool, error) {
+func (e *Endpoint) copyAt(ctx context.Context, r *copyRead, mode string) (bool, error) {
 	rv := r.opts.ResourceVersion
 	switch {
 	case rv == "":
@@ -214,114 +222,183 @@ func (e *Endpoint) copyAt(ctx context.Context, r copyRead, mode string) (bool, e
 // bookmarks about every minute, and its end at timeoutSeconds, when the
 // copy may no longer answer, or, for a watch of one object, when the
 // object leaves the node's view.
-func (e *Endpoint) serveCopyWatch(w http.ResponseWriter, req *http.Request, r copyRead, mode string) bool {
+//
+// A watch spends its life waiting in followCopyWatch, under this frame
+// and its callers': opening it and its initial events are
+// openCopyWatch's and startCopyWatch's, which return before the wait,
+// so that the waiting goroutine's frames stay small enough for the
+// runtime to halve its stack at a collection (it does when less than a
+// quarter is in use; docs/benchmarks.md, "The node endpoint's
+// footprint").
+func (e *Endpoint) serveCopyWatch(w http.ResponseWriter, req *http.Request, r *copyRead, mode string) bool {
+	cw := e.openCopyWatch(w, req, r, mode)
+	if cw == nil {
+		return false
+	}
+	gauge := watches.WithLabelValues(pathCopy, r.viewType().Resource)
+	gauge.Inc()
+	defer gauge.Dec()
+	if cw.startCopyWatch() {
+		e.followCopyWatch(req.Context(), cw)
+	}
+	return true
+}
+
+// copyWatch is a watch of the copy being served.
+type copyWatch struct {
+	r      *copyRead
+	stream *watchStream
+	wt     *nodecopy.Watch // nil: expired, offline
+	// initial are the objects a watch with its initial state starts
+	// with, at at.
+	initial  []*nodecopy.Object
+	at       uint64
+	deadline time.Time // timeoutSeconds, or the endpoint's own
+	lastSent time.Time
+}
+
+// openCopyWatch opens the watch of the copy that r asks; nil, having
+// written nothing, when the copy does not answer it.
+func (e *Endpoint) openCopyWatch(w http.ResponseWriter, req *http.Request, r *copyRead, mode string) *copyWatch {
 	stream, ok := newWatchStream(w, req, r.groupVersion())
 	if !ok {
-		return false
+		return nil
 	}
-	events, flusher := stream.events, stream.flusher
 	if !e.copyHolds(r, mode) {
-		return false
+		return nil
 	}
 	c := e.view.copy
-	opts := r.opts
-	initialEvents := opts.SendInitialEvents != nil && *opts.SendInitialEvents
-	var (
-		wt      *nodecopy.Watch
-		initial []*nodecopy.Object
-		at      uint64
-		err     error
-	)
+	opts := &r.opts
+	cw := &copyWatch{r: r, stream: stream}
+	var err error
 	switch {
 	case opts.SendInitialEvents != nil && !*opts.SendInitialEvents && (opts.ResourceVersion == "" || opts.ResourceVersion == "0"):
-		return false // not what a reflector asks: kube-apiserver's to word
-	case initialEvents && !opts.AllowWatchBookmarks:
-		return false // kube-apiserver refuses it, with its words
-	case initialEvents || opts.ResourceVersion == "" || opts.ResourceVersion == "0":
-		wt, initial, at, err = c.WatchInitial(r.typ, r.filter)
+		return nil // not what a reflector asks: kube-apiserver's to word
+	case r.initialEvents() && !opts.AllowWatchBookmarks:
+		return nil // kube-apiserver refuses it, with its words
+	case r.initialEvents() || opts.ResourceVersion == "" || opts.ResourceVersion == "0":
+		cw.wt, cw.initial, cw.at, err = c.WatchInitial(r.typ, r.filter)
 	default:
 		from, _ := strconv.ParseUint(opts.ResourceVersion, 10, 64) // copyAt parsed it
-		wt, err = c.WatchFrom(r.typ, r.filter, from)
+		cw.wt, err = c.WatchFrom(r.typ, r.filter, from)
 	}
 	// ErrExpired is the copy's 410, as kube-apiserver's watch cache
 	// answers a version older than its window: the kubelet lists again,
 	// from the copy. Sending the watch to the hub, whose log may reach
 	// further, would hold a hub channel for the watch's life.
 	if err != nil && !errors.Is(err, nodecopy.ErrExpired) {
-		return false
+		return nil
 	}
 	e.noteCopyRead(r, mode)
-	resource := r.viewType().Resource
-	watches.WithLabelValues(pathCopy, resource).Inc()
-	defer watches.WithLabelValues(pathCopy, resource).Dec()
+	cw.deadline = time.Now().Add(watchTimeout(route{timeout: opts.TimeoutSeconds}))
+	return cw
+}
 
-	stream.start()
-	if wt == nil { // expired, offline
-		_, _ = events.Write(watchmux.Event{Type: watch.Error, Status: &apierrors.NewResourceExpired(
-			fmt.Sprintf("too old resource version: %s: the node's copy keeps its changes from a later one", opts.ResourceVersion)).ErrStatus})
-		flusher.Flush()
-		return true
+// initialEvents reports whether r asks for the initial state first, as a
+// streaming list.
+func (r *copyRead) initialEvents() bool {
+	return r.opts.SendInitialEvents != nil && *r.opts.SendInitialEvents
+}
+
+// startCopyWatch writes the response's head and the watch's initial
+// events; false if the watch ends there.
+func (cw *copyWatch) startCopyWatch() bool {
+	cw.stream.start()
+	if cw.wt == nil {
+		cw.end(apierrors.NewResourceExpired(fmt.Sprintf(
+			"too old resource version: %s: the node's copy keeps its changes from a later one", cw.r.opts.ResourceVersion)).ErrStatus)
+		return false
 	}
+	initial := cw.initial
+	cw.initial = nil // the copy's; the watch need not keep them
+	events := cw.stream.events
 	for _, o := range initial {
 		if _, err := events.Write(watchmux.Event{Type: watch.Added, Object: o.Raw}); err != nil {
-			return true
+			return false
 		}
 	}
-	if initialEvents {
-		if _, err := events.Write(watchmux.Event{Type: watch.Bookmark, Object: bookmarkOf(r, at, true)}); err != nil {
-			return true
+	if cw.r.initialEvents() {
+		if _, err := events.Write(watchmux.Event{Type: watch.Bookmark, Object: bookmarkOf(cw.r, cw.at, true)}); err != nil {
+			return false
 		}
 	}
-	flusher.Flush()
+	cw.stream.flusher.Flush()
+	cw.lastSent = time.Now()
+	return true
+}
 
-	deadline := time.Now().Add(watchTimeout(route{timeout: opts.TimeoutSeconds}))
-	lastSent := time.Now()
+// followCopyWatch sends the copy's changes until the watch ends. Its
+// frame is under the watch for its life: what is not the wait is in its
+// callees.
+func (e *Endpoint) followCopyWatch(ctx context.Context, cw *copyWatch) {
 	for {
-		next := min(copyCheckInterval, time.Until(deadline))
+		next := min(copyCheckInterval, time.Until(cw.deadline))
 		if next <= 0 {
-			return true
+			return
 		}
-		ctx, cancel := context.WithTimeout(req.Context(), next)
-		changes, at, err := wt.Next(ctx)
+		wctx, cancel := context.WithTimeout(ctx, next)
+		changes, at, err := cw.wt.Next(wctx)
 		cancel()
-		for _, ch := range changes {
-			if _, werr := events.Write(watchmux.Event{Type: ch.Type, Object: ch.Object.Raw}); werr != nil {
-				return true
-			}
-			lastSent = time.Now()
-		}
-		switch {
-		case req.Context().Err() != nil:
-			return true
-		case errors.Is(err, nodecopy.ErrExpired):
-			_, _ = events.Write(watchmux.Event{Type: watch.Error, Status: &apierrors.NewResourceExpired(
-				"the node's copy started over behind its position, or the watch fell behind its log: list again").ErrStatus})
-			flusher.Flush()
-			return true
-		case errors.Is(err, nodecopy.ErrLeft):
-			// As the hub ends a channel whose graph edge went: the node
-			// may no longer read the object.
-			_, _ = events.Write(watchmux.Event{Type: watch.Error, Status: &metav1.Status{
-				Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden,
-				Message: fmt.Sprintf("%s %s/%s left the node's view: no pod of the node uses it any more",
-					resource, r.filter.Namespace, r.filter.Name)}})
-			flusher.Flush()
-			return true
-		}
-		if opts.AllowWatchBookmarks && time.Since(lastSent) >= copyBookmarkInterval {
-			if _, err := events.Write(watchmux.Event{Type: watch.Bookmark, Object: bookmarkOf(r, at, false)}); err != nil {
-				return true
-			}
-			lastSent = time.Now()
-		}
-		flusher.Flush()
-		if !e.copyWatchable() {
-			age, _ := e.view.age()
-			klog.V(2).InfoS("Ended a watch of the node's copy: the copy stopped following the hub, and kube-apiserver answers",
-				"resource", resource, "copyAge", age, "hubConnected", e.hub.Connected())
-			return true // the kubelet watches again, from its last version, elsewhere
+		if !cw.send(ctx, changes, at, err) || !e.copyWatchKept(cw) {
+			return
 		}
 	}
+}
+
+// send writes changes, then, unless the request is gone, the end err
+// calls for, or a bookmark at at when the watch has been quiet for
+// copyBookmarkInterval; false if the watch ends.
+func (cw *copyWatch) send(ctx context.Context, changes []nodecopy.Change, at uint64, err error) bool {
+	events := cw.stream.events
+	for _, ch := range changes {
+		if _, werr := events.Write(watchmux.Event{Type: ch.Type, Object: ch.Object.Raw}); werr != nil {
+			return false
+		}
+		cw.lastSent = time.Now()
+	}
+	switch {
+	case ctx.Err() != nil:
+		return false
+	case errors.Is(err, nodecopy.ErrExpired):
+		cw.end(apierrors.NewResourceExpired(
+			"the node's copy started over behind its position, or the watch fell behind its log: list again").ErrStatus)
+		return false
+	case errors.Is(err, nodecopy.ErrLeft):
+		// As the hub ends a channel whose graph edge went: the node may
+		// no longer read the object.
+		r := cw.r
+		cw.end(metav1.Status{
+			Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden,
+			Message: fmt.Sprintf("%s %s/%s left the node's view: no pod of the node uses it any more",
+				r.viewType().Resource, r.filter.Namespace, r.filter.Name)})
+		return false
+	}
+	if cw.r.opts.AllowWatchBookmarks && time.Since(cw.lastSent) >= copyBookmarkInterval {
+		if _, err := events.Write(watchmux.Event{Type: watch.Bookmark, Object: bookmarkOf(cw.r, at, false)}); err != nil {
+			return false
+		}
+		cw.lastSent = time.Now()
+	}
+	cw.stream.flusher.Flush()
+	return true
+}
+
+// end writes the watch's last event, an error of status s.
+func (cw *copyWatch) end(s metav1.Status) {
+	_, _ = cw.stream.events.Write(watchmux.Event{Type: watch.Error, Status: &s})
+	cw.stream.flusher.Flush()
+}
+
+// copyWatchKept reports whether a watch of the copy may go on, and logs
+// its end when not.
+func (e *Endpoint) copyWatchKept(cw *copyWatch) bool {
+	if e.copyWatchable() {
+		return true
+	}
+	age, _ := e.view.age()
+	klog.V(2).InfoS("Ended a watch of the node's copy: the copy stopped following the hub, and kube-apiserver answers",
+		"resource", cw.r.viewType().Resource, "copyAge", age, "hubConnected", e.hub.Connected())
+	return false // the kubelet watches again, from its last version, elsewhere
 }
 
 // copyStaleAfter is how long the copy's watches stay open after it
@@ -347,7 +424,7 @@ func (e *Endpoint) copyWatchable() bool {
 
 // bookmarkOf is a BOOKMARK of r's type at rv, ending the initial events
 // if initialEnd.
-func bookmarkOf(r copyRead, rv uint64, initialEnd bool) json.RawMessage {
+func bookmarkOf(r *copyRead, rv uint64, initialEnd bool) json.RawMessage {
 	t := r.viewType()
 	m := metav1.PartialObjectMetadata{
 		TypeMeta:   metav1.TypeMeta{APIVersion: r.groupVersion().String(), Kind: t.Kind},

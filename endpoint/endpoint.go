@@ -167,8 +167,10 @@ func New(cfg Config) (*Endpoint, error) {
 func livez(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }
 
 // serveKubelet answers an authenticated request of the kubelet: from the
-// hub when it is a read the hub serves and the hub can answer, from
-// kube-apiserver otherwise.
+// node's copy when it holds the answer, from the hub when it is a read
+// the hub serves and the hub can answer, from kube-apiserver otherwise.
+// Its frame is under every watch of the copy for the watch's life, so
+// what only the other ways need is serveKubeletElsewhere's.
 func (e *Endpoint) serveKubelet(w http.ResponseWriter, req *http.Request) {
 	// Parsed once: both the route and the metrics' names come from it.
 	info, err := requestInfo.NewRequestInfo(req)
@@ -179,6 +181,12 @@ func (e *Endpoint) serveKubelet(w http.ResponseWriter, req *http.Request) {
 	if toCopy && e.serveFromCopy(w, req, cr) {
 		return
 	}
+	e.serveKubeletElsewhere(w, req, info, toCopy)
+}
+
+// serveKubeletElsewhere answers what the copy does not: from the hub
+// when it can, from kube-apiserver otherwise.
+func (e *Endpoint) serveKubeletElsewhere(w http.ResponseWriter, req *http.Request, info *apirequest.RequestInfo, toCopy bool) {
 	r, hubServed := hubRoute(req, info, e.node, kubelet)
 	r.toCopy = toCopy && e.view != nil
 	if hubServed && e.hub != nil && e.serveRead(w, req, r, e.hub) {

@@ -171,6 +171,11 @@ type Change struct {
 // the type, which a bookmark may carry). ErrExpired when the copy started
 // over or the watch fell behind its log; ErrLeft, after the changes
 // before it, when a name-selected object left the view.
+//
+// A served watch waits here most of its life, so this frame is kept
+// small and the reading is read's: the frames of a parked watch decide
+// whether the runtime can shrink its goroutine's stack
+// (docs/benchmarks.md, "The node endpoint's footprint").
 func (w *Watch) Next(ctx context.Context) ([]Change, uint64, error) {
 	if p := w.pending; p != nil {
 		w.pending = nil
@@ -179,51 +184,7 @@ func (w *Watch) Next(ctx context.Context) ([]Change, uint64, error) {
 	}
 	woke := false
 	for {
-		w.c.mu.RLock()
-		if w.c.generation != w.generation {
-			w.c.mu.RUnlock()
-			return nil, 0, ErrExpired
-		}
-		changes, ok := w.c.log.read(w.cursor)
-		if !ok {
-			w.c.mu.RUnlock()
-			return nil, 0, ErrExpired
-		}
-		var out []Change
-		var err error
-	scan:
-		for _, ch := range changes {
-			w.cursor++
-			if ch.resource != w.resource || !w.filter.matches(ch.obj) {
-				continue
-			}
-			switch ch.typ {
-			case v1alpha1.NodeViewEntered:
-				// Entering the view is no change of the object's: one
-				// at the watch's version or before it is what a client
-				// watching from there holds, or read elsewhere (the copy
-				// lacked it), and kube-apiserver sends nothing for it.
-				if ch.obj.RV > w.from {
-					out = append(out, Change{Type: watch.Added, Object: ch.obj})
-				}
-				continue
-			case v1alpha1.NodeViewLeft:
-				if w.filter.Name != "" {
-					err = ErrLeft
-				} else {
-					// A watch of many objects (a namespace's) keeps going,
-					// without the object: it may not read its state.
-					continue
-				}
-			default:
-				out = append(out, Change{Type: ch.typ, Object: ch.obj})
-				continue
-			}
-			break scan
-		}
-		at := w.c.at[w.resource]
-		wake := w.c.changed
-		w.c.mu.RUnlock()
+		out, at, wake, err := w.read()
 		if len(out) > 0 || err != nil || woke {
 			return out, at, err
 		}
@@ -234,4 +195,44 @@ func (w *Watch) Next(ctx context.Context) ([]Change, uint64, error) {
 			woke = true
 		}
 	}
+}
+
+// read takes the watch's changes from the log, and the type's
+// resourceVersion and the channel the next change closes.
+func (w *Watch) read() ([]Change, uint64, <-chan struct{}, error) {
+	w.c.mu.RLock()
+	defer w.c.mu.RUnlock()
+	if w.c.generation != w.generation {
+		return nil, 0, nil, ErrExpired
+	}
+	changes, ok := w.c.log.read(w.cursor)
+	if !ok {
+		return nil, 0, nil, ErrExpired
+	}
+	var out []Change
+	for _, ch := range changes {
+		w.cursor++
+		if ch.resource != w.resource || !w.filter.matches(ch.obj) {
+			continue
+		}
+		switch ch.typ {
+		case v1alpha1.NodeViewEntered:
+			// Entering the view is no change of the object's: one at the
+			// watch's version or before it is what a client watching from
+			// there holds, or read elsewhere (the copy lacked it), and
+			// kube-apiserver sends nothing for it.
+			if ch.obj.RV > w.from {
+				out = append(out, Change{Type: watch.Added, Object: ch.obj})
+			}
+		case v1alpha1.NodeViewLeft:
+			if w.filter.Name != "" {
+				return out, w.c.at[w.resource], w.c.changed, ErrLeft
+			}
+			// A watch of many objects (a namespace's) keeps going,
+			// without the object: it may not read its state.
+		default:
+			out = append(out, Change{Type: ch.typ, Object: ch.obj})
+		}
+	}
+	return out, w.c.at[w.resource], w.c.changed, nil
 }

@@ -4,8 +4,9 @@
 // handed to kube-apiserver once there is one.
 //
 //	root --unix socket--> Handler (POST/GET/DELETE /pods)
-//	                         | admitPod: v1 defaulting, ValidatePodCreate (linked),
-//	                         |           static pod rules, the Pod API's own
+//	                         | admit: nodeproxy-node-podadmit, a process per POST
+//	                         |        (podapi/admission: v1 defaulting, ValidatePodCreate
+//	                         |        linked, static pod rules, the Pod API's own)
 //	                         v
 //	                       Store (one file a pod, written atomically)
 //	                         |                 ^                ^

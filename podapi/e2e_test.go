@@ -33,9 +33,23 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testserver.RunTests(m, controlplane.Options{
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "nodeproxy-podadmit-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if testAdmitBinary, err = buildAdmitBinary(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return testserver.RunTests(m, controlplane.Options{
 		ExtraAPIServerArgs: []string{"--enable-admission-plugins=NodeRestriction"},
-	}, &cp))
+	}, &cp)
 }
 
 // httpCheckFrequency is how often the test's kubelet fetches its pod

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/yaml"
 )
 
 // maxBody bounds a posted pod; kube-apiserver's own limit is 3 MiB, a
@@ -117,7 +116,12 @@ func (a *API) create(w http.ResponseWriter, req *http.Request) {
 		fail(apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("a pod is limited to %d bytes", maxBody)))
 		return
 	}
-	pod, serr := admitPod(body, a.cfg.NodeName)
+	pod, serr, err := a.admit.admit(req.Context(), body, a.cfg.NodeName)
+	if err != nil {
+		klog.ErrorS(err, "Pod API could not check a pod")
+		fail(apierrors.NewInternalError(err))
+		return
+	}
 	if serr != nil {
 		fail(serr)
 		return
@@ -137,21 +141,6 @@ func (a *API) create(w http.ResponseWriter, req *http.Request) {
 	writeJSON(w, http.StatusCreated, r)
 }
 
-// admitPod decodes, defaults and validates a posted pod, and names it
-// <pod>-<node>: all that POST checks before it stores.
-func admitPod(body []byte, node string) (*corev1.Pod, *apierrors.StatusError) {
-	pod, err := decodePod(body)
-	if err != nil {
-		return nil, apierrors.NewBadRequest(err.Error())
-	}
-	setDefaults(pod)
-	if errs := validatePod(pod, node); len(errs) > 0 {
-		return nil, apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, pod.Name, errs)
-	}
-	pod.Name += "-" + node
-	return pod, nil
-}
-
 // newRecord is the record of an accepted pod, named <pod>-<node>: a new
 // UID, the Pod API's tag, no status.
 func (a *API) newRecord(pod *corev1.Pod) Record {
@@ -167,19 +156,6 @@ func (a *API) newRecord(pod *corev1.Pod) Record {
 		r.Reason = "no handover credential (--pod-api-handover-kubeconfig): the pod stays on this node"
 	}
 	return r
-}
-
-// decodePod reads a v1 Pod from JSON or YAML, refusing fields a v1 Pod
-// does not have (kube-apiserver's strict field validation).
-func decodePod(body []byte) (*corev1.Pod, error) {
-	pod := &corev1.Pod{}
-	if err := yaml.UnmarshalStrict(body, pod); err != nil {
-		return nil, fmt.Errorf("not a v1 Pod: %w", err)
-	}
-	if pod.APIVersion != "v1" || pod.Kind != "Pod" {
-		return nil, fmt.Errorf("apiVersion v1, kind Pod expected, got apiVersion %q, kind %q", pod.APIVersion, pod.Kind)
-	}
-	return pod, nil
 }
 
 func (a *API) list(w http.ResponseWriter, _ *http.Request) {

@@ -36,6 +36,9 @@ func testAPIOn(t *testing.T, cfg Config, src net.Listener) (api *API, call func(
 	if cfg.AllowedUIDs == nil {
 		cfg.AllowedUIDs = []uint32{uint32(os.Getuid())}
 	}
+	if cfg.AdmitBinary == "" {
+		cfg.AdmitBinary = testAdmitBinary
+	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join(dir, "pods")
 	}

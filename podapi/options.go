@@ -32,6 +32,7 @@ type Options struct {
 	// KubeletPodResources and KubeletTakeTimeout: see Config.
 	KubeletPodResources string
 	KubeletTakeTimeout  time.Duration
+	AdmitBinary         string
 }
 
 // NewOptions returns the defaults: off; when on, root only.
@@ -82,6 +83,9 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 			"A pod the kubelet keeps not taking (it refuses the whole served list when one pod fails its checks) is quarantined so that the others run. Empty: never.")
 	fs.DurationVar(&o.KubeletTakeTimeout, "pod-api-kubelet-take-timeout", o.KubeletTakeTimeout,
 		"How long, at least, a served pod may stay untaken by the kubelet, which must also have fetched its pods twice more, before it is quarantined.")
+	fs.StringVar(&o.AdmitBinary, "pod-api-admit-binary", o.AdmitBinary,
+		"The helper that checks each posted pod as kube-apiserver and the kubelet would ("+AdmitBinary+", shipped with the endpoint and of its version). "+
+			"Empty: "+AdmitBinary+" beside the endpoint's binary, where make build and the node's image put it.")
 }
 
 // Validate returns every problem at once; none when the API is off.
@@ -109,6 +113,9 @@ func (o *Options) Validate() error {
 	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
 		errs = append(errs, fmt.Errorf("--pod-api-kubelet-address port must be between 0 and 65535, got %q", port))
 	}
+	if o.AdmitBinary != "" && !filepath.IsAbs(o.AdmitBinary) {
+		errs = append(errs, fmt.Errorf("--pod-api-admit-binary must be an absolute path, got %q", o.AdmitBinary))
+	}
 	if o.KubeletPodResources != "" && !filepath.IsAbs(o.KubeletPodResources) {
 		errs = append(errs, fmt.Errorf("--pod-api-kubelet-pod-resources-socket must be an absolute path, got %q", o.KubeletPodResources))
 	}
@@ -130,7 +137,8 @@ func (o *Options) Config(node string) (Config, error) {
 	}
 	cfg := Config{NodeName: node, StateDir: o.StateDir, KubeletToken: token,
 		HandoverInterval: o.HandoverInterval, HandoverTimeout: o.HandoverTimeout,
-		KubeletPodResources: o.KubeletPodResources, KubeletTakeTimeout: o.KubeletTakeTimeout}
+		KubeletPodResources: o.KubeletPodResources, KubeletTakeTimeout: o.KubeletTakeTimeout,
+		AdmitBinary: o.AdmitBinary}
 	for _, uid := range o.AllowedUIDs {
 		cfg.AllowedUIDs = append(cfg.AllowedUIDs, uint32(uid))
 	}

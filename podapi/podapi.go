@@ -65,6 +65,9 @@ type Config struct {
 	// untaken by the kubelet (which must also have fetched twice more)
 	// before it is quarantined.
 	KubeletTakeTimeout time.Duration
+	// AdmitBinary is the helper that checks posted pods (admit.go);
+	// empty: AdmitBinary beside the running binary.
+	AdmitBinary string
 }
 
 // API is the Pod API of one node.
@@ -72,6 +75,7 @@ type API struct {
 	cfg    Config
 	store  *Store
 	client *apiPods // nil: no handover
+	admit  *admitter
 	// kubelet tells which pods the kubelet took; nil: no quarantine.
 	kubelet      kubeletView
 	closeKubelet func() error
@@ -123,6 +127,9 @@ func New(cfg Config) (*API, error) {
 		return nil, err
 	}
 	a := &API{cfg: cfg, store: s, handover: map[string]*progress{}, served: map[types.UID]firstServed{}}
+	if a.admit, err = newAdmitter(context.Background(), cfg.AdmitBinary); err != nil {
+		return nil, err
+	}
 	if cfg.Handover != nil {
 		c := rest.CopyConfig(cfg.Handover)
 		c.UserAgent = "nodeproxy-node/podapi"

@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodeproxy/nodeproxy/podapi/admission"
 	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
@@ -50,13 +51,13 @@ func TestKubeletRefusedPodQuarantined(t *testing.T) {
 
 	// A pod the kubelet's validation refuses (a container name that is no
 	// DNS label), stored as an older endpoint could have stored it.
-	badPod, err := decodePod([]byte(podJSON(ns, "bad")))
+	badPod, err := admission.Decode([]byte(podJSON(ns, "bad")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	badPod.Name = "bad-" + node
 	badPod.Spec.Containers[0].Name = "Not_A_Label"
-	setDefaults(badPod)
+	admission.SetDefaults(badPod)
 	bad := api.newRecord(badPod)
 	if err := api.store.Add(bad); err != nil {
 		t.Fatal(err)

@@ -7,13 +7,21 @@ import (
 	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
+// storedImage is the image of the records' pods; the store checks
+// nothing of a pod.
+const storedImage = "registry.k8s.io/etcd:3.6.8-0"
+
 func record(ns, name string, uid types.UID) Record {
-	p := validPod()
-	p.Namespace, p.Name, p.UID = ns, name, uid
-	return Record{Pod: *p, State: StateLocal}
+	return Record{Pod: corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: uid},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "etcd", Image: storedImage}}},
+	}, State: StateLocal}
 }
 
 // TestStore: records survive a reopen (the endpoint's or the node's
@@ -61,7 +69,7 @@ func TestStore(t *testing.T) {
 	if len(list) != 1 || list[0].Pod.UID != "uid-b" || list[0].State != StateHandoverFailed || list[0].Reason != "forbidden" {
 		t.Fatalf("after reopen: %+v", list)
 	}
-	if list[0].Pod.Spec.Containers[0].Image != validPod().Spec.Containers[0].Image {
+	if list[0].Pod.Spec.Containers[0].Image != storedImage {
 		t.Errorf("pod spec not kept: %+v", list[0].Pod.Spec)
 	}
 	entries, _ := os.ReadDir(dir)

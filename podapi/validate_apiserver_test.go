@@ -294,7 +294,8 @@ func agreementCases() []agreementCase {
 const agreementNode = "podapi-agreement"
 
 // TestValidationAgreesWithKubeAPIServer runs every pod of
-// agreementCases through the Pod API's checks (what POST runs) and
+// agreementCases through the Pod API's checks (what POST runs: the
+// helper, nodeproxy-node-podadmit) and
 // through kube-apiserver's (a server-side dry-run create, bound to the
 // node, as the handover creates it), and requires that they agree: both
 // accept, or both refuse naming the same field (one path a prefix of the
@@ -303,6 +304,10 @@ func TestValidationAgreesWithKubeAPIServer(t *testing.T) {
 	ctx := context.Background()
 	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	if err := cp.EnsureNamespace(ctx, metav1.NamespaceSystem); err != nil { // its default ServiceAccount
+		t.Fatal(err)
+	}
+	admit, err := newAdmitter(ctx, testAdmitBinary)
+	if err != nil {
 		t.Fatal(err)
 	}
 	var agreed, explained int
@@ -316,7 +321,11 @@ func TestValidationAgreesWithKubeAPIServer(t *testing.T) {
 				t.Fatal(err)
 			}
 			var serr error // not a nil *StatusError in an error
-			if _, status := admitPod(body, agreementNode); status != nil {
+			_, status, err := admit.admit(ctx, body, agreementNode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if status != nil {
 				serr = status
 			}
 			podAPI := statusFields(serr)

@@ -77,8 +77,17 @@ var Rules = []Rule{
 		Name: "the node endpoint does not link the hub's internals",
 		Why: "the endpoint runs on every node and talks to the hub only through the bulk protocol (watchmux and " +
 			"apis/bulk), as the kubelet talks to kube-apiserver through client-go",
-		From:   []string{"endpoint/...", "podapi", "nodeinstall", "nodecopy/...", "internal/nodecmd", "cmd/nodeproxy-node"},
-		Within: []string{"watchmux", "apis/...", "endpoint/...", "podapi", "nodeinstall", "nodecopy/...", "internal/..."},
+		From: []string{"endpoint/...", "podapi/...", "nodeinstall", "nodecopy/...", "internal/nodecmd", "cmd/nodeproxy-node",
+			"cmd/nodeproxy-node-podadmit"},
+		Within: []string{"watchmux", "apis/...", "endpoint/...", "podapi/...", "nodeinstall", "nodecopy/...", "internal/..."},
+	},
+	{
+		Name: "the node endpoint links no k8s.io/kubernetes",
+		Why: "the initialisation of its packages (every feature gate, the internal API's scheme, the image reference " +
+			"regexps) is resident memory on every node; the Pod API checks posted pods with kube-apiserver's code in " +
+			"a process of its own, nodeproxy-node-podadmit (podapi/admission)",
+		From:  []string{"cmd/nodeproxy-node", "podapi", "endpoint/...", "nodecopy/..."},
+		Never: []string{"k8s.io/kubernetes/..."},
 	},
 	{
 		Name: "the node endpoint links no clientset",
@@ -92,7 +101,7 @@ var Rules = []Rule{
 		Why: "nodeproxy runs in every hub replica and nodeproxy-node on every node: the local control plane, " +
 			"synthetic workloads, benchmark scenarios, charts and image assembly are for tests, nodeproxy-bench " +
 			"and make image",
-		From: []string{"cmd/nodeproxy", "cmd/nodeproxy-node"},
+		From: []string{"cmd/nodeproxy", "cmd/nodeproxy-node", "cmd/nodeproxy-node-podadmit"},
 		Never: []string{
 			"test/...", "hack/...", "testing",
 			"gonum.org/v1/plot/...", "github.com/ajstarks/svgo/...", "github.com/schollz/progressbar/...",

@@ -1,6 +1,6 @@
 // Command image builds one of nodeproxy's container images with only Go
-// (make image builds both): one binary alone (--binary: the hub, or the
-// node endpoint), static and non-root, for each
+// (make image builds both): one binary (--binary: the hub, or the node
+// endpoint with the helper its Pod API runs), static and non-root, for each
 // architecture, written as an OCI layout (a directory and a tar) and as one
 // `docker save` tarball per architecture. See hack/image/oci and
 // docs/operations.md, "Building the image".
@@ -28,6 +28,13 @@ import (
 // links none of the hub's server (docs/benchmarks.md, "Binary sizes").
 var binaries = []string{"nodeproxy", "nodeproxy-node"}
 
+// helpers are the commands an image's binary runs, put beside it: the
+// node endpoint's Pod API checks posted pods in a process of its own
+// (podapi/admission).
+var helpers = map[string][]oci.Binary{
+	"nodeproxy-node": {{Package: "./cmd/nodeproxy-node-podadmit", Name: "nodeproxy-node-podadmit"}},
+}
+
 func main() {
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "make image:", err)
@@ -36,7 +43,7 @@ func main() {
 }
 
 func run() error {
-	binary := flag.String("binary", "nodeproxy", "The command the image carries, alone: nodeproxy (the hub: manifests/base) or nodeproxy-node (the node endpoint: manifests/node).")
+	binary := flag.String("binary", "nodeproxy", "The command the image carries: nodeproxy (the hub: manifests/base), alone, or nodeproxy-node (the node endpoint: manifests/node), with nodeproxy-node-podadmit, its Pod API's checks.")
 	out := flag.String("output", "bin/image", "Directory to write into; its previous image is replaced.")
 	tag := flag.String("tag", "", "The name the image is loaded as. Default: <binary>:dev, the names manifests/ and `nodeproxy-node install` use.")
 	archs := flag.String("platforms", strings.Join(oci.Architectures, ","), "Comma-separated Linux architectures.")
@@ -75,7 +82,7 @@ func run() error {
 	defer os.RemoveAll(work)
 
 	idx, err := oci.Build(context.Background(), oci.Options{
-		Root: root, Package: "./cmd/" + *binary, Name: *binary,
+		Root: root, Package: "./cmd/" + *binary, Name: *binary, Helpers: helpers[*binary],
 		Architectures: strings.Split(*archs, ","), Created: created,
 		LDFlags: cli.VersionLDFlag + *version, WorkDir: work,
 	})

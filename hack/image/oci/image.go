@@ -31,6 +31,10 @@ type Options struct {
 	Package string
 	// Name is the binary's name in the image, /<Name>, and its entrypoint.
 	Name string
+	// Helpers are commands the entrypoint runs, built the same way and
+	// put beside it, /<Name> each (the node endpoint's Pod API checks
+	// posted pods with nodeproxy-node-podadmit).
+	Helpers []Binary
 	// Architectures to build for linux; each must be a GOARCH.
 	Architectures []string
 	// Created is every timestamp in the image; the commit's time makes the
@@ -42,6 +46,14 @@ type Options struct {
 	WorkDir string
 }
 
+// Binary is a command to build into an image.
+type Binary struct {
+	// Package is the command, "./cmd/nodeproxy-node-podadmit".
+	Package string
+	// Name is its name in the image, /<Name>.
+	Name string
+}
+
 // Validate returns every problem with o at once.
 func (o Options) Validate() error {
 	var errs []error
@@ -50,6 +62,11 @@ func (o Options) Validate() error {
 	}
 	if o.Package == "" || o.Name == "" {
 		errs = append(errs, errors.New("the package to build and the binary's name must both be set"))
+	}
+	for _, h := range o.Helpers {
+		if h.Package == "" || h.Name == "" || h.Name == o.Name {
+			errs = append(errs, fmt.Errorf("helper %+v: the package and a name of its own must both be set", h))
+		}
 	}
 	if len(o.Architectures) == 0 {
 		errs = append(errs, errors.New("no architecture to build for"))
@@ -91,16 +108,21 @@ func Build(ctx context.Context, o Options) (v1.ImageIndex, error) {
 	return idx, nil
 }
 
-// platformImage is the image of o's binary for linux/arch.
+// platformImage is the image of o's binary, and its helpers, for
+// linux/arch.
 func platformImage(ctx context.Context, o Options, arch string) (v1.Image, error) {
-	bin := filepath.Join(o.WorkDir, arch, o.Name)
-	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+	dir := filepath.Join(o.WorkDir, arch)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := buildBinary(ctx, o.Root, o.Package, arch, o.LDFlags, bin); err != nil {
-		return nil, err
+	var names []string
+	for _, b := range append([]Binary{{Package: o.Package, Name: o.Name}}, o.Helpers...) {
+		if err := buildBinary(ctx, o.Root, b.Package, arch, o.LDFlags, filepath.Join(dir, b.Name)); err != nil {
+			return nil, err
+		}
+		names = append(names, b.Name)
 	}
-	layer, err := binaryLayer(bin, o.Name, o.Created)
+	layer, err := binaryLayer(dir, names, o.Created)
 	if err != nil {
 		return nil, err
 	}

@@ -94,7 +94,7 @@ func TestImageIsTheBinaryAloneRunAsNonRoot(t *testing.T) {
 		if !cfg.Created.Equal(created) {
 			t.Errorf("%s: created %s, want %s", arch, cfg.Created, created)
 		}
-		bin := onlyFile(t, img, filepath.Join(t.TempDir(), "nodeproxy"))
+		bin := layerFiles(t, img, t.TempDir(), "nodeproxy")["nodeproxy"]
 		if arch == runtime.GOARCH {
 			out, err := exec.Command(bin).CombinedOutput()
 			if err != nil || strings.TrimSpace(string(out)) != "version v0.0.0-test" {
@@ -133,10 +133,10 @@ func buildAndWrite(t *testing.T, o Options) (v1.ImageIndex, Written) {
 	return idx, w
 }
 
-// onlyFile checks that img has one layer holding one file, /nodeproxy,
-// root's, executable by all and writable by none, stamped with created;
-// it writes the file to path and returns path.
-func onlyFile(t *testing.T, img v1.Image, path string) string {
+// layerFiles checks that img has one layer holding the files names and
+// nothing else, each root's, executable by all and writable by none,
+// stamped with created; it writes them into dir and returns their paths.
+func layerFiles(t *testing.T, img v1.Image, dir string, names ...string) map[string]string {
 	t.Helper()
 	layers, err := img.Layers()
 	if err != nil || len(layers) != 1 {
@@ -148,7 +148,8 @@ func onlyFile(t *testing.T, img v1.Image, path string) string {
 	}
 	defer rc.Close()
 	tr := tar.NewReader(rc)
-	var names []string
+	var got []string
+	paths := map[string]string{}
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -157,7 +158,9 @@ func onlyFile(t *testing.T, img v1.Image, path string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		names = append(names, hdr.Name)
+		got = append(got, hdr.Name)
+		path := filepath.Join(dir, filepath.Base(hdr.Name))
+		paths[hdr.Name] = path
 		if hdr.Mode != 0o555 || hdr.Uid != 0 || !hdr.ModTime.Equal(created) {
 			t.Errorf("%s: mode %o uid %d mtime %s, want 555, root's, %s", hdr.Name, hdr.Mode, hdr.Uid, hdr.ModTime, created)
 		}
@@ -170,10 +173,34 @@ func onlyFile(t *testing.T, img v1.Image, path string) string {
 		}
 		f.Close()
 	}
-	if !slices.Equal(names, []string{"nodeproxy"}) {
-		t.Fatalf("layer holds %v, want the one binary nodeproxy", names)
+	if !slices.Equal(got, names) {
+		t.Fatalf("layer holds %v, want %v", got, names)
 	}
-	return path
+	return paths
+}
+
+// TestImageCarriesItsHelpers: a helper is built as the binary is and put
+// beside it, in the same layer; the entrypoint is still the binary.
+func TestImageCarriesItsHelpers(t *testing.T) {
+	o := testOptions(t)
+	o.Helpers = []Binary{{Package: "./hack/image/oci/testdata/version", Name: "nodeproxy-helper"}}
+	idx, _ := buildAndWrite(t, o)
+	imgs, err := Platforms(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := imgs[runtime.GOARCH]
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.Config.Entrypoint, []string{"/nodeproxy"}) {
+		t.Errorf("entrypoint %v, want /nodeproxy", cfg.Config.Entrypoint)
+	}
+	helper := layerFiles(t, img, t.TempDir(), "nodeproxy", "nodeproxy-helper")["nodeproxy-helper"]
+	if out, err := exec.Command(helper).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "version v0.0.0-test" {
+		t.Errorf("the helper: %v: %q, want version v0.0.0-test", err, out)
+	}
 }
 
 // TestImageIsReproducible: two builds of the same tree, in different work
@@ -241,6 +268,7 @@ func TestOptionsRefuseWhatCannotBeBuilt(t *testing.T) {
 		{"unknown architecture", func(o *Options) { o.Architectures = []string{"amd64", "x86"} }, `architecture "x86": want one of`},
 		{"no architecture", func(o *Options) { o.Architectures = nil }, "no architecture to build for"},
 		{"no package", func(o *Options) { o.Package = "" }, "the package to build and the binary's name must both be set"},
+		{"a helper named as the binary", func(o *Options) { o.Helpers = []Binary{{Package: "./cmd/x", Name: "nodeproxy"}} }, "a name of its own"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := Options{Root: "/src", Package: "./cmd/nodeproxy", Name: "nodeproxy", Architectures: []string{"amd64"}, Created: created, WorkDir: "/tmp"}
@@ -306,7 +334,7 @@ func TestImagePushesToARegistry(t *testing.T) {
 	if err := validate.Image(img); err != nil {
 		t.Errorf("the pulled image does not hold together: %v", err)
 	}
-	bin := onlyFile(t, img, filepath.Join(t.TempDir(), "nodeproxy"))
+	bin := layerFiles(t, img, t.TempDir(), "nodeproxy")["nodeproxy"]
 	if out, err := exec.Command(bin).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "version v0.0.0-test" {
 		t.Errorf("the pulled binary: %v: %q, want version v0.0.0-test", err, out)
 	}

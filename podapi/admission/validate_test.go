@@ -1,4 +1,4 @@
-package podapi
+package admission
 
 import (
 	"slices"
@@ -15,7 +15,7 @@ func validPod() *corev1.Pod {
 	p.APIVersion, p.Kind = "v1", "Pod"
 	p.Name = "etcd"
 	p.Spec.Containers = []corev1.Container{{Name: "etcd", Image: "registry.k8s.io/etcd:3.6.8-0"}}
-	setDefaults(p)
+	SetDefaults(p)
 	return p
 }
 
@@ -96,7 +96,7 @@ func TestValidatePod(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := validPod()
 			tc.change(p)
-			errs := validatePod(p, "node-a")
+			errs := Validate(p, "node-a")
 			if tc.field == "" {
 				if len(errs) > 0 {
 					t.Fatalf("refused a valid pod: %v", errs)

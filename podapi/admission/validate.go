@@ -1,4 +1,4 @@
-package podapi
+package admission
 
 import (
 	"fmt"
@@ -13,17 +13,17 @@ import (
 	"k8s.io/kubernetes/pkg/capabilities"
 )
 
-// setDefaults applies kube-apiserver's v1 defaulting (the one the
+// SetDefaults applies kube-apiserver's v1 defaulting (the one the
 // kubelet also applies to what its sources serve), so that the stored
 // pod is the pod kube-apiserver would store.
-func setDefaults(pod *corev1.Pod) {
+func SetDefaults(pod *corev1.Pod) {
 	if pod.Namespace == "" {
 		pod.Namespace = "default"
 	}
 	legacyscheme.Scheme.Default(pod)
 }
 
-// validatePod checks a posted pod, defaulted, three ways:
+// Validate checks a posted pod, defaulted, three ways:
 //
 //   - the Pod API's own rules (metadata the Pod API or the kubelet sets,
 //     this node only);
@@ -37,7 +37,7 @@ func setDefaults(pod *corev1.Pod) {
 //     and kube-apiserver (at handover) run, so what passes here passes
 //     there, with the same field paths and messages. docs/architecture.md
 //     has what linking it costs.
-func validatePod(pod *corev1.Pod, node string) field.ErrorList {
+func Validate(pod *corev1.Pod, node string) field.ErrorList {
 	errs := validateOwnRules(pod, node)
 	static := validateStaticPod(&pod.Spec, field.NewPath("spec"))
 	errs = append(errs, static...)
@@ -90,7 +90,7 @@ func validateOwnRules(pod *corev1.Pod, node string) field.ErrorList {
 	if len(pod.OwnerReferences) > 0 {
 		errs = append(errs, field.Forbidden(meta.Child("ownerReferences"), "a pod of the Pod API has no owner until a controller in the API adopts it"))
 	}
-	for _, key := range []string{corev1.MirrorPodAnnotationKey, annotationSource, annotationUID} {
+	for _, key := range ReservedAnnotations {
 		if _, ok := pod.Annotations[key]; ok {
 			errs = append(errs, field.Forbidden(meta.Child("annotations").Key(key), "set by the Pod API or the kubelet"))
 		}

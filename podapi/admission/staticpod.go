@@ -1,4 +1,4 @@
-package podapi
+package admission
 
 import (
 	corev1 "k8s.io/api/core/v1"
