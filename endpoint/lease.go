@@ -59,9 +59,10 @@ const maxLeaseBytes = 64 << 10
 // Lease: coordination.k8s.io leases/<node> in kube-node-lease. A get is
 // the memory's only at resourceVersion "" (the latest, which the memory
 // is but for someone else's write, which the next renewal finds) or "0"
-// (any), without other options; any other read goes where it went. A
-// write of another version of the group is one too: it changes the same
-// object.
+// (any), with no other option but timeout (the kubelet's heartbeat
+// client sends its own, which an answer from memory keeps); any other
+// read goes where it went. A write of another version of the group is
+// one too: it changes the same object.
 func leaseRoute(req *http.Request, info *apirequest.RequestInfo, node string) leaseOp {
 	if info == nil || !info.IsResourceRequest || info.APIGroup != coordinationv1.GroupName || info.Resource != "leases" ||
 		info.Namespace != corev1.NamespaceNodeLease || info.Subresource != "" {
@@ -77,7 +78,9 @@ func leaseRoute(req *http.Request, info *apirequest.RequestInfo, node string) le
 			return leaseNone
 		}
 		for k, v := range query {
-			if k != "resourceVersion" || len(v) != 1 || v[0] != "" && v[0] != "0" {
+			switch {
+			case k == "timeout":
+			case k != "resourceVersion" || len(v) != 1 || v[0] != "" && v[0] != "0":
 				return leaseNone
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/component-helpers/apimachinery/lease"
 	"k8s.io/utils/clock"
@@ -27,9 +28,13 @@ const (
 // runLeaseController runs the kubelet's lease controller (the code the
 // kubelet runs, renewing every second rather than every 10 s) through
 // n's endpoint until the returned stop is called: a kubelet's start and
-// stop, as far as its Lease goes.
+// stop, as far as its Lease goes. Its client is the kubelet's heartbeat
+// client: the kubelet's with a timeout, which client-go sends as a
+// query parameter of every request.
 func runLeaseController(n *node) (stop func()) {
-	kubelet := kubernetes.NewForConfigOrDie(n.kubelet)
+	heartbeat := rest.CopyConfig(n.kubelet)
+	heartbeat.Timeout = 10 * time.Second
+	kubelet := kubernetes.NewForConfigOrDie(heartbeat)
 	c := lease.NewController(clock.RealClock{}, kubelet, n.name, 40, nil, time.Second, n.name, corev1.NamespaceNodeLease, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -25,6 +25,9 @@ func TestLeaseRouteIsTheNodesOwnLeaseAlone(t *testing.T) {
 		{"GET", own, leaseGet},
 		{"GET", own + "?resourceVersion=", leaseGet},
 		{"GET", own + "?resourceVersion=0", leaseGet},
+		// The kubelet's heartbeat client has a timeout, which client-go
+		// sends.
+		{"GET", own + "?timeout=10s", leaseGet},
 		// Reads the memory does not answer.
 		{"GET", own + "?resourceVersion=12", leaseNone},
 		{"GET", own + "?resourceVersion=0&pretty=true", leaseNone},
