@@ -3,6 +3,7 @@ package endpoint_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,4 +180,59 @@ func sameLease(t *testing.T, kubelet kubernetes.Interface, leases interface {
 		t.Fatalf("the endpoint's Lease is not kube-apiserver's:\n got %+v\nwant %+v", got, want)
 	}
 	return got
+}
+
+// TestOfflineLeaseGetGoesToKubeAPIServer: while the node reaches neither
+// the hub nor kube-apiserver, the kubelet's get of its Lease is not
+// answered from the endpoint's memory (the renewal after it could not
+// succeed): it fails as kube-apiserver's would, and the memory is
+// forgotten. After the outage the get is kube-apiserver's.
+func TestOfflineLeaseGetGoesToKubeAPIServer(t *testing.T) {
+	hub := startHub(t)
+	o := newOutage(t, hub.URL)
+	const name = "node-lease-offline"
+	kp, err := cp.ClientCA.ClientCert("system:node:"+name, []string{"system:nodes"}, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := startNodeWith(t, name, nodeSpec{apiServer: "https://" + o.api.Addr(), hub: "https://" + o.hub.Addr(), kubelet: kp})
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	leases := admin.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	stop := runLeaseController(n)
+	renewals(t, leases, name, "", 2)
+	stop()
+
+	const offline = `nodeproxy_node_lease_forgets_total{reason="offline"}`
+	fromMemory, forgotten := counter(t, n, leaseFromMemory), counter(t, n, offline)
+	o.begin()
+	testserver.Eventually(t, 60*time.Second, "/readyz says the node is offline", func(context.Context) error {
+		if code, body := get(t, n.metrics+"/readyz", ""); code != 200 || !strings.Contains(body, "offline") {
+			return fmt.Errorf("/readyz %d %q", code, body)
+		}
+		return nil
+	})
+	kubelet := kubernetes.NewForConfigOrDie(n.kubelet)
+	ctx := context.Background()
+	if _, err := kubelet.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		t.Fatal("the Lease was read offline")
+	}
+	if got := counter(t, n, leaseFromMemory); got != fromMemory {
+		t.Errorf("%s %v -> %v: answered from memory offline", leaseFromMemory, fromMemory, got)
+	}
+	if got := counter(t, n, offline); got != forgotten+1 {
+		t.Errorf("%s %v -> %v, want one more", offline, forgotten, got)
+	}
+
+	o.end()
+	gets := counter(t, n, leaseGets)
+	testserver.Eventually(t, 60*time.Second, "the Lease from kube-apiserver after the outage", func(ctx context.Context) error {
+		_, err := kubelet.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, name, metav1.GetOptions{})
+		return err
+	})
+	if got := counter(t, n, leaseGets); got <= gets {
+		t.Errorf("%s %v -> %v: the get after the outage did not go to kube-apiserver", leaseGets, gets, got)
+	}
+	if got := counter(t, n, leaseFromMemory); got != fromMemory {
+		t.Errorf("%s %v -> %v: answered from a memory forgotten offline", leaseFromMemory, fromMemory, got)
+	}
 }
