@@ -48,11 +48,13 @@ func TestNodeViewScenario(t *testing.T) {
 	if got := figure("kubelet restart: the kubelets' reads answered from the copy"); got <= 0 {
 		t.Errorf("the restarted kubelet read nothing from the copy: %v", got)
 	}
-	// Its lease controller's get of its Lease, from the endpoint's memory
-	// of the renewals it proxied.
-	if got := figure("kubelet restart: the kubelets' reads answered from the endpoint's memory of the node's Lease"); got != 1 {
-		t.Errorf("the restarted kubelet's gets of its Lease from the endpoint's memory: %v, want 1", got)
-	}
+	// Its lease controller's get of its Lease is not checked here: this
+	// small run restarts the kubelet seconds after it started, often
+	// before its first Lease was created (the controller's first try
+	// waits for the Node it owns), and then the get is kube-apiserver's
+	// 404. endpoint's TestKubeletRestartReadsItsLeaseFromTheEndpoint
+	// checks it; the full scenario counts it.
+	figure("kubelet restart: the kubelets' reads answered from the endpoint's memory of the node's Lease")
 	for name, want := range map[string]float64{
 		"outage: kubelets restarted during it (a fresh root directory)":                        1,
 		"outage: objects read through their node's endpoint at the end (resourceVersion \"\")": 8,
