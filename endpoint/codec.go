@@ -13,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
 	"k8s.io/klog/v2"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -21,8 +22,9 @@ import (
 )
 
 // The endpoint's scheme holds the groups whose reads the hub may answer
-// (core/v1, and the cluster-wide types of clusterWide), Status and the
-// watch event, rather than client-go's scheme of every API group: the
+// (core/v1, and the cluster-wide types of clusterWide), the node's Lease
+// (coordination/v1, which the endpoint remembers: lease.go), Status and
+// the watch event, rather than client-go's scheme of every API group: the
 // endpoint runs on every node, and what it links it keeps in memory.
 var (
 	scheme       = runtime.NewScheme()
@@ -37,7 +39,7 @@ var (
 
 func init() {
 	for _, add := range []func(*runtime.Scheme) error{
-		corev1.AddToScheme, discoveryv1.AddToScheme, networkingv1.AddToScheme, nodev1.AddToScheme, storagev1.AddToScheme,
+		corev1.AddToScheme, coordinationv1.AddToScheme, discoveryv1.AddToScheme, networkingv1.AddToScheme, nodev1.AddToScheme, storagev1.AddToScheme,
 	} {
 		utilruntime.Must(add(scheme))
 	}

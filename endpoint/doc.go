@@ -29,6 +29,15 @@
 // (sendInitialEvents, ending with the k8s.io/initial-events-end
 // bookmark). Anything else goes to kube-apiserver.
 //
+// # The node's Lease
+//
+// The Lease stays out of the node's view. The endpoint remembers it from
+// kube-apiserver's answers to the kubelet's own writes of it and answers
+// the kubelet's get of it from that memory (lease.go), forgetting it on
+// any write that fails: a renewal at the version the get returned then
+// conflicts with anyone else's write, and the next get goes to
+// kube-apiserver.
+//
 // # When the hub cannot answer
 //
 // The hub connection is a watchmux.Session kept by Hub.Run: when a hub

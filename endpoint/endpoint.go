@@ -78,6 +78,9 @@ type Endpoint struct {
 	// for at most offlineMaxAge while the node is offline.
 	view          *viewFollower
 	offlineMaxAge time.Duration
+	// lease remembers the node's Lease from the kubelet's writes of it
+	// (nil without a hub, when every read goes to kube-apiserver).
+	lease *leaseMemory
 }
 
 // New checks cfg and builds the endpoint; Run serves it.
@@ -112,6 +115,7 @@ func New(cfg Config) (*Endpoint, error) {
 		// The hub being reachable again is news for every caller: the
 		// clients' connections are dialed on their next read.
 		e.clients = newClientHubs(cfg.Hub, func(id string) { e.clientUpstream.returnToHubFor(&id) })
+		e.lease = newLeaseMemory(cfg.NodeName)
 	}
 	if cfg.Hub != nil && !cfg.NoNodeView {
 		e.view = newViewFollower(e.hub, cfg.NodeName)
@@ -166,16 +170,20 @@ func New(cfg Config) (*Endpoint, error) {
 
 func livez(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }
 
-// serveKubelet answers an authenticated request of the kubelet: from the
-// node's copy when it holds the answer, from the hub when it is a read
-// the hub serves and the hub can answer, from kube-apiserver otherwise.
-// Its frame is under every watch of the copy for the watch's life, so
-// what only the other ways need is serveKubeletElsewhere's.
+// serveKubelet answers an authenticated request of the kubelet: its get
+// of its Lease from the endpoint's memory of it; a read of the node's
+// view from the copy; from the hub when it is a read the hub serves and
+// the hub can answer; from kube-apiserver otherwise. Its frame is under
+// every watch of the copy for the watch's life, so what only the other
+// ways need is serveKubeletElsewhere's.
 func (e *Endpoint) serveKubelet(w http.ResponseWriter, req *http.Request) {
 	// Parsed once: both the route and the metrics' names come from it.
 	info, err := requestInfo.NewRequestInfo(req)
 	if err != nil {
 		info = nil
+	}
+	if e.lease != nil && e.serveLease(w, req, info, leaseRoute(req, info, e.node)) {
+		return
 	}
 	cr, toCopy := copyRoute(req, info, e.node)
 	if toCopy && e.serveFromCopy(w, req, cr) {

@@ -36,8 +36,14 @@ func startHub(t *testing.T) *testserver.Server {
 // stop the hub and start it again where the endpoints look for it.
 func startHubOn(t *testing.T, port int) *testserver.Server {
 	t.Helper()
+	return startHubWith(t, testserver.Options{Port: port})
+}
+
+// startHubWith is startHub with opts (its port, its flags).
+func startHubWith(t *testing.T, opts testserver.Options) *testserver.Server {
+	t.Helper()
 	testserver.InstallRBAC(t, cp, "rbac-webhook.yaml", "rbac-bulk.yaml")
-	hub := testserver.Start(t, cp, testserver.Options{Port: port})
+	hub := testserver.Start(t, cp, opts)
 	hub.WaitReady(t, 90*time.Second)
 	return hub
 }

@@ -18,7 +18,7 @@ const (
 var (
 	requests = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "requests_total",
-		Help: "Requests of the local kubelet, by the path that answered them (hub, apiserver), " +
+		Help: "Requests of the local kubelet, by the path that answered them (copy: the copy of the node's view; memory: the endpoint's memory of the node's Lease; hub; apiserver), " +
 			"the resource (empty for non-resource paths) and the verb.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"path", "resource", "verb"})
@@ -128,7 +128,7 @@ func RegisterMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(requests, watches, fallbacks, hubEvents, hubConnected, hubDials, returnsToHub, refused, readyProbes, scrapeReviews,
 			clientRequests, clientWatches, clientConnections, clientDials,
-			viewBatches, viewRefused, viewReopens, copyReads, copyAge, copyObjects, offlineSince, syncs, progressRequests)
+			viewBatches, viewRefused, viewReopens, copyReads, copyAge, copyObjects, offlineSince, syncs, progressRequests, leaseForgets)
 		// How the kubelet's channels fared when a hub replica went:
 		// nodeproxy_watchmux_client_resumes_total{outcome}.
 		watchmux.RegisterClientMetrics()

@@ -120,6 +120,24 @@ func (up *upstream) serve(w http.ResponseWriter, req *http.Request, resource, ve
 	p.ServeHTTP(w, req)
 }
 
+// serveObserved proxies req, which is not a watch, unchanged, and hands
+// observe kube-apiserver's answer before the caller gets it (observe may
+// read its body if it leaves resp.Body to read as it was), or, when
+// none came, the error.
+func (up *upstream) serveObserved(w http.ResponseWriter, req *http.Request, resource, verb string, observe func(*http.Response, error)) {
+	up.who.metrics().requests.WithLabelValues(pathAPIServer, resource, verb).Inc()
+	p := *up.proxy
+	p.ModifyResponse = func(resp *http.Response) error {
+		observe(resp, nil)
+		return nil
+	}
+	p.ErrorHandler = func(w http.ResponseWriter, req *http.Request, err error) {
+		observe(nil, err)
+		up.proxy.ErrorHandler(w, req, err)
+	}
+	p.ServeHTTP(w, req)
+}
+
 // returnToHub ends every proxied watch the hub could serve. Each ends as
 // kube-apiserver ends a watch at its timeout: the stream simply stops,
 // and the kubelet watches again from its last resourceVersion, this time

@@ -8,6 +8,10 @@ import (
 // node's view.
 const pathCopy = "copy"
 
+// pathMemory is the "path" label of the kubelet's gets of its Lease
+// answered from the endpoint's memory of it (lease.go).
+const pathMemory = "memory"
+
 var (
 	viewBatches = metrics.NewCounter(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "view_batches_total",
@@ -53,6 +57,14 @@ var (
 		Help:           "Progress requests sent on the node view's channel, each shared by the consistent reads that arrived before it was sent.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	leaseForgets = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "lease_forgets_total",
+		Help: "Times the endpoint forgot the node's Lease, which it remembers from the kubelet's writes of it to answer the kubelet's gets, " +
+			"so that the next get went to kube-apiserver, by reason: conflict (a renewal got 409: someone else wrote the Lease), not_found (404: deleted), " +
+			"failed (another failure, or no answer: the write may have been applied or not), deleted (the kubelet deleted it), " +
+			"offline (a get while neither the hub nor kube-apiserver answered), unreadable (an answer that was not the node's Lease as expected).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
 	offlineSince = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "offline_since_seconds",
 		Help:           "Unix time when the node went offline (neither the hub nor kube-apiserver reachable), 0 while it is not.",

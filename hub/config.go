@@ -45,6 +45,9 @@ type Config struct {
 	// Refresh tunes how the node authorizer brings its graph up to date
 	// before a refusal; a zero Timeout never does.
 	Refresh authorizer.RefreshOptions
+	// NodeViewVersions are the versions of the node view served; nil:
+	// every one.
+	NodeViewVersions []string
 	// router hands bulk watch upgrades to the watch server New makes.
 	router *upgradeRouter
 	// ClientCASources counts the CA sources client certificates are
@@ -108,7 +111,7 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 	if o.Authentication.RequestHeader.ClientCAFile != "" || lookup {
 		sources++
 	}
-	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, CacheMaxWatchOutage: o.CacheMaxWatchOutage, Watch: o.Watch, Watcher: o.Watcher, BulkGet: o.BulkGet, UncachedTypes: o.UncachedTypes, Refresh: o.Refresh, ClientCASources: sources, router: router}, nil
+	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, CacheMaxWatchOutage: o.CacheMaxWatchOutage, Watch: o.Watch, Watcher: o.Watcher, BulkGet: o.BulkGet, UncachedTypes: o.UncachedTypes, Refresh: o.Refresh, NodeViewVersions: o.NodeViewVersions, ClientCASources: sources, router: router}, nil
 }
 
 func (o *Options) kubeConfig() (*rest.Config, error) {

@@ -14,6 +14,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	netutils "k8s.io/utils/net"
 
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/authorizer"
 	bulkget "github.com/nodeproxy/nodeproxy/bulk/get"
 	bulkwatch "github.com/nodeproxy/nodeproxy/bulk/watch"
@@ -69,6 +70,9 @@ type Options struct {
 	// Refresh tunes how the node authorizer brings its graph up to date
 	// with kube-apiserver before refusing a node; Timeout 0 turns it off.
 	Refresh authorizer.RefreshOptions
+	// NodeViewVersions are the versions of the node view served; empty:
+	// every version this release has.
+	NodeViewVersions []string
 
 	// KubeTransportWrapper, when set, wraps the transport of every request
 	// to kube-apiserver made with --kubeconfig (the cache's lists and
@@ -185,6 +189,11 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"How often the server pings each connection; a client silent for two intervals is disconnected.")
 	fs.DurationVar(&o.Watcher.BookmarkInterval, "watch-bookmark-interval", o.Watcher.BookmarkInterval,
 		"How often channels that asked for bookmarks (allowWatchBookmarks) get one, and node views whose position moved without an event.")
+	fs.StringSliceVar(&o.NodeViewVersions, "node-view-versions", o.NodeViewVersions,
+		"Versions of the node view this replica serves (of v1alpha1, v1alpha2); empty: every one. A node endpoint asks for the "+
+			"newest and, refused, opens v1alpha1 until its connection comes up again. While replicas of two releases serve side by side, "+
+			"pin the new ones to the versions the old ones serve: an endpoint moving between them would otherwise replace its copy "+
+			"of the view afresh at each change of version (docs/operations.md, \"Replicas and rollouts\").")
 	fs.DurationVar(&o.Watcher.ReauthorizeInterval, "watch-reauthorize-interval", o.Watcher.ReauthorizeInterval,
 		"How often the open channels RBAC decides (of users other than nodes, and of nodes on types the graph does not decide, such as endpointslices) are authorized again (a node's channels on the graph's types end the moment the graph says it lost access); "+
 			"a channel no longer allowed ends with ERROR 403.")
@@ -267,6 +276,11 @@ func (o *Options) Validate() error {
 	} {
 		if f.value <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", f.flag))
+		}
+	}
+	for _, v := range o.NodeViewVersions {
+		if _, ok := v1alpha1.NodeViewTypesOf(v); !ok {
+			errs = append(errs, fmt.Errorf("--node-view-versions: %q is not a version of the node view", v))
 		}
 	}
 	if err := logsapi.Validate(o.Logs, utilfeature.DefaultFeatureGate, nil); len(err) > 0 {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
@@ -105,7 +106,11 @@ func (c *Config) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node views: %w", err)
 	}
-	watchServer := watchmux.NewServer(channelRouter{views: nodeview.NewHandler(views, latestVersions{client: meta}), watches: watcher}, c.Watch)
+	channels := channelRouter{views: nodeview.NewHandler(views, latestVersions{client: meta}), watches: watcher}
+	if len(c.NodeViewVersions) > 0 {
+		channels.viewVersions = sets.New(c.NodeViewVersions...)
+	}
+	watchServer := watchmux.NewServer(channels, c.Watch)
 	c.router.watch.Store(watchServer)
 
 	// Ready only once every type has been listed into the cache and the

@@ -266,11 +266,11 @@ func sumEndpoints(ms []Metrics, which []int, name string, match ...string) float
 }
 
 // readsByPath are the kubelet's reads (get, list, watch) the endpoints
-// of which answered, by path (copy, hub, apiserver), between two
-// scrapes of every endpoint.
+// of which answered, by path (copy; memory, the endpoint's memory of the
+// node's Lease; hub; apiserver), between two scrapes of every endpoint.
 func readsByPath(before, after []Metrics, which []int) map[string]float64 {
 	out := map[string]float64{}
-	for _, path := range []string{"copy", "hub", "apiserver"} {
+	for _, path := range []string{"copy", "memory", "hub", "apiserver"} {
 		for _, verb := range []string{"get", "list", "watch"} {
 			out[path] += sumEndpoints(after, which, "nodeproxy_node_requests_total", "path", path, "verb", verb) -
 				sumEndpoints(before, which, "nodeproxy_node_requests_total", "path", path, "verb", verb)

@@ -44,11 +44,11 @@ func (o *nodeViewOutcome) WriteTables(w io.Writer) error {
 	r := o.restart
 	fmt.Fprintf(w, "\n%d kubelet(s) restarted behind copy endpoints, pods Running with their files in %.1f s\n\n", r.kubelets, maxDuration(r.took).Seconds())
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "kubelet restart\tcopy\thub\tkube-apiserver\t")
-	fmt.Fprintf(tw, "the kubelets' GET, LIST and WATCH\t%.0f\t%.0f\t%.0f\t\n", r.reads["copy"], r.reads["hub"], r.reads["apiserver"])
-	fmt.Fprintf(tw, "progress requests (websocket messages)\t%.0f\t\t\t\n", r.progress)
-	fmt.Fprintf(tw, "hub channels opened, bulk gets (every node's)\t\t%.0f, %.0f\t\t\n", r.hubOpened, r.hubGets)
-	fmt.Fprintf(tw, "kube-apiserver GET, LIST, WATCH (every client's)\t\t\t%.0f\t\n", r.apiserverReads.total())
+	fmt.Fprintln(tw, "kubelet restart\tcopy\tLease memory\thub\tkube-apiserver\t")
+	fmt.Fprintf(tw, "the kubelets' GET, LIST and WATCH\t%.0f\t%.0f\t%.0f\t%.0f\t\n", r.reads["copy"], r.reads["memory"], r.reads["hub"], r.reads["apiserver"])
+	fmt.Fprintf(tw, "progress requests (websocket messages)\t%.0f\t\t\t\t\n", r.progress)
+	fmt.Fprintf(tw, "hub channels opened, bulk gets (every node's)\t\t\t%.0f, %.0f\t\t\n", r.hubOpened, r.hubGets)
+	fmt.Fprintf(tw, "kube-apiserver GET, LIST, WATCH (every client's)\t\t\t\t%.0f\t\n", r.apiserverReads.total())
 	if err := tw.Flush(); err != nil {
 		return err
 	}

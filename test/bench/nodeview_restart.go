@@ -19,7 +19,8 @@ type viewRestart struct {
 	// window is from the first stop to the last scrape.
 	window time.Duration
 	// reads are the restarted kubelets' reads (get, list, watch) by the
-	// path that answered them: copy, hub, apiserver; offNode those of
+	// path that answered them: copy, memory (the endpoint's memory of
+	// the node's Lease), hub, apiserver; offNode those of
 	// the hub and apiserver paths by verb and resource.
 	reads   map[string]float64
 	offNode requestCounts
@@ -94,8 +95,8 @@ func (s *viewSide) restartKubelets(ctx context.Context, which []int) (r viewRest
 	r.hubOpened = hubAfter.Sum("nodeproxy_watchmux_requests_total", "result", "opened") - hubBefore.Sum("nodeproxy_watchmux_requests_total", "result", "opened")
 	r.hubGets = hubAfter.Sum("nodeproxy_bulk_get_requests_total") - hubBefore.Sum("nodeproxy_bulk_get_requests_total")
 	r.apiserverReads = readsOf(requestsServed(before.apiserver, after.apiserver))
-	s.env.progressf("nodeview (%s): restarted kubelets' reads: %.0f from the copy, %.0f to the hub, %.0f to kube-apiserver; %.0f progress requests",
-		s.way, r.reads["copy"], r.reads["hub"], r.reads["apiserver"], r.progress)
+	s.env.progressf("nodeview (%s): restarted kubelets' reads: %.0f from the copy, %.0f from the endpoint's memory of the Lease, %.0f to the hub, %.0f to kube-apiserver; %.0f progress requests",
+		s.way, r.reads["copy"], r.reads["memory"], r.reads["hub"], r.reads["apiserver"], r.progress)
 	return r, nil
 }
 
@@ -135,6 +136,7 @@ func (o *nodeViewOutcome) restartFigures() []Figure {
 		{p + "time to pods Running with their files, longest", maxDuration(r.took).Seconds(), "s"},
 		{p + "window counted (first stop to last scrape)", r.window.Seconds(), "s"},
 		{p + "the kubelets' reads answered from the copy", r.reads["copy"], ""},
+		{p + "the kubelets' reads answered from the endpoint's memory of the node's Lease", r.reads["memory"], ""},
 		{p + "the kubelets' reads that left the node, to the hub", r.reads["hub"], ""},
 		{p + "the kubelets' reads that left the node, to kube-apiserver", r.reads["apiserver"], ""},
 		{p + "progress requests on the views' channels (websocket messages, not HTTP)", r.progress, ""},
