@@ -115,11 +115,15 @@ func (p *Process) Stop() { p.Terminate(stopGrace) }
 
 // Terminate sends SIGTERM, as a kubelet stopping a pod does, and waits
 // for the process to end, escalating to SIGKILL after grace.
-func (p *Process) Terminate(grace time.Duration) {
+func (p *Process) Terminate(grace time.Duration) { p.end(syscall.SIGTERM, grace) }
+
+// end sends sig and waits for the process to end, escalating to SIGKILL
+// on its process group after grace.
+func (p *Process) end(sig syscall.Signal, grace time.Duration) {
 	if ok, _ := p.Exited(); ok {
 		return
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Process.Signal(sig)
 	select {
 	case <-p.done:
 	case <-time.After(grace):
@@ -142,18 +146,7 @@ func (p *Process) Kill() {
 // writes every goroutine's stack to standard error (into the log) before
 // it exits: where a process that stopped answering is stuck. It waits for
 // the exit, escalating to SIGKILL after stopGrace.
-func (p *Process) DumpGoroutines() {
-	if ok, _ := p.Exited(); ok {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGQUIT)
-	select {
-	case <-p.done:
-	case <-time.After(stopGrace):
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-	}
-}
+func (p *Process) DumpGoroutines() { p.end(syscall.SIGQUIT, stopGrace) }
 
 // Describe names the process, its log file and its last lines: what a
 // developer needs to see when it did not get ready.
