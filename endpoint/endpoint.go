@@ -115,6 +115,7 @@ func New(cfg Config) (*Endpoint, error) {
 		// The hub being reachable again is news for every caller: the
 		// clients' connections are dialed on their next read.
 		e.clients = newClientHubs(cfg.Hub, func(id string) { e.clientUpstream.returnToHubFor(&id) })
+		e.clientUpstream.accepted = e.clients.vouch
 		e.lease = newLeaseMemory(cfg.NodeName)
 	}
 	if cfg.Hub != nil && !cfg.NoNodeView {
@@ -201,7 +202,7 @@ func (e *Endpoint) serveKubeletElsewhere(w http.ResponseWriter, req *http.Reques
 		return
 	}
 	resource, verb := describe(req, info)
-	e.upstream.serve(w, req, resource, verb, hubServed && e.hub != nil && verb == "watch", "")
+	e.upstream.serve(w, req, resource, verb, hubServed && e.hub != nil && verb == "watch", clientKey{})
 }
 
 // serveClient answers a request of another client of the node, one with
@@ -219,7 +220,7 @@ func (e *Endpoint) serveClient(w http.ResponseWriter, req *http.Request) {
 	if hubServed {
 		hub, release := e.clients.acquire(req.Context(), key)
 		if hub != nil {
-			served := e.serveRead(w, req, r, hub)
+			served := e.serveRead(w, req, r, hub.(*Hub))
 			release()
 			if served {
 				return
@@ -229,7 +230,7 @@ func (e *Endpoint) serveClient(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	resource, verb := describe(req, info)
-	e.clientUpstream.serve(w, req, resource, verb, hubServed && verb == "watch", key.id)
+	e.clientUpstream.serve(w, req, resource, verb, hubServed && verb == "watch", key)
 }
 
 // describe names a request for metrics, as kube-apiserver would, within
