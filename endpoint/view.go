@@ -29,10 +29,13 @@ import (
 // position across hub replicas, and opened afresh when the hub cannot
 // resume it (410).
 //
-// The copy is live while the channel is open on a connection that is up:
-// it then holds what the hub sent last, which the hub sends as soon as
-// its cache has it. When it stops being live, lost says since when, on
-// the monotonic clock: a wall clock set back or forward changes nothing.
+// The copy is live while the channel is open on a connection that is up
+// and has applied a batch since it opened (the resume's, or the initial
+// state's, bookmark): it then holds what the hub sent last, which the hub
+// sends as soon as its cache has it. Before that first batch the copy is
+// what it was, however old (a copy loaded from disk, one from before an
+// outage). When it stops being live, lost says since when, on the
+// monotonic clock: a wall clock set back or forward changes nothing.
 type viewFollower struct {
 	hub  *Hub
 	copy *nodecopy.Copy
@@ -43,6 +46,8 @@ type viewFollower struct {
 
 	mu      sync.Mutex
 	channel *watchmux.SessionChannel // guarded by mu; nil while none is open
+	// following: the channel has applied a batch since it opened.
+	following bool // guarded by mu
 	// lost is when the copy stopped being live; zero while live or
 	// before it first was. offline is when the node was last seen
 	// offline: a copy's staleness counts from the later of the two,
@@ -194,7 +199,7 @@ func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
-		f.channel = nil
+		f.channel, f.following = nil, false
 		f.markLostLocked()
 		f.mu.Unlock()
 		closeChannel(ch)
@@ -239,7 +244,7 @@ func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
 			}
 			viewBatches.Inc()
 			f.mu.Lock()
-			f.lost = time.Time{}
+			f.lost, f.following = time.Time{}, true
 			if !f.upSince.IsZero() {
 				f.upSince = time.Time{}
 				close(f.caughtUp)
@@ -281,12 +286,12 @@ func (f *viewFollower) markLostLocked() {
 }
 
 // live reports whether the copy is current: its channel open on a
-// connection that is up.
+// connection that is up, and a batch applied since it opened.
 func (f *viewFollower) live() bool {
 	f.mu.Lock()
-	ch := f.channel
+	following := f.channel != nil && f.following
 	f.mu.Unlock()
-	return ch != nil && f.hub.Connected()
+	return following && f.hub.Connected()
 }
 
 // age is how long the copy has not been live: 0 while it is, and false
