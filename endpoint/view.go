@@ -53,6 +53,10 @@ type viewFollower struct {
 	// offline: a copy's staleness counts from the later of the two,
 	// since an outage is no time the copy could have followed anything.
 	lost, offline time.Time // guarded by mu
+	// unproven: the copy was loaded from an earlier boot without a
+	// proof of its age (restore), and has not followed the hub since;
+	// it is not served offline.
+	unproven bool // guarded by mu
 	// fresh: open the view without a position, its initial state
 	// replacing the copy (the hub could not resume it). Run's alone.
 	fresh bool
@@ -244,7 +248,7 @@ func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
 			}
 			viewBatches.Inc()
 			f.mu.Lock()
-			f.lost, f.following = time.Time{}, true
+			f.lost, f.following, f.unproven = time.Time{}, true, false
 			if !f.upSince.IsZero() {
 				f.upSince = time.Time{}
 				close(f.caughtUp)
@@ -307,6 +311,21 @@ func (f *viewFollower) age() (time.Duration, bool) {
 	defer f.mu.Unlock()
 	f.markLostLocked()
 	return time.Since(f.lost), true
+}
+
+// provenAge is age, false also while the copy's age cannot be proven (a
+// copy from an earlier boot that has not followed the hub since): what
+// may be served offline is a copy known to be younger than
+// --offline-max-age, and an age that cannot be proven is too old.
+func (f *viewFollower) provenAge() (time.Duration, bool) {
+	age, whole := f.age()
+	return age, whole && !f.ageUnproven()
+}
+
+func (f *viewFollower) ageUnproven() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.unproven
 }
 
 // reach waits up to d for the copy to hold type i at rv or later.

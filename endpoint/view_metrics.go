@@ -36,6 +36,13 @@ var (
 			"offline (neither the hub nor kube-apiserver reachable: the copy as it was when the node lost them).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"mode"})
+	copyRestores = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_restores_total",
+		Help: "Copies of the node's view loaded from --node-view-dir at start, by how their age was known: boot_clock (saved in this boot), " +
+			"wall_clock (saved in an earlier boot, the wall clock synchronized), unproven (saved in an earlier boot, the wall clock not synchronized " +
+			"or putting the save in the future: not served offline until the copy has followed the hub again).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"age"})
 	copyAge = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_age_seconds",
 		Help:           "How long the copy of the node's view has not followed the hub: 0 while it does; -1 while it holds no view. Updated every 5 s.",
