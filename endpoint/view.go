@@ -242,9 +242,22 @@ func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
 				viewRefused.Inc()
 				klog.ErrorS(r, "Refused an object of the node view")
 			}
+			if errors.Is(err, nodecopy.ErrGoesBack) {
+				// A replica that would take the copy back (one that
+				// listed a quiet type before the copy's last change of
+				// it, and has not had a bookmark since): the copy keeps
+				// what it has, and resumes again from its position,
+				// after run's pause, on this replica once its store
+				// moves on or on another. Opening the view afresh would
+				// send it whole for nothing, and replace nothing older.
+				viewResumesRefused.Inc()
+				held, _ := f.copy.Position()
+				return fmt.Errorf("refused the node view's batch, resuming again from the copy's position %s: %w", held, err)
+			}
 			if err != nil {
+				viewReopens.WithLabelValues("invalid").Inc()
 				f.fresh = true
-				return fmt.Errorf("apply a batch of the node view: %w", err)
+				return fmt.Errorf("apply a batch of the node view, opening it afresh: %w", err)
 			}
 			viewBatches.Inc()
 			f.mu.Lock()

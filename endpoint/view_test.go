@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/nodecopy"
@@ -132,4 +133,79 @@ func TestCopyIsNotLiveBeforeItsFirstBatch(t *testing.T) {
 	if age, _ := f.age(); age != 0 {
 		t.Errorf("the copy's age %s once live; want 0", age)
 	}
+}
+
+// span is a position of the node view with every type at rv but runtime
+// classes, at since-at.
+func span(since, at, rv uint64) string {
+	var p v1alpha1.NodeViewPosition
+	for i := range p.At {
+		p.Since[i], p.At[i] = rv, rv
+	}
+	rc := v1alpha1.NodeViewTypeIndex("runtimeclasses")
+	p.Since[rc], p.At[rc] = since, at
+	return p.String()
+}
+
+// TestAResumeBehindTheCopyIsNotAReopening: the view resumes on a replica
+// behind the copy on a quiet type. A first bookmark within what the copy
+// holds is taken: no reopening. One before it would take the copy back:
+// it is refused and counted, and the view is resumed again from the
+// copy's position, not opened afresh (which would send it whole).
+func TestAResumeBehindTheCopyIsNotAReopening(t *testing.T) {
+	step, hub := startStepHub(t)
+	f := newViewFollower(hub, "node-a")
+	held := span(700, 812, 812)
+	if _, err := f.copy.Apply(nodecopy.Batch{Initial: true, Position: held}); err != nil {
+		t.Fatal(err)
+	}
+	followStepHub(t, f)
+	next := func() watchmux.Sink {
+		t.Helper()
+		select {
+		case sink := <-step.opened:
+			return sink
+		case <-time.After(30 * time.Second):
+			t.Fatal("the view was not opened within 30 s")
+			return nil
+		}
+	}
+	sink := next()
+	behind := span(700, 790, 815)
+	sink.Send(watch.Bookmark, bookmark(behind))
+	testserver.Eventually(t, 10*time.Second, "the resume's bookmark taken", func(context.Context) error {
+		if pos, _ := f.copy.Position(); pos != behind {
+			return fmt.Errorf("position %s", pos)
+		}
+		return nil
+	})
+	if !f.live() {
+		t.Error("the copy is not live after a bookmark within what it holds")
+	}
+
+	RegisterMetrics()
+	refusedBefore := refusedResumes(t)
+	sink.Send(watch.Bookmark, bookmark(span(600, 650, 816)))
+	next() // opened again
+	step.mu.Lock()
+	positions := append([]string(nil), step.positions...)
+	step.mu.Unlock()
+	if want := []string{held, behind}; fmt.Sprint(positions) != fmt.Sprint(want) {
+		t.Errorf("the view opened from %q; want %q: resumed from the copy's position each time, never afresh", positions, want)
+	}
+	if at, _ := f.copy.At(v1alpha1.NodeViewTypeIndex("runtimeclasses")); at != 812 {
+		t.Errorf("runtime classes answered at %d; want 812", at)
+	}
+	if d := refusedResumes(t) - refusedBefore; d != 1 {
+		t.Errorf("%v refused resumes counted; want 1", d)
+	}
+}
+
+func refusedResumes(t *testing.T) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(viewResumesRefused)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
