@@ -54,8 +54,8 @@ func (e *Endpoint) copyMode() (string, bool) {
 	if e.view.live() {
 		return modeLive, true
 	}
-	age, whole := e.view.age()
-	if !whole || age > e.offlineMaxAge || !e.offline() {
+	age, proven := e.view.provenAge()
+	if !proven || age > e.offlineMaxAge || !e.offline() {
 		return "", false
 	}
 	e.view.sawOffline()

@@ -29,10 +29,13 @@ import (
 // position across hub replicas, and opened afresh when the hub cannot
 // resume it (410).
 //
-// The copy is live while the channel is open on a connection that is up:
-// it then holds what the hub sent last, which the hub sends as soon as
-// its cache has it. When it stops being live, lost says since when, on
-// the monotonic clock: a wall clock set back or forward changes nothing.
+// The copy is live while the channel is open on a connection that is up
+// and has applied a batch since it opened (the resume's, or the initial
+// state's, bookmark): it then holds what the hub sent last, which the hub
+// sends as soon as its cache has it. Before that first batch the copy is
+// what it was, however old (a copy loaded from disk, one from before an
+// outage). When it stops being live, lost says since when, on the
+// monotonic clock: a wall clock set back or forward changes nothing.
 type viewFollower struct {
 	hub  *Hub
 	copy *nodecopy.Copy
@@ -43,11 +46,17 @@ type viewFollower struct {
 
 	mu      sync.Mutex
 	channel *watchmux.SessionChannel // guarded by mu; nil while none is open
+	// following: the channel has applied a batch since it opened.
+	following bool // guarded by mu
 	// lost is when the copy stopped being live; zero while live or
 	// before it first was. offline is when the node was last seen
 	// offline: a copy's staleness counts from the later of the two,
 	// since an outage is no time the copy could have followed anything.
 	lost, offline time.Time // guarded by mu
+	// unproven: the copy was loaded from an earlier boot without a
+	// proof of its age (restore), and has not followed the hub since;
+	// it is not served offline.
+	unproven bool // guarded by mu
 	// fresh: open the view without a position, its initial state
 	// replacing the copy (the hub could not resume it). Run's alone.
 	fresh bool
@@ -194,7 +203,7 @@ func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
-		f.channel = nil
+		f.channel, f.following = nil, false
 		f.markLostLocked()
 		f.mu.Unlock()
 		closeChannel(ch)
@@ -233,13 +242,26 @@ func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
 				viewRefused.Inc()
 				klog.ErrorS(r, "Refused an object of the node view")
 			}
+			if errors.Is(err, nodecopy.ErrGoesBack) {
+				// A replica that would take the copy back (one that
+				// listed a quiet type before the copy's last change of
+				// it, and has not had a bookmark since): the copy keeps
+				// what it has, and resumes again from its position,
+				// after run's pause, on this replica once its store
+				// moves on or on another. Opening the view afresh would
+				// send it whole for nothing, and replace nothing older.
+				viewResumesRefused.Inc()
+				held, _ := f.copy.Position()
+				return fmt.Errorf("refused the node view's batch, resuming again from the copy's position %s: %w", held, err)
+			}
 			if err != nil {
+				viewReopens.WithLabelValues("invalid").Inc()
 				f.fresh = true
-				return fmt.Errorf("apply a batch of the node view: %w", err)
+				return fmt.Errorf("apply a batch of the node view, opening it afresh: %w", err)
 			}
 			viewBatches.Inc()
 			f.mu.Lock()
-			f.lost = time.Time{}
+			f.lost, f.following, f.unproven = time.Time{}, true, false
 			if !f.upSince.IsZero() {
 				f.upSince = time.Time{}
 				close(f.caughtUp)
@@ -281,12 +303,12 @@ func (f *viewFollower) markLostLocked() {
 }
 
 // live reports whether the copy is current: its channel open on a
-// connection that is up.
+// connection that is up, and a batch applied since it opened.
 func (f *viewFollower) live() bool {
 	f.mu.Lock()
-	ch := f.channel
+	following := f.channel != nil && f.following
 	f.mu.Unlock()
-	return ch != nil && f.hub.Connected()
+	return following && f.hub.Connected()
 }
 
 // age is how long the copy has not been live: 0 while it is, and false
@@ -302,6 +324,21 @@ func (f *viewFollower) age() (time.Duration, bool) {
 	defer f.mu.Unlock()
 	f.markLostLocked()
 	return time.Since(f.lost), true
+}
+
+// provenAge is age, false also while the copy's age cannot be proven (a
+// copy from an earlier boot that has not followed the hub since): what
+// may be served offline is a copy known to be younger than
+// --offline-max-age, and an age that cannot be proven is too old.
+func (f *viewFollower) provenAge() (time.Duration, bool) {
+	age, whole := f.age()
+	return age, whole && !f.ageUnproven()
+}
+
+func (f *viewFollower) ageUnproven() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.unproven
 }
 
 // reach waits up to d for the copy to hold type i at rv or later.
