@@ -1,6 +1,8 @@
 package charts
 
 import (
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -69,4 +71,70 @@ func TestBadValuesAreRefusedNamingTheValue(t *testing.T) {
 			t.Log(err)
 		})
 	}
+}
+
+// TestValuesAndSchemaListTheSameKeys: values.yaml documents every value
+// the schema admits, with its default, and the schema admits every value
+// values.yaml sets (additionalProperties false everywhere), so that
+// neither lists a value the other does not.
+func TestValuesAndSchemaListTheSameKeys(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(chartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root schemaNode
+	if err := json.Unmarshal(raw, &root); err != nil {
+		t.Fatal(err)
+	}
+	var missing func(prefix string, s schemaNode, vals map[string]any)
+	missing = func(prefix string, s schemaNode, vals map[string]any) {
+		if s.AdditionalProperties == nil || *s.AdditionalProperties {
+			t.Errorf("the schema admits unknown keys under %q", prefix)
+		}
+		for name, sub := range s.Properties {
+			v, ok := vals[name]
+			if !ok && !unsetByDefault[prefix+name] {
+				t.Errorf("values.yaml has no default for %s%s", prefix, name)
+				continue
+			}
+			if m, isMap := v.(map[string]any); isMap && sub.Properties != nil {
+				missing(prefix+name+".", sub, m)
+			}
+		}
+		for name := range vals {
+			if _, ok := s.Properties[name]; !ok {
+				t.Errorf("the schema does not list %s%s", prefix, name)
+			}
+		}
+	}
+	missing("", root, valuesFile(t, filepath.Join(chartDir, "values.yaml")))
+}
+
+// unsetByDefault are the values the schema admits that values.yaml
+// leaves out, each with its comment there: the base sets no memory limit
+// (values-production.yaml does).
+var unsetByDefault = map[string]bool{"hub.resources.limits": true}
+
+// schemaNode is what TestValuesAndSchemaListTheSameKeys reads of an
+// object's schema. additionalProperties is a bool here or a schema (maps
+// of free keys, such as hub.nodeSelector, whose properties are nil).
+type schemaNode struct {
+	Properties           map[string]schemaNode
+	AdditionalProperties *bool
+}
+
+func (s *schemaNode) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Properties           map[string]schemaNode
+		AdditionalProperties json.RawMessage
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	s.Properties = raw.Properties
+	var closed bool
+	if json.Unmarshal(raw.AdditionalProperties, &closed) == nil {
+		s.AdditionalProperties = &closed
+	}
+	return nil
 }
