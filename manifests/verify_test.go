@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	sigsyaml "sigs.k8s.io/yaml"
 )
@@ -76,4 +77,27 @@ func certificateNames(t *testing.T, docs []string, namespacedName string) ([]str
 		}
 	}
 	return nil, false
+}
+
+// TestDelegationRoleBindingIsInKubeSystem: the hub reads the client and
+// front-proxy CAs from kube-system/extension-apiserver-authentication,
+// which only a RoleBinding in kube-system to the Role of that name lets
+// it do; a kustomization that moves the binding into its own namespace
+// (a `namespace:` field does) leaves the hub unable to authenticate
+// anyone by certificate.
+func TestDelegationRoleBindingIsInKubeSystem(t *testing.T) {
+	for dir := range kustomizations {
+		t.Run(dir, func(t *testing.T) {
+			_, out := build(t, dir)
+			for _, doc := range strings.Split(string(out), "\n---\n") {
+				var rb rbacv1.RoleBinding
+				if err := sigsyaml.Unmarshal([]byte(doc), &rb); err != nil {
+					t.Fatal(err)
+				}
+				if rb.Kind == "RoleBinding" && rb.RoleRef.Name == "extension-apiserver-authentication-reader" && rb.Namespace != "kube-system" {
+					t.Errorf("RoleBinding %s is in %q: the Role %s is kube-system's", rb.Name, rb.Namespace, rb.RoleRef.Name)
+				}
+			}
+		})
+	}
 }
