@@ -54,11 +54,21 @@ func (e *Endpoint) copyMode() (string, bool) {
 	if e.view.live() {
 		return modeLive, true
 	}
-	age, whole := e.view.age()
-	if !whole || age > e.offlineMaxAge || !e.offline() {
+	age, whole := e.view.offlineAge()
+	if !whole || !e.offline() {
+		return "", false
+	}
+	if age > e.offlineMaxAge {
+		copyRefusals.WithLabelValues("too_old").Inc()
 		return "", false
 	}
 	e.view.sawOffline()
+	if !e.view.vouched() {
+		// It may lack what the node was served: serving nothing is
+		// safe, serving the past is not.
+		copyRefusals.WithLabelValues("unvouched").Inc()
+		return "", false
+	}
 	return modeOffline, true
 }
 
@@ -401,25 +411,41 @@ func (e *Endpoint) copyWatchKept(cw *copyWatch) bool {
 	return false // the kubelet watches again, from its last version, elsewhere
 }
 
-// copyStaleAfter is how long the copy's watches stay open after it
-// stopped following the hub while kube-apiserver answers. Longer than a
-// replica's rollout and than an endpoint's redial after an outage
-// (kube-apiserver is usually back before the hub, which needs it to list
-// its cache), so that the kubelets' watches wait for the hub rather than
-// all move to kube-apiserver; short enough that a hub gone for good
-// delays the changes the node sees by no more than this. Nothing is
-// lost either way: the watch resumes from its version.
-const copyStaleAfter = 30 * time.Second
+// How long the copy's watches stay open after it stopped following the
+// hub while kube-apiserver answers, before they end and the kubelet
+// watches kube-apiserver, whose answers the copy takes in (observe.go):
+//
+//   - copyLostGrace, when the hub went while kube-apiserver answered (a
+//     replica lost, the hub's Service broken): as long as a session takes
+//     to carry the view to another replica (hubResumeTimeout), so that a
+//     failover moves nothing, and no longer, since every change the
+//     kubelet does not see meanwhile is late;
+//   - copyStaleAfter, when the node was offline since (an outage ends):
+//     kube-apiserver is usually back before the hub, which lists its
+//     cache from it, and the endpoints redial the hub on their backoff;
+//     ending every watch at once would send every kubelet's watches to
+//     kube-apiserver the moment it returns, the relist storm the copy is
+//     there to spare it. Longer than the hub takes to return.
+//
+// Nothing is lost either way: the watch resumes from its version.
+const (
+	copyLostGrace  = hubResumeTimeout
+	copyStaleAfter = 30 * time.Second
+)
 
 // copyWatchable reports whether the copy's watches may go on: while the
-// copy follows the hub, or is offline, and for copyStaleAfter after it
-// stopped following.
+// copy follows the hub, or is offline, and for a grace after it stopped
+// following (above).
 func (e *Endpoint) copyWatchable() bool {
 	if _, ok := e.copyMode(); ok {
 		return true
 	}
 	stale, whole := e.view.staleFor()
-	return whole && stale < copyStaleAfter || e.view.catchingUp()
+	grace := copyLostGrace
+	if e.view.offlineSinceLost() {
+		grace = copyStaleAfter
+	}
+	return whole && stale < grace || e.view.catchingUp()
 }
 
 // bookmarkOf is a BOOKMARK of r's type at rv, ending the initial events

@@ -32,6 +32,11 @@ func (e *Endpoint) watchOffline(ctx context.Context) {
 		case <-tick.C:
 		}
 		copyObjects.Set(float64(e.view.copy.Len()))
+		if offlineAge, whole := e.view.offlineAge(); whole && e.view.vouched() && offlineAge <= e.offlineMaxAge {
+			copyVouched.Set(1)
+		} else {
+			copyVouched.Set(0)
+		}
 		age, whole := e.view.age()
 		if !whole {
 			copyAge.Set(-1)

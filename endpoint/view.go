@@ -69,6 +69,8 @@ type viewFollower struct {
 	lastToken  uint64 // guarded by progressMu
 	sending    bool   // guarded by progressMu
 	queued     uint64 // guarded by progressMu
+
+	trust trust
 }
 
 // viewRetry paces the opening of the view after a failure: a hub without
@@ -167,6 +169,7 @@ func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
 	if pos == "" {
 		op.Options.SendInitialEvents = ptr.To(true)
 	}
+	opened := mono()
 	openCtx, cancel := context.WithTimeout(ctx, hubRequestTimeout)
 	ch, err := s.WatchBatches(openCtx, op)
 	cancel()
@@ -238,6 +241,7 @@ func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
 				return fmt.Errorf("apply a batch of the node view: %w", err)
 			}
 			viewBatches.Inc()
+			f.trustSince(opened)
 			f.mu.Lock()
 			f.lost = time.Time{}
 			if !f.upSince.IsZero() {
@@ -304,6 +308,18 @@ func (f *viewFollower) age() (time.Duration, bool) {
 	return time.Since(f.lost), true
 }
 
+// offlineAge is how old the copy is as an offline node would serve it:
+// since it last followed the hub, or, if later, since kube-apiserver
+// last answered the kubelet's reads of the view, which the copy took in
+// (observe.go); false if it holds no view.
+func (f *viewFollower) offlineAge() (time.Duration, bool) {
+	age, whole := f.age()
+	if heard, ok := f.sinceHeard(); ok && whole {
+		age = min(age, heard)
+	}
+	return age, whole
+}
+
 // reach waits up to d for the copy to hold type i at rv or later.
 func (f *viewFollower) reach(ctx context.Context, i int, rv uint64, d time.Duration) bool {
 	ctx, cancel := context.WithTimeout(ctx, d)
@@ -334,4 +350,13 @@ func (f *viewFollower) staleFor() (time.Duration, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return min(age, time.Since(f.offline)), true
+}
+
+// offlineSinceLost reports whether the node was offline since the copy
+// stopped following the hub: the hub is away because the control plane
+// was, not on its own.
+func (f *viewFollower) offlineSinceLost() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.offline.IsZero() && !f.lost.IsZero() && !f.offline.Before(f.lost)
 }

@@ -70,4 +70,28 @@ var (
 		Help:           "Unix time when the node went offline (neither the hub nor kube-apiserver reachable), 0 while it is not.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	observedChanges = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_observed_changes_total",
+		Help: "Changes of the copy of the node's view taken from what the kubelet was served by another way than the copy (kube-apiserver while the hub was away, " +
+			"a hub channel or bulk get): a state newer than the copy's, or a deletion, so that the copy never answers older than what the node was served.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	unobserved = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_unobserved_total",
+		Help: "Answers the kubelet was served of its node's view that the copy could not take in, by reason: undecodable, too_large, refused (an object outside the node's view). " +
+			"Each leaves the copy unvouched (nodeproxy_node_copy_vouched 0) until the hub brings it past that moment.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
+	copyVouched = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_vouched",
+		Help: "1 while the copy of the node's view could be served offline: it holds a whole view, took in everything the node was served of it, and is younger than --offline-max-age. " +
+			"0 otherwise: offline, the kubelet's reads of the view would be served nothing. Updated every 5 s.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	copyRefusals = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_refusals_total",
+		Help: "Reads of the kubelet the copy did not answer offline, by reason: unvouched (it may lack what the node was served), " +
+			"too_old (older than --offline-max-age). The read went to kube-apiserver and failed, as without the endpoint.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
 )
