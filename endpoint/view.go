@@ -238,6 +238,11 @@ func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
 			}
 			if err != nil {
 				f.fresh = true
+				if errors.Is(err, nodecopy.ErrBehind) {
+					// Opened again after viewRetry: the replica catches
+					// up, or the Service picks another.
+					viewReopens.WithLabelValues("behind").Inc()
+				}
 				return fmt.Errorf("apply a batch of the node view: %w", err)
 			}
 			viewBatches.Inc()

@@ -27,7 +27,8 @@ var (
 	viewReopens = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "view_reopens_total",
 		Help: "Node views opened again by the endpoint, by reason: expired (the hub could not resume from the copy's position: the view opened afresh, its initial state replacing the copy), " +
-			"ended (no replica took the channel back within 5 s: opened again from the copy's position), older_hub (the hub refused the newest version of the view: opened at the first).",
+			"ended (no replica took the channel back within 5 s: opened again from the copy's position), older_hub (the hub refused the newest version of the view: opened at the first), " +
+			"behind (a view afresh from a replica behind the copy, refused: opened afresh again a moment later).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 	copyReads = metrics.NewCounterVec(&metrics.CounterOpts{
