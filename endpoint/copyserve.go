@@ -54,19 +54,14 @@ func (e *Endpoint) copyMode() (string, bool) {
 	if e.view.live() {
 		return modeLive, true
 	}
-	age, whole := e.view.offlineAge()
-	if !whole || !e.offline() {
-		return "", false
-	}
-	if age > e.offlineMaxAge {
-		copyRefusals.WithLabelValues("too_old").Inc()
+	if !e.offline() {
 		return "", false
 	}
 	e.view.sawOffline()
-	if !e.view.vouched() {
-		// It may lack what the node was served: serving nothing is
-		// safe, serving the past is not.
-		copyRefusals.WithLabelValues("unvouched").Inc()
+	if _, refused := e.view.servableOffline(e.offlineMaxAge); refused != "" {
+		// Serving nothing is safe; serving the past, or a copy older
+		// than the operator allows, is not.
+		copyRefusals.WithLabelValues(refused).Inc()
 		return "", false
 	}
 	return modeOffline, true

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,7 +120,7 @@ func keepLog(t *testing.T, name, path string) {
 	}
 	b, err := os.ReadFile(path)
 	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-%d.log", t.Name(), name, time.Now().UnixNano())), b, 0o644)
+		err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-%d.log", strings.ReplaceAll(t.Name(), "/", "_"), name, time.Now().UnixNano())), b, 0o644)
 	}
 	if err != nil {
 		t.Logf("keep %s: %v", path, err)

@@ -325,6 +325,29 @@ func (f *viewFollower) offlineAge() (time.Duration, bool) {
 	return age, whole
 }
 
+// Why an offline node would not serve its copy, the values of the
+// refusals metric's "reason" label ("" when it would).
+const (
+	refusedNoView    = "no_view"   // it holds no whole view
+	refusedTooOld    = "too_old"   // older than --offline-max-age
+	refusedUnvouched = "unvouched" // it may lack what the node was served
+)
+
+// servableOffline is how old the copy is, offline, and why it may not be
+// served then ("" if it may).
+func (f *viewFollower) servableOffline(maxAge time.Duration) (time.Duration, string) {
+	age, whole := f.offlineAge()
+	switch {
+	case !whole:
+		return 0, refusedNoView
+	case age > maxAge:
+		return age, refusedTooOld
+	case !f.vouched():
+		return age, refusedUnvouched
+	}
+	return age, ""
+}
+
 // reach waits up to d for the copy to hold type i at rv or later.
 func (f *viewFollower) reach(ctx context.Context, i int, rv uint64, d time.Duration) bool {
 	ctx, cancel := context.WithTimeout(ctx, d)

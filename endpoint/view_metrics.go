@@ -91,8 +91,8 @@ var (
 	})
 	copyRefusals = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_refusals_total",
-		Help: "Reads of the kubelet the copy did not answer offline, by reason: unvouched (it may lack what the node was served), " +
-			"too_old (older than --offline-max-age). The read went to kube-apiserver and failed, as without the endpoint.",
+		Help: "Reads of the kubelet the copy did not answer offline, by reason: no_view (it holds none), too_old (older than --offline-max-age), " +
+			"unvouched (it may lack what the node was served). The read went to kube-apiserver and failed, as without the endpoint.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 )
