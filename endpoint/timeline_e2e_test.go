@@ -125,12 +125,13 @@ func TestNoNodeGoesBackInTime(t *testing.T) {
 				b.hasNot(b2.UID, "b2, which it could not know of")
 			} else {
 				firstWrite(t, a.kubelet.SecretVolumeFile(a1.UID, "creds", "password"), "rotated")
-				firstWrite(t, b.kubelet.SecretVolumeFile(b1.UID, "creds", "password"), "rotated")
-				firstWrite(t, b.kubelet.SecretVolumeFile(b2.UID, "creds", "password"), "new")
+				// a1 written: the restarted kubelet has listed its pods.
 				a.hasNot(a2.UID, "a2, deleted before the outage")
 				if _, err := os.Stat(a.kubelet.SecretVolumeFile(a2.UID, "creds", "password")); !os.IsNotExist(err) {
 					t.Errorf("a2's volume on %s: %v, want none: the kubelet started a pod deleted before the outage", a.name, err)
 				}
+				firstWrite(t, b.kubelet.SecretVolumeFile(b1.UID, "creds", "password"), "rotated")
+				firstWrite(t, b.kubelet.SecretVolumeFile(b2.UID, "creds", "password"), "new")
 			}
 
 			o.end()
