@@ -30,6 +30,9 @@ const (
 	consistentUnavailable = "unavailable"
 	// consistentGone: the request ended while it waited.
 	consistentGone = "gone"
+	// consistentUnsynced: 504 at once, the type's first list not yet in
+	// the cache; the endpoint asks kube-apiserver instead.
+	consistentUnsynced = "unsynced"
 )
 
 // consistentBudget bounds a consistent read, from its arrival to its
@@ -53,6 +56,14 @@ var errNobodyToAsk = errors.New("nodeproxy has no kube-apiserver to ask for its 
 // another. A request with several operations of one type asks once: they
 // all arrived together. start is when the read arrived.
 func (c *Catalog) ConsistentVersion(ctx context.Context, s *cache.Store, verb string, start time.Time) (uint64, error) {
+	return c.consistentVersion(ctx, s, verb, start, start.Add(consistentBudget))
+}
+
+// consistentVersion is ConsistentVersion within deadline.
+func (c *Catalog) consistentVersion(ctx context.Context, s *cache.Store, verb string, start, deadline time.Time) (uint64, error) {
+	if !s.HasSynced() {
+		return 0, refuseUnsynced(s)
+	}
 	if c.latest == nil {
 		observeConsistentRead(s, consistentUnavailable, 0)
 		return 0, storageUnavailable(s, verb, errNobodyToAsk)
@@ -60,10 +71,10 @@ func (c *Catalog) ConsistentVersion(ctx context.Context, s *cache.Store, verb st
 	if c.progress != nil {
 		c.progress.prime(s)
 	}
-	askCtx, cancel := context.WithDeadline(ctx, start.Add(consistentBudget))
+	askCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	rv, err := c.latest.current(askCtx, s.Resource)
-	if err != nil && ctx.Err() == nil && time.Until(start.Add(consistentBudget)) > latestVersionTimeout/2 {
+	if err != nil && ctx.Err() == nil && time.Until(deadline) > latestVersionTimeout/2 {
 		rv, err = c.latest.current(askCtx, s.Resource)
 	}
 	switch {
@@ -94,12 +105,40 @@ func (c *Catalog) ConsistentVersion(ctx context.Context, s *cache.Store, verb st
 // kube-apiserver's watch cache ends one, and the node endpoint then asks
 // kube-apiserver.
 func (c *Catalog) ReadConsistent(ctx context.Context, q *Query, latest uint64, start time.Time) (*cache.Snapshot, error) {
-	s := q.store
+	return c.readConsistent(ctx, q.store, latest, start, start.Add(consistentBudget))
+}
+
+// FreshVersion is a consistent read of s's type without the objects: a
+// resourceVersion V such that the store, once at V, holds every change
+// kube-apiserver had made of the type when start came. It asks and
+// waits as ConsistentVersion and ReadConsistent do, sharing their
+// questions and probes, within budget rather than consistentBudget; the
+// error is theirs (504 the store not shown current in time, 500
+// kube-apiserver not asked). The node view answers a progress request
+// only at such versions: its consumer serves consistent reads from the
+// answer.
+func (c *Catalog) FreshVersion(ctx context.Context, s *cache.Store, start time.Time, budget time.Duration) (uint64, error) {
+	deadline := start.Add(budget)
+	latest, err := c.consistentVersion(ctx, s, "watch", start, deadline)
+	if err != nil {
+		return 0, err
+	}
+	snap, err := c.readConsistent(ctx, s, latest, start, deadline)
+	if err != nil {
+		return 0, err
+	}
+	return snap.RV, nil
+}
+
+// readConsistent is ReadConsistent of s within deadline.
+func (c *Catalog) readConsistent(ctx context.Context, s *cache.Store, latest uint64, start, deadline time.Time) (*cache.Snapshot, error) {
+	if !s.HasSynced() {
+		return nil, refuseUnsynced(s)
+	}
 	if snap := s.Snapshot(); snap.RV >= latest {
 		observeConsistentRead(s, consistentFresh, time.Since(start))
 		return snap, nil
 	}
-	deadline := start.Add(consistentBudget)
 	if c.progress != nil {
 		probeCtx, cancel := context.WithDeadline(ctx, deadline)
 		snap, how, err := c.progress.confirm(probeCtx, s, latest)
@@ -127,6 +166,24 @@ func (c *Catalog) ReadConsistent(ctx context.Context, q *Query, latest uint64, s
 		klog.V(2).InfoS("Refused a consistent read: the cache was not shown current in time", "resource", s.Resource.Resource, "latest", latest, "cached", s.Snapshot().RV)
 	}
 	return snap, err
+}
+
+// refuseUnsynced refuses a consistent read of a store whose first list is
+// not in yet (a replica starting, its Service readiness not yet passed):
+// 504 "Too large resource version" at once, on which the node endpoint
+// asks kube-apiserver, as kube-apiserver's own cache, not ready, hands a
+// consistent list to etcd. Waiting for the list would cost the read its
+// budget for an answer it can get elsewhere now; and no probe can stand
+// in for the list: a store at no version would be probed with a watch
+// from "0", whose synthetic ADDED events come in key order, so that the
+// last of them, older than another object, proves nothing about a list
+// answered in between (TestConsistentReadOfAStoreStillListingIsNotProvedByAProbeFromZero).
+func refuseUnsynced(s *cache.Store) error {
+	observeConsistentRead(s, consistentUnsynced, 0)
+	klog.V(2).InfoS("Refused a consistent read: the type's first list is not in the cache yet", "resource", s.Resource.Resource)
+	err := tooLargeResourceVersion(0, 0)
+	err.(*apierrors.StatusError).ErrStatus.Message = fmt.Sprintf("Too large resource version: the cache of %s has not been listed yet", s.Resource.Resource)
+	return err
 }
 
 // verb is what q amounts to on kube-apiserver, for its errors.

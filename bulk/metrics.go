@@ -29,7 +29,7 @@ var (
 		Namespace:      "nodeproxy",
 		Subsystem:      "bulk",
 		Name:           "version_waits_total",
-		Help:           "Requests at a resourceVersion this replica's cache had not reached when they came (clients moved from another replica), by resource, request (read: a list or a channel's initial state; resume: a watch from the version) and result: caught_up (the cache reached it within 3 s), vouched (a resume kube-apiserver had reached the version for: it joined ahead of the cache), too_large (504 after 3 s: kube-apiserver had not reached it either, or, for a read, was not asked), unchecked (504 after 3 s: kube-apiserver could not be asked), gone (the request ended first).",
+		Help:           "Requests at a resourceVersion this replica's cache had not reached when they came (clients moved from another replica), by resource, request (read: a list or a channel's initial state; resume: a watch from the version) and result: caught_up (the cache reached it within 3 s), vouched (a resume kube-apiserver had reached the version for: it joined ahead of the cache), too_large (504 after 3 s: kube-apiserver had not reached it either, or, for a read, was not asked), unchecked (504 after 3 s: kube-apiserver could not be asked), gone (the request ended first), unsynced (504 at once: the type's first list is not in the cache yet).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource", "request", "result"})
 	latestVersionRequests = metrics.NewCounterVec(&metrics.CounterOpts{
@@ -52,7 +52,7 @@ var (
 		Namespace:      "nodeproxy",
 		Subsystem:      "bulk",
 		Name:           "consistent_reads_total",
-		Help:           "Reads with resourceVersion \"\" (bulk get operations, channels with sendInitialEvents), by resource and result: fresh (the cache had reached kube-apiserver's version), caught_up (it reached it within 8 s of the read), confirmed (a quiet type: a probe showed nothing of the type had changed since the cache's version), too_large (504 8 s after the read), unavailable (500 ServerTimeout: kube-apiserver could not be asked), gone (the request ended first).",
+		Help:           "Reads with resourceVersion \"\" (bulk get operations, channels with sendInitialEvents), by resource and result: fresh (the cache had reached kube-apiserver's version), caught_up (it reached it within 8 s of the read), confirmed (a quiet type: a probe showed nothing of the type had changed since the cache's version), too_large (504 8 s after the read), unavailable (500 ServerTimeout: kube-apiserver could not be asked), gone (the request ended first), unsynced (504 at once: the type's first list is not in the cache yet).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource", "result"})
 	consistentReadWait = metrics.NewHistogramVec(&metrics.HistogramOpts{

@@ -2,6 +2,7 @@ package bulk
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -109,6 +110,9 @@ const (
 // it. It returns an error when ctx ends first, or when a probe it waited
 // for failed (the caller then waits for the store alone).
 func (c *ProgressChecker) confirm(ctx context.Context, s *cache.Store, rv uint64) (*cache.Snapshot, string, error) {
+	if !s.HasSynced() {
+		return nil, "", fmt.Errorf("confirm %s at %d: %w", s.Resource.Resource, rv, ErrUnsynced)
+	}
 	spacing := time.NewTimer(0)
 	defer spacing.Stop()
 	for {
@@ -189,6 +193,9 @@ func (c *ProgressChecker) stateLocked(s *cache.Store) *progressState {
 // the last one failed within progressRetryAfter. It reports whether one
 // started.
 func (c *ProgressChecker) startLocked(s *cache.Store, st *progressState) bool {
+	if !s.HasSynced() {
+		return false // never a probe from "0": ErrUnsynced
+	}
 	if st.err != nil && time.Since(st.failedAt) < progressRetryAfter {
 		return false
 	}
@@ -200,6 +207,14 @@ func (c *ProgressChecker) startLocked(s *cache.Store, st *progressState) bool {
 	go c.probe(s, st)
 	return true
 }
+
+// ErrUnsynced: a store whose first list is not in has no version to
+// probe from. A probe from "0" would be kube-apiserver's watch from any
+// version: synthetic ADDED events of its state in key order, not in
+// resourceVersion order, so "no change between the last of them and the
+// bookmark" is false of every object older than the last and newer than
+// a list still on its way to the store.
+var ErrUnsynced = errors.New("the type's first list is not in the cache yet")
 
 // probe runs one probe of s from the store's current resourceVersion and
 // publishes its answer.

@@ -238,3 +238,24 @@ func TestProgressProbesArePipelinedWhileReadsWait(t *testing.T) {
 		src.answers <- progressAnswer{last: 10, through: 20}
 	}
 }
+
+// TestUnsyncedStoreIsNeverProbed: a store whose first list is not in has
+// no version to probe from, and a probe from "0" (kube-apiserver's
+// synthetic ADDED events in key order) proves nothing: confirm refuses
+// at once, and neither it nor prime opens a probe.
+func TestUnsyncedStoreIsNeverProbed(t *testing.T) {
+	c, err := cache.NewDetached(cache.Options{LogSize: 16, EncodedEntries: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Store(schema.GroupVersionResource{Version: "v1", Resource: "secrets"})
+	source := newScriptedProgress()
+	checker := NewProgressChecker(source)
+	checker.prime(s)
+	if _, _, err := checker.confirm(context.Background(), s, 100); !errors.Is(err, ErrUnsynced) {
+		t.Fatalf("confirm of an unsynced store: %v, want ErrUnsynced", err)
+	}
+	if n := source.count(); n != 0 {
+		t.Fatalf("%d probes of an unsynced store, want none", n)
+	}
+}

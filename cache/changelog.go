@@ -27,7 +27,9 @@ type Event struct {
 	Prev *Object
 	// RV is the change's resourceVersion; PrevRV the store's
 	// resourceVersion just before it. A watch from any version in
-	// [PrevRV, RV) must deliver this event.
+	// [PrevRV, RV) must deliver this event. Inside a relist's batch,
+	// deletions the versions do not cover share one version (PrevRV ==
+	// RV for all but the first): none is a resume point (inGap).
 	RV, PrevRV uint64
 
 	seq uint64

@@ -38,14 +38,30 @@
 //     after rv, or ErrExpired when the log no longer holds them all (the
 //     caller relists, as after kube-apiserver's 410 Gone).
 //   - A relist (after the first list) goes into the change log as the
-//     difference between the old state and the list: ADDED and MODIFIED
-//     at the objects' own resourceVersions, in order, then DELETED at the
-//     last versions up to the list's, one each. A watch from before it
-//     ends at a state equal to the list and, resumed from any event's
-//     version, misses and repeats nothing; exact reads inside that batch
-//     get ErrExpired. Where no such sequence exists (a name deleted and
-//     created again, no free versions for the deletions, a list older
-//     than the store) the log starts over and watches from before expire.
+//     difference between the old state and the list, in resourceVersion
+//     order: ADDED and MODIFIED at the objects' own resourceVersions; for
+//     a name whose UID changed, the old object's DELETED before the new
+//     one's ADDED; DELETED for what the list lacks. Each DELETED takes the
+//     latest version no other event holds, after the store's and before
+//     what must follow it (the new object's ADDED, else the list's
+//     version), one event a version; kube-apiserver's etcd spends a
+//     revision on every deletion, so such versions always exist for its
+//     lists. A watch from before the relist ends at a state equal to the
+//     list, never sees a version go back, and, resumed from the version
+//     of any snapshot or of any event outside the relist's span, misses
+//     and repeats nothing. Versions strictly inside the span are no resume
+//     points (ErrExpired), and exact reads there get ErrExpired too.
+//   - Only inside that span may events share a version: where the
+//     versions do not suffice, the deletions left over share the span's
+//     first one, ahead of the rest, and since nobody resumes from it, no
+//     watch can stop between two of them and skip the second (as
+//     kube-apiserver's watch cache would, resuming after every event at
+//     the version given). The list's version is a resume point and is
+//     never shared. Where the span has no version inside it and more than
+//     one change, where a listed object changed outside it, where two
+//     listed objects share a version, or where the list is older than
+//     the store, the log starts over and watches from before expire
+//     (nodeproxy_cache_relist_log_restarts_total says why).
 //   - Each store knows how fresh it is (Freshness): when kube-apiserver
 //     last told it anything (an event, a bookmark, a list), and since when
 //     its lists and watches have all failed. A list answered or a watch

@@ -70,6 +70,25 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
 
+	cacheRelistLogRestarts = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy",
+		Subsystem: "cache",
+		Name:      "relist_log_restarts_total",
+		Help: "Relists (after the first list) that started the change log over, so that every watch from before them was told to relist, by resource and reason: " +
+			"option (--cache-relist-expires-watches), list_older (the list is older than the cache), version_outside (a listed object changed at a version outside the relist's span), " +
+			"version_shared (two listed objects at one version), no_room (more changes than versions, and no version inside the span for them to share).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "reason"})
+
+	cacheRelistDeletions = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy",
+		Subsystem: "cache",
+		Name:      "relist_deletions_total",
+		Help: "DELETED events a relist carried on put into the change log, by resource, cause (gone: the list lacks the object; reused: its name has a new UID, and an ADDED follows) " +
+			"and version (own: a version no other event holds; shared: the relist's first version, shared with others, where the versions did not suffice).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "cause", "version"})
+
 	watchFailures = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy",
 		Subsystem: "cache",
@@ -95,7 +114,7 @@ var (
 // that k8s.io/apiserver serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(cacheEvents, cacheWriteDuration, cacheObjects, cacheRelists, encodedLookups, encodedEntries, watchFailures, cacheRelistsCarriedOver)
+		legacyregistry.MustRegister(cacheEvents, cacheWriteDuration, cacheObjects, cacheRelists, encodedLookups, encodedEntries, watchFailures, cacheRelistsCarriedOver, cacheRelistLogRestarts, cacheRelistDeletions)
 		legacyregistry.CustomMustRegister(&freshnessCollector{})
 	})
 }
@@ -152,6 +171,11 @@ type storeMetrics struct {
 	objects                  metrics.GaugeMetric
 	relists                  metrics.CounterMetric
 	carriedOver              metrics.CounterMetric
+	// logRestarts is by reason, looked up on the rare relist that
+	// restarts the log.
+	logRestarts *metrics.CounterVec
+	// deletions are by cause (gone, reused) and version (own, shared).
+	deletions [2][2]metrics.CounterMetric
 }
 
 func newStoreMetrics(resource string) storeMetrics {
@@ -163,6 +187,20 @@ func newStoreMetrics(resource string) storeMetrics {
 		objects:     cacheObjects.WithLabelValues(resource),
 		relists:     cacheRelists.WithLabelValues(resource),
 		carriedOver: cacheRelistsCarriedOver.WithLabelValues(resource),
+		logRestarts: cacheRelistLogRestarts,
+		deletions: [2][2]metrics.CounterMetric{
+			{cacheRelistDeletions.WithLabelValues(resource, "gone", "own"), cacheRelistDeletions.WithLabelValues(resource, "gone", "shared")},
+			{cacheRelistDeletions.WithLabelValues(resource, "reused", "own"), cacheRelistDeletions.WithLabelValues(resource, "reused", "shared")},
+		},
+	}
+}
+
+// observeRelistDeletions counts the DELETED events of a relist carried on.
+func (m storeMetrics) observeRelistDeletions(r relist) {
+	for cause, byVersion := range r.deletions {
+		for version, n := range byVersion {
+			m.deletions[cause][version].Add(float64(n))
+		}
 	}
 }
 

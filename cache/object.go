@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 
@@ -91,11 +92,14 @@ func parseRV(s string) (uint64, error) {
 
 // byKey orders objects as etcd orders their keys: by namespace, then name.
 // List order, limit and continue follow from it.
-func byKey(a, b *Object) bool {
-	if a.Namespace != b.Namespace {
-		return a.Namespace < b.Namespace
+func byKey(a, b *Object) bool { return compareKeys(a, b) < 0 }
+
+// compareKeys orders objects by namespace, then name.
+func compareKeys(a, b *Object) int {
+	if c := cmp.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
 	}
-	return a.Name < b.Name
+	return cmp.Compare(a.Name, b.Name)
 }
 
 // byNode orders pods by node first, so that a node's pods are one range.

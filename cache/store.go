@@ -269,16 +269,26 @@ func (s *Store) Replace(list []interface{}, rv string) error {
 		return true
 	})
 	old := s.current.Load()
-	if !initial && !s.restartLogOnRelist {
-		if changes, ok := relistChanges(s.objects, objects, old.RV, listRV); ok {
+	if !initial {
+		r, reason := relist{}, restartOption
+		if !s.restartLogOnRelist {
+			r, reason = relistChanges(s.objects, objects, old.RV, listRV)
+		}
+		if reason == "" {
 			s.objects, s.nodes = objects, nodes
-			s.appendRelistLocked(changes, listRV)
+			s.appendRelistLocked(r.changes, listRV)
 			s.metrics.objects.Set(float64(objects.Len()))
 			s.metrics.relists.Inc()
 			s.metrics.carriedOver.Inc()
-			klog.V(2).InfoS("Cache relisted; watches carry on", "resource", s.Resource.Resource, "objects", objects.Len(), "changes", len(changes), "resourceVersion", listRV)
+			s.metrics.observeRelistDeletions(r)
+			klog.V(2).InfoS("Cache relisted; watches carry on", "resource", s.Resource.Resource, "objects", objects.Len(),
+				"changes", len(r.changes), "gone", r.deletions[0][0]+r.deletions[0][1], "namesReused", r.deletions[1][0]+r.deletions[1][1],
+				"deletionsSharingAVersion", r.deletions[0][1]+r.deletions[1][1], "resourceVersion", listRV)
 			return nil
 		}
+		s.metrics.logRestarts.WithLabelValues(s.Resource.Resource, reason).Inc()
+		klog.V(2).InfoS("Cache relisted; its change log starts over", "resource", s.Resource.Resource, "reason", reason,
+			"resourceVersion", old.RV, "listResourceVersion", listRV)
 	}
 	s.objects, s.nodes = objects, nodes
 	next := &Snapshot{RV: listRV, objects: objects.Clone(), next: make(chan struct{})}

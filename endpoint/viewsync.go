@@ -12,9 +12,14 @@ import (
 var errNoProgress = errors.New("the hub did not confirm the node view's progress")
 
 // syncTimeout bounds a consistent read's wait for the hub's answer to a
-// progress request: the hub answers at its next round, in milliseconds;
-// past this the read goes where it would without a copy.
-const syncTimeout = 2 * time.Second
+// progress request; past it the read goes where it would without a copy.
+// The hub answers only once it has shown every type of its cache as
+// fresh as kube-apiserver when the request came, as its consistent bulk
+// reads do: a busy type in milliseconds, a quiet one with a probe, whose
+// bookmark comes 1 to 2.25 s in. It gives up after 4 s and then sends no
+// answer at all (its cache is stale: docs/api.md, "Progress requests"),
+// so 5 s waits for every answer it may give.
+const syncTimeout = 5 * time.Second
 
 // sync returns once the copy holds what the hub had when sync was
 // called: a progress request on the view's channel, answered by a

@@ -74,6 +74,12 @@ const progressWatchSeconds = 3
 // that ends sooner was cut (kube-apiserver going away, the connection
 // lost): that one is an error, which rests the type's probes.
 func (l latestVersions) Progress(ctx context.Context, resource schema.GroupVersionResource, from uint64) (last, through uint64, err error) {
+	if from == 0 {
+		// A watch from "0" is one from any version: kube-apiserver's
+		// state as synthetic ADDED events in key order, whose last proves
+		// nothing about the objects before it (bulk.ErrUnsynced).
+		return 0, 0, fmt.Errorf("watch %s from 0: %w", resource.Resource, bulk.ErrUnsynced)
+	}
 	start := time.Now()
 	w, err := l.client.Resource(resource).Watch(ctx, metav1.ListOptions{
 		ResourceVersion:     strconv.FormatUint(from, 10),

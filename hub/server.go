@@ -106,6 +106,10 @@ func (c *Config) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node views: %w", err)
 	}
+	// A progress request is answered only once every type is shown as
+	// fresh as kube-apiserver, as a consistent bulk read is, with the
+	// same questions and probes.
+	views.ProveFreshness(catalog)
 	channels := channelRouter{views: nodeview.NewHandler(views, latestVersions{client: meta}), watches: watcher}
 	if len(c.NodeViewVersions) > 0 {
 		channels.viewVersions = sets.New(c.NodeViewVersions...)

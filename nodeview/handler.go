@@ -117,6 +117,12 @@ const resumeWait = 3 * time.Second
 // type has not changed since moves At to a version the log reaches.
 func (h *Handler) settle(ctx context.Context, i int, s *cache.Store, from *Position) error {
 	resource := types[i].gvr.Resource
+	if !s.HasSynced() {
+		// Nothing to rebuild from, and no version to ask kube-apiserver
+		// about (bulk.ErrUnsynced): another replica, or this one listed.
+		settles.WithLabelValues(resource, settleTooLarge).Inc()
+		return bulk.TooLargeResourceVersion(from.Since[i], 0)
+	}
 	if rv := s.Snapshot().RV; rv < from.Since[i] {
 		lag, cancel := context.WithTimeout(ctx, bulk.StoreLagAllowance)
 		snap, _ := s.Await(lag, from.Since[i])

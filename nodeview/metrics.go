@@ -32,6 +32,7 @@ const (
 	progressAnswered = "answered" // a bookmark carried its token
 	progressCovered  = "covered"  // a bookmark carried a later token of the same view, which answers it too
 	progressClosed   = "closed"   // the view closed first
+	progressRefused  = "refused"  // not shown as fresh as kube-apiserver in time: no answer (progressRefusals says why)
 )
 
 var (
@@ -98,9 +99,16 @@ var (
 		Namespace:      "nodeproxy",
 		Subsystem:      "nodeview",
 		Name:           "progress_requests_total",
-		Help:           "Progress requests of node views, by how they ended: answered (a bookmark carried the request's token), covered (a bookmark carried a later token of the same view, which answers every request before it), closed (the view closed first).",
+		Help:           "Progress requests of node views, by how they ended: answered (a bookmark carried the request's token), covered (a bookmark carried a later token of the same view, which answers every request before it), closed (the view closed first), refused (not shown as fresh as kube-apiserver in time: not answered; nodeproxy_nodeview_progress_refusals_total says why).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
+	progressRefusals = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "nodeview",
+		Name:           "progress_refusals_total",
+		Help:           "Types that kept a node view's progress request from being answered, by resource and reason: stale (the cache of the type was not shown as fresh as kube-apiserver within 4 s: its watch behind or stuck), unavailable (kube-apiserver could not be asked its resourceVersion), unsynced (the type not listed yet). The node endpoint then reads elsewhere.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "reason"})
 
 	// eventCounters are looked up once: a step may send thousands.
 	eventCounters = map[watch.EventType]metrics.CounterMetric{}
@@ -112,7 +120,7 @@ var (
 // registry that k8s.io/apiserver serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(openViews, heldObjects, viewObjects, events, opens, settles, heldTooLong, withheld, progressRequests)
+		legacyregistry.MustRegister(openViews, heldObjects, viewObjects, events, opens, settles, heldTooLong, withheld, progressRequests, progressRefusals)
 		for _, t := range []watch.EventType{watch.Added, watch.Modified, watch.Deleted, v1alpha1.NodeViewEntered, v1alpha1.NodeViewLeft} {
 			eventCounters[t] = events.WithLabelValues(string(t))
 		}

@@ -63,7 +63,9 @@ func newSpans(source bulk.Progress) *spans {
 // extend returns the latest version v such that type i did not change in
 // (at, v]: at itself when kube-apiserver cannot show more.
 func (p *spans) extend(ctx context.Context, i int, at uint64) uint64 {
-	if p == nil {
+	if p == nil || at == 0 {
+		// 0 is no version (a store not listed yet): a probe from it would
+		// be a watch from any version (bulk.ErrUnsynced).
 		return at
 	}
 	for {

@@ -1,5 +1,7 @@
 package nodeview
 
+import "time"
+
 // Progress requests (v1alpha1.ProgressRequest): a view's client asks for
 // a bookmark at or past everything the hub's cache held when the request
 // came, and gets it once the view has taken that in, with the request's
@@ -8,7 +10,8 @@ package nodeview
 // once the copy has applied the batch that bookmark closes, it holds
 // what the hub had when the read came.
 //
-//	connection's reader --requestProgress: the stores' versions now--> Views.asked (an inbox)
+//	connection's reader --requestProgress: the stores' versions now--> proveProgress: each type
+//	      shown as fresh as kube-apiserver now (bulk's consistent reads), or no answer --> Views.asked (an inbox)
 //	Step: takeAskedLocked --> view.progress (mu) ... markLocked: the view's position
 //	      reaches a request's versions --> BOOKMARK {bulk.k8s.io/progress: token}
 
@@ -34,13 +37,24 @@ type askedProgress struct {
 // for it. The stores' versions are read here, when the request comes:
 // whatever a store publishes after it need not be in the answer,
 // everything before it must be.
+//
+// With ProveFreshness, those versions are only where the answer starts:
+// it waits until every type is shown as fresh as kube-apiserver when the
+// request came (proveProgress), and is not given when one cannot be.
 func (m *Views) requestProgress(v *view, token string) {
+	start := time.Now()
 	a := askedProgress{v: v, ask: progressAsk{token: token}}
 	for i, s := range m.stores {
 		a.ask.at[i] = s.Snapshot().RV
 	}
-	m.asked.put(a)
-	m.poke()
+	if m.fresh == nil {
+		m.asked.put(a)
+		m.poke()
+		return
+	}
+	p := &pendingProgress{a: a}
+	m.proving.add(p)
+	go m.proveProgress(p, start)
 }
 
 // takeAskedLocked hands the requests that came since the last step to

@@ -1,8 +1,14 @@
 package nodeview
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/nodeproxy/nodeproxy/bulk"
+	"github.com/nodeproxy/nodeproxy/cache"
 )
 
 // TestQuietViewAnswersAProgressRequest: nothing changed since the last
@@ -103,4 +109,64 @@ func TestJoiningViewAnswersAfterItsInitialState(t *testing.T) {
 	if resumed.pos != c.pos {
 		t.Errorf("the resumed view's answer is at %s, the other view at %s", resumed.pos, c.pos)
 	}
+}
+
+// staleFreshness shows every store fresh at its current version but
+// those of the types in stale, which it cannot show fresh (504).
+type staleFreshness struct{ stale map[string]bool }
+
+func (f staleFreshness) FreshVersion(_ context.Context, s *cache.Store, _ time.Time, _ time.Duration) (uint64, error) {
+	if f.stale[s.Resource.Resource] {
+		return 0, bulk.TooLargeResourceVersion(s.Snapshot().RV+1, s.Snapshot().RV)
+	}
+	return s.Snapshot().RV, nil
+}
+
+// awaitProved waits until no progress request of r is being shown fresh.
+func awaitProved(t *testing.T, r *replica) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r.views.proving.mu.Lock()
+		n := len(r.views.proving.queue)
+		r.views.proving.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d progress requests still being shown fresh after 30 s", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestProgressRequestNotShownFreshGetsNoAnswer: a request whose types
+// cannot all be shown as fresh as kube-apiserver gets no bookmark (the
+// consumer reads elsewhere), and is counted; the next one, shown fresh,
+// is answered with its own token.
+func TestProgressRequestNotShownFreshGetsNoAnswer(t *testing.T) {
+	r := newReplica(t, 256)
+	fresh := staleFreshness{stale: map[string]bool{"services": true}}
+	r.views.ProveFreshness(fresh)
+	c := r.open("n1", nil)
+	step(r, c)
+	refusals := func() float64 {
+		t.Helper()
+		v, err := testutil.GetCounterMetricValue(progressRefusals.WithLabelValues("services", refusedStale))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before := refusals()
+	r.views.requestProgress(c.view, "t1")
+	awaitProved(t, r)
+	expect(t, "a step after a stale request", step(r, c))
+	if got := refusals() - before; got != 1 {
+		t.Errorf("%v refusals counted for services, want 1", got)
+	}
+	delete(fresh.stale, "services")
+	r.views.requestProgress(c.view, "t2")
+	awaitProved(t, r)
+	expect(t, "a step after a fresh request", step(r, c), "BOOKMARK progress=t2")
 }

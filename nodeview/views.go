@@ -60,6 +60,10 @@ type Views struct {
 	// order they came (requestProgress): the connection's reader hands
 	// them over, and must not wait for a step to do it.
 	asked inbox[askedProgress]
+	// fresh shows progress requests fresh before they go to asked (nil:
+	// answered at the stores' versions); proving holds them meanwhile.
+	fresh   Freshness
+	proving proving
 }
 
 // inbox hands values to the stepping goroutine from any other, under a
