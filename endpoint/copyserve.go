@@ -190,10 +190,19 @@ func (e *Endpoint) copyAt(ctx context.Context, r *copyRead, mode string) (bool, 
 	rv := r.opts.ResourceVersion
 	switch {
 	case rv == "":
-		if mode == modeLive {
-			return e.view.sync(ctx) == nil, nil
+		if mode != modeLive || e.view.sync(ctx) == nil {
+			return true, nil
 		}
-		return true, nil
+		if e.ready.apiServerReady() != nil {
+			// The hub could not show its cache current (it cannot reach
+			// kube-apiserver either: a control-plane outage with the
+			// hub up), and kube-apiserver does not answer the node:
+			// nobody can say what is newer than the copy, which holds
+			// everything the node was served. As offline.
+			syncs.WithLabelValues("unconfirmed").Inc()
+			return true, nil
+		}
+		return false, nil
 	case rv == "0":
 		return true, nil
 	case r.opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact:

@@ -50,7 +50,8 @@ var (
 	syncs = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_consistent_reads_total",
 		Help: "Consistent reads (resourceVersion \"\") of the copy while it follows the hub, by result: ok (answered once the copy held what the hub had when the read came), " +
-			"timeout (no answer to the progress request within 2 s: the read went to the hub or kube-apiserver).",
+			"timeout (no answer to the progress request within 5 s: the read went to the hub or kube-apiserver), " +
+			"unconfirmed (no answer, and kube-apiserver did not answer the node either: the copy as it is, as offline).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
 	progressRequests = metrics.NewCounter(&metrics.CounterOpts{
