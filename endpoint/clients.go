@@ -27,26 +27,53 @@ import (
 // that read, so that the read is served by the hub rather than sent to
 // kube-apiserver while a dial runs in the background. A dial that fails
 // (the hub unreachable, the token refused) sends the token's reads to
-// kube-apiserver, which answers a bad token with its own 401; the dial is
-// tried again in the background after a backoff (clientRetry). Each time
-// a token's connection is up (its first dial, a redial after a failure,
-// its session's own redial after the hub went), the token's proxied
-// watches are ended (returned), so that the client watches again, from
-// its last resourceVersion, through the hub. A rotated token (projected ServiceAccount tokens are replaced
-// about hourly) is a new connection for the client's new requests; the
-// old one keeps the watches opened with it until they end, and is closed
-// once idle. A watch that ends because its connection did (the token
-// expired, the hub went) is watched again by the client from its last
-// resourceVersion: nothing is lost.
+// kube-apiserver, which answers a bad token with its own 401. Each time
+// a token's connection is up (its first dial, a redial, its session's
+// own redial after the hub went), the token's proxied watches are ended
+// (returned), so that the client watches again, from its last
+// resourceVersion, through the hub. A rotated token (projected
+// ServiceAccount tokens are replaced about hourly) is a new connection
+// for the client's new requests; the old one keeps the watches opened
+// with it until they end, and is closed once idle. A watch that ends
+// because its connection did (the token expired, the hub went) is
+// watched again by the client from its last resourceVersion: nothing is
+// lost.
 //
-// Bounds, against a local process making up tokens: at most
-// maxClientHubs tokens known (connected or failed), and new dials at
-// clientDialRate; past them reads go to kube-apiserver, whose own limits
-// then apply, as they would without the endpoint.
+// The table, against a local process making up tokens (any process on
+// the node reaches the endpoint with any token):
+//
+//   - Only connections take a place: at most maxClientHubs. A token
+//     whose dial failed is remembered apart (failed, at most
+//     maxFailedTokens, the oldest forgotten first), so that its reads go
+//     straight to kube-apiserver and it is dialed again only at its
+//     backoff (clientRetry), at a read after it. No number of bad tokens
+//     fills the table, and a token repeated costs one dial per backoff.
+//   - At the limit, a new token's connection takes the place of the
+//     connection unused longest with no request open (a client's
+//     watches are requests open: kube-proxy's connection is never one);
+//     when every connection has one, the new token's reads go to
+//     kube-apiserver ("full").
+//   - New tokens are dialed at most at clientDialRate, so that made-up
+//     tokens cost the hub (and its TokenReviews) a bounded rate; past it
+//     reads go to kube-apiserver ("throttled"). A flood of new tokens
+//     above that rate uses all of it. A token kube-apiserver vouches for,
+//     by serving a watch the hub could serve to it (it authenticated the
+//     token and allowed the watch; a made-up token gets 401 there), is
+//     dialed again by the sweep at a rate of its own (clientVouchedRate),
+//     which no made-up token can spend: kube-proxy's new token reaches
+//     the hub within clientSweepPeriod of its watches, flood or not, and
+//     its proxied watches are then returned to the hub.
+//
+// Whatever is refused, the read goes to kube-apiserver with the
+// client's own credential, as it would without the endpoint.
 type clientHubs struct {
-	cfg     *rest.Config // the hub's address and CA, no credential
-	limiter flowcontrol.RateLimiter
-	now     func() time.Time
+	cfg *rest.Config // the hub's address and CA, no credential
+	// dialer connects a token to the hub (dialHub; tests replace it).
+	dialer func(ctx context.Context, cfg *rest.Config, token string, up func()) (clientConn, error)
+	// limiter paces the dials of tokens nobody vouched for; vouched the
+	// sweep's dials of tokens kube-apiserver serves a watch for.
+	limiter, vouchedLimiter flowcontrol.RateLimiter
+	now                     func() time.Time
 	// connected is told the key of a connection each time it is up (the
 	// first time included): the watches proxied meanwhile may come back.
 	connected func(id string)
@@ -55,8 +82,19 @@ type clientHubs struct {
 	// ctx is Endpoint.Run's: connections live as long as it. Nil until
 	// run: reads go to kube-apiserver.
 	ctx     context.Context          // guarded by mu
-	byToken map[string]*clientHub    // guarded by mu; by clientKey.id
+	conns   map[string]*clientHub    // guarded by mu; by clientKey.id
 	dialing map[string]chan struct{} // guarded by mu
+	// failed are the tokens whose last dial failed, by clientKey.id;
+	// vouched the tokens kube-apiserver serves a hub-servable watch for
+	// that have no connection, to their token. Neither takes a place.
+	failed  map[string]*failedToken  // guarded by mu
+	vouched map[string]*vouchedToken // guarded by mu
+}
+
+// clientConn is a client's hub connection: *Hub.
+type clientConn interface {
+	Connected() bool
+	close()
 }
 
 // clientKey is a caller's credential: its bearer token, and the token's
@@ -86,27 +124,53 @@ func keyOf(req *http.Request) clientKey {
 	return clientKey{token: token, id: hex.EncodeToString(sum[:])}
 }
 
-// clientHub is one token's connection, or its failure.
+// clientHub is one token's connection.
 type clientHub struct {
-	hub *Hub // nil after a failed dial
-	// After a failed dial: the token, to dial again at retryAt, and how
-	// many dials failed in a row.
-	token    string
-	retryAt  time.Time
-	failures int
-	// active counts the requests being served with hub; lastUsed is
+	conn clientConn
+	// active counts the requests being served with conn; lastUsed is
 	// when the last one began. A connection with none for
 	// clientIdleTimeout is closed.
 	active   int
 	lastUsed time.Time
 }
 
+// failedToken is what is remembered of a token whose dial failed: not
+// the token, only when it may be dialed again.
+type failedToken struct {
+	failures int
+	retryAt  time.Time
+	lastSeen time.Time // its last read; unused for clientIdleTimeout, it is forgotten
+	added    time.Time // the oldest is forgotten first when failed is full
+}
+
+// vouchedToken is a token kube-apiserver serves a hub-servable watch
+// for, without a connection: the sweep dials it.
+type vouchedToken struct {
+	token string
+	since time.Time // the last watch kube-apiserver served it
+}
+
 const (
-	maxClientHubs     = 16
-	clientDialRate    = 1 // per second
-	clientDialBurst   = 8
-	clientIdleTimeout = 5 * time.Minute
-	clientSweepPeriod = 5 * time.Second
+	// maxClientHubs bounds the connections: a node has one kube-proxy
+	// (two tokens around a rotation) and a few other host-network
+	// agents; each connection is a websocket and a session on the hub.
+	maxClientHubs = 16
+	// maxFailedTokens bounds the memory of failed dials: at the dial
+	// rate, as many as arrive in about four minutes; a token forgotten
+	// early is dialed again at its next read, which the dial rate paces.
+	maxFailedTokens = 256
+	// maxVouchedTokens bounds the tokens waiting for the sweep: each is
+	// a token kube-apiserver accepted for a watch of a hub-served type,
+	// which only the node's real clients have.
+	maxVouchedTokens = 64
+	clientDialRate   = 1 // per second
+	clientDialBurst  = 8
+	// clientVouchedRate and clientVouchedBurst pace the sweep's dials of
+	// vouched tokens, apart from the rest.
+	clientVouchedRate  = 1 // per second
+	clientVouchedBurst = 4
+	clientIdleTimeout  = 5 * time.Minute
+	clientSweepPeriod  = 5 * time.Second
 )
 
 // clientRetry is how long after failures failed dials in a row a token is
@@ -130,22 +194,34 @@ const (
 	clientDialForbidden    = "forbidden"    // the client may not use the bulk API: kube-apiserver decides its reads
 	clientDialError        = "error"        // the hub could not be dialed
 	clientDialThrottled    = "throttled"    // past clientDialRate
-	clientDialFull         = "full"         // maxClientHubs tokens known
+	clientDialFull         = "full"         // maxClientHubs connections, each with a request open
+)
+
+// Reasons the table lets an entry go, the values of the client hub
+// evictions metric's "reason" label.
+const (
+	evictIdle   = "idle"   // a connection with no request for clientIdleTimeout, closed
+	evictRoom   = "room"   // a connection with no request open, closed for a new client at maxClientHubs
+	evictFailed = "failed" // a failed dial forgotten: unused, pushed out by newer ones, or the node's hub connection back
 )
 
 func newClientHubs(hub *rest.Config, connected func(id string)) *clientHubs {
 	return &clientHubs{
-		cfg:       rest.AnonymousClientConfig(hub),
-		limiter:   flowcontrol.NewTokenBucketRateLimiter(clientDialRate, clientDialBurst),
-		now:       time.Now,
-		connected: connected,
-		byToken:   map[string]*clientHub{},
-		dialing:   map[string]chan struct{}{},
+		cfg:            rest.AnonymousClientConfig(hub),
+		dialer:         dialHub,
+		limiter:        flowcontrol.NewTokenBucketRateLimiter(clientDialRate, clientDialBurst),
+		vouchedLimiter: flowcontrol.NewTokenBucketRateLimiter(clientVouchedRate, clientVouchedBurst),
+		now:            time.Now,
+		connected:      connected,
+		conns:          map[string]*clientHub{},
+		dialing:        map[string]chan struct{}{},
+		failed:         map[string]*failedToken{},
+		vouched:        map[string]*vouchedToken{},
 	}
 }
 
 // run lets connections be made until ctx ends, closing idle ones and
-// dialing failed ones again; then it closes them all.
+// dialing vouched ones; then it closes them all.
 func (c *clientHubs) run(ctx context.Context) {
 	c.mu.Lock()
 	c.ctx = ctx
@@ -155,40 +231,65 @@ func (c *clientHubs) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			c.sweep(true)
+			c.closeAll()
 			return
 		case <-t.C:
-			c.sweep(false)
+			c.sweep()
 		}
 	}
 }
 
-// sweep closes the connections idle for clientIdleTimeout, or all, and
-// dials the failed tokens whose retry time has come, in the background.
-func (c *clientHubs) sweep(all bool) {
+// sweep closes the connections idle for clientIdleTimeout, forgets the
+// failed and vouched tokens unused as long, and dials, in the
+// background, the vouched tokens whose backoff is over.
+func (c *clientHubs) sweep() {
 	now := c.now()
-	var closing []*Hub
+	var closing []clientConn
 	c.mu.Lock()
-	for id, ch := range c.byToken {
-		switch {
-		case ch.hub == nil && all:
-			delete(c.byToken, id)
-		case ch.hub == nil && !now.Before(ch.retryAt):
-			if _, busy := c.dialing[id]; busy || !c.limiter.TryAccept() {
-				continue
-			}
-			done := make(chan struct{})
-			c.dialing[id] = done
-			go c.dial(c.ctx, clientKey{token: ch.token, id: id}, done)
-		case ch.hub != nil && (all || ch.active == 0 && now.Sub(ch.lastUsed) >= clientIdleTimeout):
-			delete(c.byToken, id)
-			closing = append(closing, ch.hub)
+	for id, ch := range c.conns {
+		if ch.active == 0 && now.Sub(ch.lastUsed) >= clientIdleTimeout {
+			delete(c.conns, id)
+			closing = append(closing, ch.conn)
+			clientEvictions.WithLabelValues(evictIdle).Inc()
 		}
 	}
-	clientConnections.Set(float64(c.openLocked()))
+	for id, f := range c.failed {
+		if now.Sub(f.lastSeen) >= clientIdleTimeout && !now.Before(f.retryAt) {
+			delete(c.failed, id)
+			clientEvictions.WithLabelValues(evictFailed).Inc()
+		}
+	}
+	for id, v := range c.vouched {
+		if _, up := c.conns[id]; up || now.Sub(v.since) >= clientIdleTimeout {
+			delete(c.vouched, id)
+			continue
+		}
+		if _, busy := c.dialing[id]; busy || !c.mayDialLocked(id, now) || !c.hasRoomLocked() || !c.vouchedLimiter.TryAccept() {
+			continue
+		}
+		done := make(chan struct{})
+		c.dialing[id] = done
+		go c.dial(c.ctx, clientKey{token: v.token, id: id}, done)
+	}
+	clientConnections.Set(float64(len(c.conns)))
 	c.mu.Unlock()
-	for _, h := range closing {
-		h.close()
+	for _, conn := range closing {
+		conn.close()
+	}
+}
+
+// closeAll closes every connection and forgets every token.
+func (c *clientHubs) closeAll() {
+	c.mu.Lock()
+	closing := make([]clientConn, 0, len(c.conns))
+	for _, ch := range c.conns {
+		closing = append(closing, ch.conn)
+	}
+	c.conns, c.failed, c.vouched = map[string]*clientHub{}, map[string]*failedToken{}, map[string]*vouchedToken{}
+	clientConnections.Set(0)
+	c.mu.Unlock()
+	for _, conn := range closing {
+		conn.close()
 	}
 }
 
@@ -198,28 +299,90 @@ func (c *clientHubs) sweep(all bool) {
 func (c *clientHubs) forgetFailures() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for id, ch := range c.byToken {
-		if ch.hub == nil {
-			delete(c.byToken, id)
-		}
-	}
+	clientEvictions.WithLabelValues(evictFailed).Add(float64(len(c.failed)))
+	c.failed = map[string]*failedToken{}
 }
 
-// openLocked counts the open connections.
-func (c *clientHubs) openLocked() int {
-	n := 0
-	for _, ch := range c.byToken {
-		if ch.hub != nil {
-			n++
+// vouch records that kube-apiserver serves key's token a watch the hub
+// could serve: unless it has a connection, the sweep dials it.
+func (c *clientHubs) vouch(key clientKey) {
+	if key.id == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, up := c.conns[key.id]; up {
+		return
+	}
+	now := c.now()
+	if v, ok := c.vouched[key.id]; ok {
+		v.since = now
+		return
+	}
+	if len(c.vouched) >= maxVouchedTokens {
+		c.dropOldestVouchedLocked()
+	}
+	c.vouched[key.id] = &vouchedToken{token: key.token, since: now}
+}
+
+func (c *clientHubs) dropOldestVouchedLocked() {
+	oldest := ""
+	for id, v := range c.vouched {
+		if oldest == "" || v.since.Before(c.vouched[oldest].since) {
+			oldest = id
 		}
 	}
-	return n
+	delete(c.vouched, oldest)
+}
+
+// mayDialLocked reports whether id may be dialed at now: it never
+// failed, or its backoff is over.
+func (c *clientHubs) mayDialLocked(id string, now time.Time) bool {
+	f, ok := c.failed[id]
+	return !ok || !now.Before(f.retryAt)
+}
+
+// hasRoomLocked reports whether a new connection would find a place:
+// below the limit (dials under way counted), or one connection has no
+// request open.
+func (c *clientHubs) hasRoomLocked() bool {
+	if len(c.conns)+len(c.dialing) < maxClientHubs {
+		return true
+	}
+	for _, ch := range c.conns {
+		if ch.active == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// makeRoomLocked closes (returns, for the caller to close outside the
+// lock) the connection unused longest with no request open, if the
+// table is at its limit; false if there is none to close.
+func (c *clientHubs) makeRoomLocked() (clientConn, bool) {
+	if len(c.conns) < maxClientHubs {
+		return nil, true
+	}
+	victim := ""
+	for id, ch := range c.conns {
+		if ch.active == 0 && (victim == "" || ch.lastUsed.Before(c.conns[victim].lastUsed)) {
+			victim = id
+		}
+	}
+	if victim == "" {
+		return nil, false
+	}
+	conn := c.conns[victim].conn
+	delete(c.conns, victim)
+	clientEvictions.WithLabelValues(evictRoom).Inc()
+	return conn, true
 }
 
 // acquire returns the hub connection of key, dialing it if it has none,
 // or nil when the read should go to kube-apiserver; a non-nil release
 // must be called when the read is done.
-func (c *clientHubs) acquire(ctx context.Context, key clientKey) (*Hub, func()) {
+func (c *clientHubs) acquire(ctx context.Context, key clientKey) (clientConn, func()) {
 	if key.id == "" {
 		return nil, nil
 	}
@@ -229,14 +392,14 @@ func (c *clientHubs) acquire(ctx context.Context, key clientKey) (*Hub, func()) 
 			c.mu.Unlock()
 			return nil, nil
 		}
-		if ch, ok := c.byToken[key.id]; ok {
+		if ch, ok := c.conns[key.id]; ok {
 			defer c.mu.Unlock()
-			if ch.hub == nil || !ch.hub.Connected() {
-				return nil, nil // the sweep dials it again in time
+			if !ch.conn.Connected() {
+				return nil, nil // its session dials again
 			}
 			ch.active++
 			ch.lastUsed = c.now()
-			return ch.hub, func() { c.release(key.id) }
+			return ch.conn, func() { c.release(key.id) }
 		}
 		wait, dialing := c.dialing[key.id]
 		if !dialing {
@@ -250,9 +413,17 @@ func (c *clientHubs) acquire(ctx context.Context, key clientKey) (*Hub, func()) 
 		}
 	}
 	// c.mu is held, and no one dials this token.
+	now := c.now()
+	if f, ok := c.failed[key.id]; ok {
+		f.lastSeen = now
+		if now.Before(f.retryAt) {
+			c.mu.Unlock()
+			return nil, nil // not a dial: no result counted
+		}
+	}
 	result := ""
 	switch {
-	case len(c.byToken)+len(c.dialing) >= maxClientHubs:
+	case !c.hasRoomLocked():
 		result = clientDialFull
 	case !c.limiter.TryAccept():
 		result = clientDialThrottled
@@ -267,32 +438,36 @@ func (c *clientHubs) acquire(ctx context.Context, key clientKey) (*Hub, func()) 
 	runCtx := c.ctx
 	c.mu.Unlock()
 
-	h := c.dial(runCtx, key, done)
-	if h == nil {
+	conn := c.dial(runCtx, key, done)
+	if conn == nil {
 		return nil, nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ch, ok := c.byToken[key.id]; ok && ch.hub == h {
+	if ch, ok := c.conns[key.id]; ok && ch.conn == conn {
 		ch.active++
 		ch.lastUsed = c.now()
+		return conn, func() { c.release(key.id) }
 	}
-	return h, func() { c.release(key.id) }
+	return nil, nil // closed meanwhile
 }
 
 // dial connects key's token to the hub and records the connection, or
 // the failure; done is closed (and dropped from dialing) when it is
-// recorded. It returns the hub, nil on failure.
-func (c *clientHubs) dial(ctx context.Context, key clientKey, done chan struct{}) *Hub {
-	h, err := dialHub(ctx, c.cfg, key.token, func() { c.connected(key.id) })
+// recorded. It returns the connection, nil on failure or when the table
+// had no room left for it.
+func (c *clientHubs) dial(ctx context.Context, key clientKey, done chan struct{}) clientConn {
+	conn, err := c.dialer(ctx, c.cfg, key.token, func() { c.connected(key.id) })
+	var closing clientConn
+	defer func() {
+		if closing != nil {
+			closing.close()
+		}
+	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.dialing, key.id)
 	close(done)
-	failures := 0
-	if prev, ok := c.byToken[key.id]; ok {
-		failures = prev.failures
-	}
 	if err != nil {
 		result := clientDialError
 		switch {
@@ -301,22 +476,55 @@ func (c *clientHubs) dial(ctx context.Context, key clientKey, done chan struct{}
 		case apierrors.IsForbidden(err):
 			result = clientDialForbidden
 		}
-		retry := clientRetry(failures + 1)
-		klog.V(2).InfoS("Hub refused or unreachable for a client of the node; its reads go to kube-apiserver", "result", result, "retryIn", retry, "err", err)
 		clientDials.WithLabelValues(result).Inc()
-		c.byToken[key.id] = &clientHub{token: key.token, failures: failures + 1, retryAt: c.now().Add(retry)}
+		c.failLocked(key.id, result, err)
 		return nil
 	}
+	victim, ok := c.makeRoomLocked()
+	if !ok {
+		// Every place was taken, by connections in use, while it dialed.
+		clientDials.WithLabelValues(clientDialFull).Inc()
+		closing = conn
+		return nil
+	}
+	closing = victim
 	clientDials.WithLabelValues("ok").Inc()
-	c.byToken[key.id] = &clientHub{hub: h, lastUsed: c.now()}
-	clientConnections.Set(float64(c.openLocked()))
-	return h
+	delete(c.failed, key.id)
+	delete(c.vouched, key.id)
+	c.conns[key.id] = &clientHub{conn: conn, lastUsed: c.now()}
+	clientConnections.Set(float64(len(c.conns)))
+	return conn
+}
+
+// failLocked remembers that id's dial failed, forgetting the oldest
+// failure if the memory is full.
+func (c *clientHubs) failLocked(id, result string, err error) {
+	now := c.now()
+	f, ok := c.failed[id]
+	if !ok {
+		if len(c.failed) >= maxFailedTokens {
+			oldest := ""
+			for id, f := range c.failed {
+				if oldest == "" || f.added.Before(c.failed[oldest].added) {
+					oldest = id
+				}
+			}
+			delete(c.failed, oldest)
+			clientEvictions.WithLabelValues(evictFailed).Inc()
+		}
+		f = &failedToken{added: now}
+		c.failed[id] = f
+	}
+	f.failures++
+	f.lastSeen = now
+	f.retryAt = now.Add(clientRetry(f.failures))
+	klog.V(2).InfoS("Hub refused or unreachable for a client of the node; its reads go to kube-apiserver", "result", result, "retryIn", clientRetry(f.failures), "err", err)
 }
 
 func (c *clientHubs) release(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ch, ok := c.byToken[id]; ok && ch.active > 0 {
+	if ch, ok := c.conns[id]; ok && ch.active > 0 {
 		ch.active--
 	}
 }
@@ -324,7 +532,7 @@ func (c *clientHubs) release(id string) {
 // dialHub connects to the hub at cfg with token as the credential, once,
 // synchronously; the session then redials by itself, and calls up each
 // time it has a connection up.
-func dialHub(ctx context.Context, cfg *rest.Config, token string, up func()) (*Hub, error) {
+func dialHub(ctx context.Context, cfg *rest.Config, token string, up func()) (clientConn, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.BearerToken = token
 	h, err := NewHub(cfg)

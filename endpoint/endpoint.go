@@ -115,6 +115,7 @@ func New(cfg Config) (*Endpoint, error) {
 		// The hub being reachable again is news for every caller: the
 		// clients' connections are dialed on their next read.
 		e.clients = newClientHubs(cfg.Hub, func(id string) { e.clientUpstream.returnToHubFor(&id) })
+		e.clientUpstream.accepted = e.clients.vouch
 		e.lease = newLeaseMemory(cfg.NodeName)
 	}
 	if cfg.Hub != nil && !cfg.NoNodeView {
@@ -210,7 +211,7 @@ func (e *Endpoint) serveKubeletElsewhere(w http.ResponseWriter, req *http.Reques
 		observe = func(resp *http.Response) { e.observeResponse(resp, cr) }
 	}
 	resource, verb := describe(req, info)
-	e.upstream.serve(w, req, resource, verb, hubServed && e.hub != nil && verb == "watch", "", observe)
+	e.upstream.serve(w, req, resource, verb, hubServed && e.hub != nil && verb == "watch", clientKey{}, observe)
 }
 
 // serveClient answers a request of another client of the node, one with
@@ -228,7 +229,7 @@ func (e *Endpoint) serveClient(w http.ResponseWriter, req *http.Request) {
 	if hubServed {
 		hub, release := e.clients.acquire(req.Context(), key)
 		if hub != nil {
-			served := e.serveRead(w, req, r, hub)
+			served := e.serveRead(w, req, r, hub.(*Hub))
 			release()
 			if served {
 				return
@@ -238,7 +239,7 @@ func (e *Endpoint) serveClient(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	resource, verb := describe(req, info)
-	e.clientUpstream.serve(w, req, resource, verb, hubServed && verb == "watch", key.id, nil)
+	e.clientUpstream.serve(w, req, resource, verb, hubServed && verb == "watch", key, nil)
 }
 
 // describe names a request for metrics, as kube-apiserver would, within

@@ -94,9 +94,17 @@ var (
 		Namespace: "nodeproxy", Subsystem: "node", Name: "client_hub_dials_total",
 		Help: "Hub connections dialed for the node's other clients, by result: ok; unauthorized (the hub refused the token: " +
 			"kube-apiserver answers the client's reads, and words the 401); forbidden (the client may not use the bulk API); error (the hub unreachable); throttled (past the dial rate); " +
-			"full (too many client connections). Whatever the result but ok, the reads go to kube-apiserver with the client's own credential.",
+			"full (16 client connections, each with a request open). Whatever the result but ok, the reads go to kube-apiserver with the client's own credential.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
+	clientEvictions = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "client_hub_evictions_total",
+		Help: "Entries the table of the node's other clients let go, by reason: idle (a connection with no request for 5 minutes, closed); " +
+			"room (a connection with no request open, closed for a new client's at the limit of 16); " +
+			"failed (a token whose dial failed forgotten: unused for 5 minutes, pushed out by newer failures past 256, or the node's own hub connection back). " +
+			"A failed dial never takes a connection's place.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
 
 	registerOnce sync.Once
 )
@@ -127,7 +135,7 @@ func (who caller) metrics() callerMetrics {
 func RegisterMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(requests, watches, fallbacks, hubEvents, hubConnected, hubDials, returnsToHub, refused, readyProbes, scrapeReviews,
-			clientRequests, clientWatches, clientConnections, clientDials,
+			clientRequests, clientWatches, clientConnections, clientDials, clientEvictions,
 			viewBatches, viewRefused, viewReopens, copyReads, copyAge, copyObjects, offlineSince, syncs, progressRequests, leaseForgets,
 			observedChanges, unobserved, copyVouched, copyRefusals)
 		// How the kubelet's channels fared when a hub replica went:

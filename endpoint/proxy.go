@@ -32,6 +32,10 @@ type upstream struct {
 	// the key of the caller's hub connection (clientKey; "" for the
 	// kubelet's, the node's own).
 	cuttable map[*cutBody]string // guarded by mu
+	// accepted, if set, is told the key of each cuttable watch
+	// kube-apiserver accepted (200): the token authenticated, and may
+	// watch what the hub could serve it.
+	accepted func(key clientKey)
 	// returns counts returnToHub's calls: a watch that was on its way to
 	// kube-apiserver while the hub came back (registered in cuttable only
 	// once kube-apiserver answered, after returnToHub looked) sees it
@@ -82,10 +86,10 @@ func newUpstream(cfg *rest.Config, who caller) (*upstream, error) {
 
 // serve proxies req unchanged. A watch the hub could serve (cuttable) is
 // registered under key, the caller's hub connection, so that returnToHub
-// can end it. observe, if not nil, is handed kube-apiserver's answer
-// before the caller gets it (it may replace the body with one that reads
-// the same).
-func (up *upstream) serve(w http.ResponseWriter, req *http.Request, resource, verb string, cuttable bool, key string, observe func(*http.Response)) {
+// can end it, and, once kube-apiserver accepts it, told to accepted.
+// observe, if not nil, is handed kube-apiserver's answer before the
+// caller gets it (it may replace the body with one that reads the same).
+func (up *upstream) serve(w http.ResponseWriter, req *http.Request, resource, verb string, cuttable bool, key clientKey, observe func(*http.Response)) {
 	m := up.who.metrics()
 	m.requests.WithLabelValues(pathAPIServer, resource, verb).Inc()
 	p := up.proxy
@@ -118,8 +122,11 @@ func (up *upstream) serve(w http.ResponseWriter, req *http.Request, resource, ve
 		body = &cutBody{ReadCloser: resp.Body}
 		resp.Body = body
 		up.mu.Lock()
-		up.cuttable[body] = key
+		up.cuttable[body] = key.id
 		up.mu.Unlock()
+		if resp.StatusCode == http.StatusOK && key.id != "" && up.accepted != nil {
+			up.accepted(key)
+		}
 		if up.returns.Load() != returns && body.cut() {
 			returnsToHub.Inc()
 		}

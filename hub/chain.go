@@ -33,6 +33,7 @@ func buildHandlerChain(apiHandler http.Handler, c *genericapiserver.Config) http
 	lean = genericapifilters.WithRequestInfo(lean, c.RequestInfoResolver)
 	lean = genericfilters.WithPanicRecovery(lean, c.RequestInfoResolver)
 
+	full = withCredential(full)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == authorizer.WebhookPath {
 			lean.ServeHTTP(w, r)

@@ -48,6 +48,8 @@ type Config struct {
 	// NodeViewVersions are the versions of the node view served; nil:
 	// every one.
 	NodeViewVersions []string
+	// ReauthenticateInterval and MaxConnectionAge: see Options.
+	ReauthenticateInterval, MaxConnectionAge time.Duration
 	// router hands bulk watch upgrades to the watch server New makes.
 	router *upgradeRouter
 	// ClientCASources counts the CA sources client certificates are
@@ -111,7 +113,8 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 	if o.Authentication.RequestHeader.ClientCAFile != "" || lookup {
 		sources++
 	}
-	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, CacheMaxWatchOutage: o.CacheMaxWatchOutage, Watch: o.Watch, Watcher: o.Watcher, BulkGet: o.BulkGet, UncachedTypes: o.UncachedTypes, Refresh: o.Refresh, NodeViewVersions: o.NodeViewVersions, ClientCASources: sources, router: router}, nil
+	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, CacheMaxWatchOutage: o.CacheMaxWatchOutage, Watch: o.Watch, Watcher: o.Watcher, BulkGet: o.BulkGet, UncachedTypes: o.UncachedTypes, Refresh: o.Refresh, NodeViewVersions: o.NodeViewVersions, ClientCASources: sources, router: router,
+		ReauthenticateInterval: o.ReauthenticateInterval, MaxConnectionAge: o.MaxConnectionAge}, nil
 }
 
 func (o *Options) kubeConfig() (*rest.Config, error) {

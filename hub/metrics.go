@@ -22,6 +22,15 @@ var (
 			"possibly cached) and outcome (allow, deny, error).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"decided_by", "outcome"})
+	reauthentications = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy",
+		Subsystem: "hub",
+		Name:      "reauthentications_total",
+		Help: "Open bulk watch connections (bulk watch channels and node views) authenticated again, by result: ok; " +
+			"unauthorized (the credential no longer authenticates, or names someone else: every channel ended with 401 and the connection closed); " +
+			"error (the check could not be made: kept, checked again in 10 s); max_age (the connection reached --watch-max-connection-age and ended with 503, for the client to resume elsewhere).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
 
 	registerOnce sync.Once
 )
@@ -29,5 +38,5 @@ var (
 // registerMetrics registers the hub's metrics with the legacy registry
 // that /metrics serves.
 func registerMetrics() {
-	registerOnce.Do(func() { legacyregistry.MustRegister(bulkEntries) })
+	registerOnce.Do(func() { legacyregistry.MustRegister(bulkEntries, reauthentications) })
 }

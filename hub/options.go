@@ -61,6 +61,12 @@ type Options struct {
 	Watch watchmux.Options
 	// Watcher tunes the bulk watch's bookmarks and re-authorization.
 	Watcher bulkwatch.Options
+	// ReauthenticateInterval is how often, at most, the caller of each
+	// open bulk watch connection is authenticated again;
+	// MaxConnectionAge how long a connection lives at most (jittered
+	// down by up to a quarter).
+	ReauthenticateInterval time.Duration
+	MaxConnectionAge       time.Duration
 	// BulkGet bounds each bulk get.
 	BulkGet bulkget.Limits
 	// UncachedTypes has bulk operations on types nodeproxy does not cache
@@ -106,8 +112,14 @@ func NewOptions() *Options {
 		CacheMaxWatchOutage: DefaultCacheMaxWatchOutage,
 		Watch:               watchmux.DefaultOptions(),
 		Watcher:             bulkwatch.DefaultOptions(),
-		BulkGet:             bulkget.DefaultLimits(),
-		Refresh:             authorizer.DefaultRefreshOptions(),
+		// A revoked credential stops reading within a minute and the
+		// token cache's 10 s, where kube-apiserver stops it within its
+		// own 10 s cache for new requests and ends its watches within
+		// 30 to 60 minutes.
+		ReauthenticateInterval: time.Minute,
+		MaxConnectionAge:       time.Hour,
+		BulkGet:                bulkget.DefaultLimits(),
+		Refresh:                authorizer.DefaultRefreshOptions(),
 	}
 	o.SecureServing.BindPort = DefaultSecurePort
 	// No default directory: without --cert-dir or --tls-cert-file the
@@ -197,6 +209,13 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&o.Watcher.ReauthorizeInterval, "watch-reauthorize-interval", o.Watcher.ReauthorizeInterval,
 		"How often the open channels RBAC decides (of users other than nodes, and of nodes on types the graph does not decide, such as endpointslices) are authorized again (a node's channels on the graph's types end the moment the graph says it lost access); "+
 			"a channel no longer allowed ends with ERROR 403.")
+	fs.DurationVar(&o.ReauthenticateInterval, "watch-reauthenticate-interval", o.ReauthenticateInterval,
+		"How often, at most (jittered down by up to a quarter), the caller of each open bulk watch connection (channels and node views) is authenticated again, "+
+			"as kube-apiserver would authenticate it now (a token through the delegated TokenReview and its cache, a client certificate against the client CA and its NotAfter); "+
+			"it is also checked when its certificate or token expires. A credential that no longer authenticates ends every channel with ERROR 401 and closes the connection.")
+	fs.DurationVar(&o.MaxConnectionAge, "watch-max-connection-age", o.MaxConnectionAge,
+		"How long a bulk watch connection lives at most (jittered down by up to a quarter): then every channel ends with ERROR 503 and the client resumes them on a new connection, "+
+			"authenticated afresh. It bounds what a re-check cannot see (a caller through kube-apiserver's aggregator is known by the front proxy's certificate).")
 
 	fs = fss.FlagSet("lifecycle")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay-duration", o.ShutdownDelay,
@@ -206,6 +225,11 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
 	return fss
 }
+
+// maxTokenCacheTTL is kube-apiserver's own cache of token authentication
+// results (--token-webhook-cache-ttl's default, and its service account
+// token cache's): the longest nodeproxy may trust a token's last review.
+const maxTokenCacheTTL = 10 * time.Second
 
 // Complete fills the defaults that depend on other options.
 func (o *Options) Complete() error {
@@ -236,6 +260,10 @@ func (o *Options) Validate() error {
 	rh := o.Authentication.RequestHeader
 	if rh.ClientCAFile == "" && len(rh.AllowedNames) > 0 && o.Authentication.SkipInClusterLookup {
 		errs = append(errs, errors.New("--requestheader-allowed-names needs --requestheader-client-ca-file when --authentication-skip-lookup is set: no front proxy could ever be trusted"))
+	}
+	if o.Authentication.CacheTTL > maxTokenCacheTTL {
+		errs = append(errs, fmt.Errorf("--authentication-token-webhook-cache-ttl must be at most %s (kube-apiserver's own token cache): "+
+			"a token revoked there would read through nodeproxy for as long; got %s", maxTokenCacheTTL, o.Authentication.CacheTTL))
 	}
 	if o.ConnectTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--kube-api-connect-timeout must be positive, got %s", o.ConnectTimeout))
@@ -273,6 +301,8 @@ func (o *Options) Validate() error {
 		{"--watch-ping-interval", int64(o.Watch.PingInterval)},
 		{"--watch-bookmark-interval", int64(o.Watcher.BookmarkInterval)},
 		{"--watch-reauthorize-interval", int64(o.Watcher.ReauthorizeInterval)},
+		{"--watch-reauthenticate-interval", int64(o.ReauthenticateInterval)},
+		{"--watch-max-connection-age", int64(o.MaxConnectionAge)},
 	} {
 		if f.value <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", f.flag))

@@ -116,6 +116,7 @@ func (c *Config) New() (*Server, error) {
 	}
 	watchServer := watchmux.NewServer(channels, c.Watch)
 	c.router.watch.Store(watchServer)
+	c.router.reauth.Store(newReauthenticator(c.Generic.Authentication.Authenticator, c.ReauthenticateInterval, c.MaxConnectionAge))
 
 	// Ready only once every type has been listed into the cache and the
 	// graph: before that the cache would answer "not found" for objects

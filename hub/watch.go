@@ -1,8 +1,11 @@
 package hub
 
 import (
+	"context"
 	"net/http"
 	"sync/atomic"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
@@ -13,18 +16,33 @@ import (
 // bulkgetoperations, audit, ...) has run, and everything else to the
 // generic server's handlers. The handler chain is built before the watch
 // server exists, hence the late binding.
+//
+// Each connection is followed by reauth, which ends it when its
+// credential no longer authenticates or at its maximum age.
 type upgradeRouter struct {
-	watch atomic.Pointer[watchmux.Server]
+	watch  atomic.Pointer[watchmux.Server]
+	reauth atomic.Pointer[reauthenticator]
 }
 
 func (u *upgradeRouter) wrap(api http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == watchmux.Path && watchmux.IsUpgrade(r) {
+		if isBulkWatchUpgrade(r) {
 			if s := u.watch.Load(); s != nil {
-				s.ServeHTTP(w, r)
+				ctx, cancel := context.WithCancel(r.Context())
+				defer cancel()
+				var end <-chan *metav1.Status
+				if a := u.reauth.Load(); a != nil {
+					end = a.follow(ctx, r)
+				}
+				s.ServeHTTPUntil(w, r, end)
 				return
 			}
 		}
 		api.ServeHTTP(w, r)
 	})
+}
+
+// isBulkWatchUpgrade reports whether r opens a bulk watch connection.
+func isBulkWatchUpgrade(r *http.Request) bool {
+	return r.URL.Path == watchmux.Path && watchmux.IsUpgrade(r)
 }

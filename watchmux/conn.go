@@ -61,6 +61,9 @@ type conn struct {
 	// 4,128 channels on a limit of 4,096).
 	slots   int  // guarded by mu
 	closing bool // guarded by mu: shutting down, close when drained
+	// closeStatus is what the channels were ended with when closing was
+	// set: it chooses the close frame.
+	closeStatus *metav1.Status // guarded by mu
 
 	nextID int64 // reader only: channel identifiers are never reused
 
@@ -436,7 +439,7 @@ func (c *conn) writeLoop() {
 		for {
 			batch, closing := c.take()
 			if closing {
-				msg := websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down; resubscribe elsewhere")
+				msg := c.closeMessage()
 				result := "closed"
 				if err := c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.opts.WriteTimeout)); err != nil {
 					result = "write_failed"
@@ -506,6 +509,21 @@ func (c *conn) fail(err error) {
 	c.ws.Close() // unblocks the reader
 }
 
+// closeMessage is the close frame of a connection the server ends: going
+// away (resubscribe elsewhere) when it shuts down or the connection is
+// old; a policy violation, with the status's message, when the caller's
+// credential no longer authenticates, so that a client does not take it
+// for a replica going.
+func (c *conn) closeMessage() []byte {
+	c.mu.Lock()
+	st := c.closeStatus
+	c.mu.Unlock()
+	if st != nil && st.Code == http.StatusUnauthorized {
+		return websocket.FormatCloseMessage(websocket.ClosePolicyViolation, st.Message)
+	}
+	return websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down; resubscribe elsewhere")
+}
+
 // dropped reports whether f is an event of a channel closed since the
 // batch was taken.
 func (c *conn) dropped(f *frame) bool {
@@ -519,14 +537,24 @@ func (c *conn) dropped(f *frame) bool {
 
 // shutdown ends every channel with closedByServer, then the connection
 // with a close frame once they are written.
-func (c *conn) shutdown() {
+func (c *conn) shutdown() { c.end(closedByServer) }
+
+// end ends every channel with status as its ERROR, then the connection
+// with a close frame once they are written; channels asked for meanwhile
+// are not opened.
+func (c *conn) end(status *metav1.Status) {
 	c.draining.Store(true)
 	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
 	c.closing = true
+	c.closeStatus = status
 	var callbacks []func()
 	for _, ch := range c.channels {
 		ch.flush = true
-		callbacks = append(callbacks, c.closeChannelLocked(ch, closedByServer)...)
+		callbacks = append(callbacks, c.closeChannelLocked(ch, status)...)
 	}
 	c.mu.Unlock()
 	c.signal()

@@ -24,7 +24,7 @@ var (
 	}, []string{"result"})
 	closedTotal = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "watchmux", Name: "channels_closed_total",
-		Help:           "Channels closed, by reason: client, expired (too slow, or resume point gone), forbidden (access lost), shutdown, other.",
+		Help:           "Channels closed, by reason: client, expired (too slow, or resume point gone), forbidden (access lost), unauthorized (the caller's credential no longer authenticates), shutdown (the server shutting down, or the connection at its maximum age), other.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 	framesTotal = metrics.NewCounter(&metrics.CounterOpts{

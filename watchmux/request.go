@@ -91,6 +91,8 @@ func reasonOf(s *metav1.Status) string {
 		return "forbidden"
 	case metav1.StatusReasonServiceUnavailable:
 		return "shutdown"
+	case metav1.StatusReasonUnauthorized:
+		return "unauthorized"
 	}
 	return "other"
 }

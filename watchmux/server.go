@@ -74,7 +74,15 @@ func IsUpgrade(r *http.Request) bool {
 
 // ServeHTTP upgrades r and serves the connection until it ends. The
 // caller has authenticated and authorized r.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.ServeHTTPUntil(w, r, nil) }
+
+// ServeHTTPUntil is ServeHTTP for a connection the caller may end: when
+// end yields a status, every channel ends with it as its ERROR and the
+// connection closes once they are written (as Shutdown closes it; with
+// an ERROR 503 the client resumes its channels on another connection).
+// The hub ends a connection whose credential no longer authenticates
+// (401), or that has reached its maximum age (503).
+func (s *Server) ServeHTTPUntil(w http.ResponseWriter, r *http.Request, end <-chan *metav1.Status) {
 	if !websocket.IsWebSocketUpgrade(r) {
 		http.Error(w, "a bulk watch is a websocket upgrade with subprotocol "+v1alpha1.WatchSubprotocol, http.StatusBadRequest)
 		return
@@ -108,6 +116,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.active.Done()
 	connectionsGauge.Inc()
 	klog.V(4).InfoS("Bulk watch connection opened", "remote", r.RemoteAddr)
+	if end != nil {
+		go func() {
+			select {
+			case st := <-end:
+				c.end(st)
+			case <-c.ctx.Done():
+			}
+		}()
+	}
 	c.serve()
 	connectionsGauge.Dec()
 	s.mu.Lock()

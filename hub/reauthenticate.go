@@ -1,0 +1,230 @@
+package hub
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/klog/v2"
+)
+
+// reauthenticator authenticates the caller of each open bulk watch
+// connection (its bulk watch channels and its node view alike) again,
+// with the hub's own authenticator, as kube-apiserver would authenticate
+// a new request with the same credential now: a bearer token through the
+// delegated TokenReview and its cache (shared by every connection and
+// request with that token: one review answers them all, for at most the
+// cache's TTL, --authentication-token-webhook-cache-ttl, 10 s as
+// kube-apiserver's own), a client certificate against the client CA as
+// loaded now and its NotAfter.
+//
+// Each connection is checked at a jittered interval of at most
+// ReauthenticateInterval, and at its credential's own expiry (the
+// certificate's NotAfter, the token's exp claim). When the credential no
+// longer authenticates, or authenticates as someone else, every channel
+// ends with ERROR 401 in kube-apiserver's words and the connection
+// closes. A check that cannot be made (the review timed out, kube-apiserver
+// unreachable) keeps the connection, is counted, and is made again
+// sooner; MaxConnectionAge bounds how long such a connection, and
+// whatever a check cannot see (a caller through kube-apiserver's
+// aggregator, which the hub knows only by the front proxy's
+// certificate), lives: at its age, jittered, the connection ends with
+// ERROR 503 and the client resumes on a new one, authenticated afresh.
+type reauthenticator struct {
+	authn    authenticator.Request
+	interval time.Duration
+	maxAge   time.Duration
+	retry    time.Duration // after a check that could not be made: reauthenticateRetry
+	now      func() time.Time
+	jitter   func(time.Duration) time.Duration
+}
+
+// reauthenticateTimeout bounds one check: the delegated authenticator's
+// own webhook timeout is 10 s.
+const reauthenticateTimeout = 10 * time.Second
+
+// reauthenticateRetry is how soon a check that could not be made is made
+// again.
+const reauthenticateRetry = 10 * time.Second
+
+func newReauthenticator(authn authenticator.Request, interval, maxAge time.Duration) *reauthenticator {
+	return &reauthenticator{authn: authn, interval: interval, maxAge: maxAge, retry: reauthenticateRetry, now: time.Now,
+		// Spread over the last quarter: a thousand connections opened
+		// together are not all checked in the same second.
+		jitter: func(d time.Duration) time.Duration { return d - time.Duration(rand.Int64N(int64(d/4)+1)) }}
+}
+
+// credential is what authenticated a connection: the upgrade request's
+// headers, as they came (the authentication filter removes the
+// Authorization header), and its TLS state.
+type credential struct {
+	header http.Header
+	tls    *tls.ConnectionState
+}
+
+type credentialKey struct{}
+
+// withCredential keeps req's credential in its context for follow.
+// Outside every filter, before authentication.
+func withCredential(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isBulkWatchUpgrade(r) {
+			r = r.WithContext(context.WithValue(r.Context(), credentialKey{}, &credential{header: r.Header.Clone(), tls: r.TLS}))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Unauthorized is kube-apiserver's answer to a credential it does not
+// accept, word for word.
+func unauthorized() *metav1.Status {
+	st := apierrors.NewUnauthorized("Unauthorized").ErrStatus
+	return &st
+}
+
+// follow checks the connection of r until ctx ends, and yields the
+// status to end it with: 401 when its credential no longer
+// authenticates, 503 at its maximum age.
+func (a *reauthenticator) follow(ctx context.Context, r *http.Request) <-chan *metav1.Status {
+	end := make(chan *metav1.Status, 1)
+	cred, _ := r.Context().Value(credentialKey{}).(*credential)
+	if cred == nil {
+		return end // not a bulk watch upgrade
+	}
+	first, ok, err := a.check(ctx, cred)
+	if err != nil || !ok {
+		// It authenticated a moment ago: the next check decides.
+		first = nil
+	}
+	go func() {
+		opened := a.now()
+		age := time.NewTimer(a.jitter(a.maxAge))
+		defer age.Stop()
+		next := a.nextCheck(cred, a.interval)
+		for {
+			t := time.NewTimer(next)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-age.C:
+				t.Stop()
+				reauthentications.WithLabelValues("max_age").Inc()
+				klog.V(2).InfoS("Bulk watch connection at its maximum age; ending it so that the client resumes on a new one", "age", a.now().Sub(opened).Round(time.Second))
+				end <- &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusServiceUnavailable, Reason: metav1.StatusReasonServiceUnavailable,
+					Message: "the connection reached its maximum age; resubscribe"}
+				return
+			case <-t.C:
+			}
+			resp, ok, err := a.check(ctx, cred)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case !ok && transient(err):
+				reauthentications.WithLabelValues("error").Inc()
+				klog.ErrorS(err, "Authenticating an open bulk watch connection again; keeping it until the next check")
+				next = a.retry
+				continue
+			case !ok, first != nil && !sameUser(first, resp):
+				reauthentications.WithLabelValues("unauthorized").Inc()
+				klog.V(2).InfoS("Bulk watch connection's credential no longer authenticates; ending its channels with 401", "err", err)
+				end <- unauthorized()
+				return
+			}
+			if first == nil {
+				first = resp
+			}
+			reauthentications.WithLabelValues("ok").Inc()
+			next = a.nextCheck(cred, a.interval)
+		}
+	}()
+	return end
+}
+
+// check authenticates cred as the hub's authentication filter would.
+func (a *reauthenticator) check(ctx context.Context, cred *credential) (*authenticator.Response, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, reauthenticateTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "/", nil)
+	if err != nil {
+		return nil, false, err
+	}
+	req.Header, req.TLS = cred.header.Clone(), cred.tls
+	return a.authn.AuthenticateRequest(req)
+}
+
+// nextCheck is the wait before the next check: interval, jittered, or
+// until just after the credential expires if that is sooner.
+func (a *reauthenticator) nextCheck(cred *credential, interval time.Duration) time.Duration {
+	d := a.jitter(interval)
+	if exp, ok := expiry(cred); ok {
+		if until := exp.Sub(a.now()) + time.Second; until < d {
+			d = max(until, time.Second)
+		}
+	}
+	return d
+}
+
+// expiry is when cred stops being valid by its own terms: the client
+// certificate's NotAfter, or a JWT bearer token's exp claim (read, not
+// verified: it only chooses when to ask).
+func expiry(cred *credential) (time.Time, bool) {
+	if cred.tls != nil && len(cred.tls.PeerCertificates) > 0 {
+		return cred.tls.PeerCertificates[0].NotAfter, true
+	}
+	auth := cred.header.Get("Authorization")
+	scheme, token, ok := strings.Cut(strings.TrimSpace(auth), " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") {
+		return time.Time{}, false
+	}
+	parts := strings.Split(strings.TrimSpace(token), ".")
+	if len(parts) != 3 {
+		return time.Time{}, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return time.Time{}, false
+	}
+	var claims struct {
+		Exp *int64 `json:"exp"`
+	}
+	if json.Unmarshal(payload, &claims) != nil || claims.Exp == nil {
+		return time.Time{}, false
+	}
+	return time.Unix(*claims.Exp, 0), true
+}
+
+// transient reports whether err says the check could not be made, rather
+// than that the credential was refused: a timeout, a network error, or
+// kube-apiserver failing or busy.
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var netErr net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) {
+		return true
+	}
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		code := st.Status().Code
+		return code >= 500 || code == http.StatusTooManyRequests
+	}
+	return false
+}
+
+// sameUser reports whether b is the identity a was: a token or
+// certificate that now names someone else is not the connection's.
+func sameUser(a, b *authenticator.Response) bool {
+	return a.User.GetName() == b.User.GetName() && a.User.GetUID() == b.User.GetUID()
+}
