@@ -22,3 +22,14 @@ func bootClock() (id string, since time.Duration, ok bool) {
 	}
 	return strings.TrimSpace(string(b)), time.Duration(ts.Nano()), true
 }
+
+// wallClockSynced reports whether the kernel holds the wall clock
+// synchronized: an NTP client (chrony, systemd-timesyncd, ntpd) clears
+// STA_UNSYNC while it disciplines the clock. Without that, the wall clock
+// is whatever the RTC or an operator set, and proves no age. A variable
+// for tests.
+var wallClockSynced = func() bool {
+	var tx unix.Timex
+	state, err := unix.Adjtimex(&tx) // modes 0: read only
+	return err == nil && state != unix.TIME_ERROR && tx.Status&unix.STA_UNSYNC == 0
+}

@@ -8,10 +8,8 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeproxy/nodeproxy/test/controlplane"
@@ -87,21 +85,14 @@ func TestKubeletWatchOutlivesItsHubReplica(t *testing.T) {
 
 			fwd.Add(addrB) // b joins the Service; the endpoint stays on a
 			const each = 5
-			want := make([]string, 0, 2*each)
-			for i := range each {
-				want = append(want, fmt.Sprintf("before-%d", i))
-				rotate(t, ns, "s", want[len(want)-1])
-			}
-			got := readPasswords(t, w, each)
+			want := rotations(t, ns, "s", "before", each)
+			got := readNewer(t, w, each, list.ResourceVersion)
 			fwd.Remove(addrA) // a leaves the Service, then goes
 			tc.end(a)
-			for i := range each {
-				want = append(want, fmt.Sprintf("after-%d", i))
-				rotate(t, ns, "s", want[len(want)-1])
-			}
-			got = append(got, readPasswords(t, w, each)...)
-			if fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Fatalf("the kubelet's watch saw %v; want %v, each once, in order", got, want)
+			want = append(want, rotations(t, ns, "s", "after", each)...)
+			got = append(got, readNewer(t, w, each, got[len(got)-1].rv)...)
+			if fmt.Sprint(passwords(got)) != fmt.Sprint(want) {
+				t.Fatalf("the kubelet's watch saw %v; want %v, each once, in order", passwords(got), want)
 			}
 
 			after := watchCounts(t, n)
@@ -139,25 +130,14 @@ func watchCounts(t *testing.T, n *node) counts {
 	}
 }
 
-// readPasswords reads n MODIFIED events of w and returns the passwords
-// they carry.
-func readPasswords(t *testing.T, w watch.Interface, n int) []string {
+// rotations rotates secret name in ns n times, to prefix-0, prefix-1, ...,
+// and returns the passwords it wrote, in order.
+func rotations(t *testing.T, ns, name, prefix string, n int) []string {
 	t.Helper()
 	var out []string
-	for len(out) < n {
-		select {
-		case ev, open := <-w.ResultChan():
-			if !open {
-				t.Fatalf("the kubelet's watch ended after %d of %d events", len(out), n)
-			}
-			s, ok := ev.Object.(*corev1.Secret)
-			if ev.Type != watch.Modified || !ok {
-				t.Fatalf("event %s %T; want MODIFIED of the secret", ev.Type, ev.Object)
-			}
-			out = append(out, string(s.Data["password"]))
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%d of %d events within 30 s", len(out), n)
-		}
+	for i := range n {
+		out = append(out, fmt.Sprintf("%s-%d", prefix, i))
+		rotate(t, ns, name, out[len(out)-1])
 	}
 	return out
 }

@@ -41,10 +41,14 @@ func clusterOf(cfg *rest.Config) (string, error) {
 }
 
 // restore loads the persisted copy, if any, into the copy, and sets its
-// age: by the boot clock if it was saved in this boot, else by the wall
-// clock, never less than nothing. A copy that cannot be loaded is left
-// where it is (a later save replaces it) and the endpoint starts empty:
-// never half a copy.
+// age: by the boot clock if it was saved in this boot; across a reboot
+// by the wall clock, but only a wall clock the kernel holds synchronized
+// and that does not put the save in the future. An age neither proves is
+// unproven: the copy is not served offline until it has followed the hub
+// again (provenAge), and is still the position the view resumes from,
+// since the hub sends every change after it. A copy that cannot be
+// loaded is left where it is (a later save replaces it) and the endpoint
+// starts empty: never half a copy.
 func (f *viewFollower) restore() {
 	snap, err := f.store.Load(f.copy.Node(), f.cluster)
 	switch {
@@ -67,11 +71,8 @@ func (f *viewFollower) restore() {
 		klog.ErrorS(errors.Join(append(refused, err)...), "Refused the node's persisted copy; starting without one", "file", f.store.Path())
 		return
 	}
-	age := time.Since(snap.SavedAt)
-	if id, now, ok := bootClock(); ok && id == snap.BootID && snap.BootID != "" {
-		age = now - snap.BootTime
-	}
-	age = max(age, 0)
+	age, proof := ageOf(snap)
+	copyRestores.WithLabelValues(proof).Inc()
 	if snap.Unvouched {
 		// Saved while it could not vouch for what it held: it still
 		// cannot, until the hub brings it current.
@@ -79,9 +80,41 @@ func (f *viewFollower) restore() {
 		klog.InfoS("The node's persisted copy may lack what the node was served before it was saved; it is not served offline until the hub brings it current")
 	}
 	f.mu.Lock()
-	f.lost = time.Now().Add(-age)
+	f.lost = time.Now().Add(-max(age, 0))
+	f.unproven = proof == ageUnproven
 	f.mu.Unlock()
-	klog.InfoS("Loaded the node's persisted copy", "file", f.store.Path(), "objects", len(snap.Objects), "age", age.Round(time.Second), "position", snap.Position)
+	if proof == ageUnproven {
+		klog.ErrorS(nil, "Loaded the node's persisted copy, saved in an earlier boot, whose age cannot be proven: it is not served offline until it has followed the hub",
+			"file", f.store.Path(), "objects", len(snap.Objects), "wallClockAge", age.Round(time.Second), "wallClockSynced", wallClockSynced(), "position", snap.Position)
+		return
+	}
+	klog.InfoS("Loaded the node's persisted copy", "file", f.store.Path(), "objects", len(snap.Objects), "age", age.Round(time.Second), "by", proof, "position", snap.Position)
+}
+
+// How a loaded copy's age was known, the values of the copy restores
+// metric's "age" label.
+const (
+	ageBootClock = "boot_clock"
+	ageWallClock = "wall_clock"
+	ageUnproven  = "unproven"
+)
+
+// ageOf is how long snap has not followed the hub, and how that is
+// known: by CLOCK_BOOTTIME within the boot it was saved in; else by a
+// synchronized wall clock; else not (the wall clock's guess is returned
+// for the log).
+func ageOf(snap *disk.Snapshot) (time.Duration, string) {
+	if id, now, ok := bootClock(); ok && id == snap.BootID && snap.BootID != "" {
+		if age := now - snap.BootTime; age >= 0 {
+			return age, ageBootClock
+		}
+		return 0, ageUnproven // a boot clock that went back: a file not of this boot
+	}
+	age := time.Since(snap.SavedAt)
+	if age < 0 || !wallClockSynced() {
+		return age, ageUnproven
+	}
+	return age, ageWallClock
 }
 
 // persist saves the copy after each change, a burst at a time, until ctx
@@ -110,7 +143,9 @@ func (f *viewFollower) save() error {
 	pos, whole := f.copy.Objects(func(resource string, o *nodecopy.Object) {
 		snap.Objects = append(snap.Objects, disk.Object{Resource: resource, Raw: o.Raw})
 	})
-	if !whole {
+	if !whole || f.ageUnproven() {
+		// An unproven copy has not changed since it was loaded: the
+		// file is already it, with the age it had.
 		return nil
 	}
 	snap.Position = pos

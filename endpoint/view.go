@@ -29,10 +29,13 @@ import (
 // position across hub replicas, and opened afresh when the hub cannot
 // resume it (410).
 //
-// The copy is live while the channel is open on a connection that is up:
-// it then holds what the hub sent last, which the hub sends as soon as
-// its cache has it. When it stops being live, lost says since when, on
-// the monotonic clock: a wall clock set back or forward changes nothing.
+// The copy is live while the channel is open on a connection that is up
+// and has applied a batch since it opened (the resume's, or the initial
+// state's, bookmark): it then holds what the hub sent last, which the hub
+// sends as soon as its cache has it. Before that first batch the copy is
+// what it was, however old (a copy loaded from disk, one from before an
+// outage). When it stops being live, lost says since when, on the
+// monotonic clock: a wall clock set back or forward changes nothing.
 type viewFollower struct {
 	hub  *Hub
 	copy *nodecopy.Copy
@@ -43,11 +46,17 @@ type viewFollower struct {
 
 	mu      sync.Mutex
 	channel *watchmux.SessionChannel // guarded by mu; nil while none is open
+	// following: the channel has applied a batch since it opened.
+	following bool // guarded by mu
 	// lost is when the copy stopped being live; zero while live or
 	// before it first was. offline is when the node was last seen
 	// offline: a copy's staleness counts from the later of the two,
 	// since an outage is no time the copy could have followed anything.
 	lost, offline time.Time // guarded by mu
+	// unproven: the copy was loaded from an earlier boot without a
+	// proof of its age (restore), and has not followed the hub since;
+	// it is not served offline.
+	unproven bool // guarded by mu
 	// fresh: open the view without a position, its initial state
 	// replacing the copy (the hub could not resume it). Run's alone.
 	fresh bool
@@ -197,7 +206,7 @@ func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
-		f.channel = nil
+		f.channel, f.following = nil, false
 		f.markLostLocked()
 		f.mu.Unlock()
 		closeChannel(ch)
@@ -236,19 +245,35 @@ func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
 				viewRefused.Inc()
 				klog.ErrorS(r, "Refused an object of the node view")
 			}
-			if err != nil {
+			if errors.Is(err, nodecopy.ErrGoesBack) {
+				// A replica that would take the copy back (one that
+				// listed a quiet type before the copy's last change of
+				// it, and has not had a bookmark since): the copy keeps
+				// what it has, and resumes again from its position,
+				// after run's pause, on this replica once its store
+				// moves on or on another. Opening the view afresh would
+				// send it whole for nothing, and replace nothing older.
+				viewResumesRefused.Inc()
+				held, _ := f.copy.Position()
+				return fmt.Errorf("refused the node view's batch, resuming again from the copy's position %s: %w", held, err)
+			}
+			if errors.Is(err, nodecopy.ErrBehind) {
+				// A view afresh from a replica behind the copy: opened
+				// afresh again after run's pause, when the replica has
+				// caught up or the Service picks another.
+				viewReopens.WithLabelValues("behind").Inc()
 				f.fresh = true
-				if errors.Is(err, nodecopy.ErrBehind) {
-					// Opened again after viewRetry: the replica catches
-					// up, or the Service picks another.
-					viewReopens.WithLabelValues("behind").Inc()
-				}
-				return fmt.Errorf("apply a batch of the node view: %w", err)
+				return fmt.Errorf("refused the node view afresh, opening it again: %w", err)
+			}
+			if err != nil {
+				viewReopens.WithLabelValues("invalid").Inc()
+				f.fresh = true
+				return fmt.Errorf("apply a batch of the node view, opening it afresh: %w", err)
 			}
 			viewBatches.Inc()
 			f.trustSince(opened)
 			f.mu.Lock()
-			f.lost = time.Time{}
+			f.lost, f.following, f.unproven = time.Time{}, true, false
 			if !f.upSince.IsZero() {
 				f.upSince = time.Time{}
 				close(f.caughtUp)
@@ -290,12 +315,12 @@ func (f *viewFollower) markLostLocked() {
 }
 
 // live reports whether the copy is current: its channel open on a
-// connection that is up.
+// connection that is up, and a batch applied since it opened.
 func (f *viewFollower) live() bool {
 	f.mu.Lock()
-	ch := f.channel
+	following := f.channel != nil && f.following
 	f.mu.Unlock()
-	return ch != nil && f.hub.Connected()
+	return following && f.hub.Connected()
 }
 
 // age is how long the copy has not been live: 0 while it is, and false
@@ -330,6 +355,7 @@ func (f *viewFollower) offlineAge() (time.Duration, bool) {
 const (
 	refusedNoView    = "no_view"   // it holds no whole view
 	refusedTooOld    = "too_old"   // older than --offline-max-age
+	refusedUnproven  = "unproven"  // from an earlier boot, its age unproven
 	refusedUnvouched = "unvouched" // it may lack what the node was served
 )
 
@@ -342,10 +368,22 @@ func (f *viewFollower) servableOffline(maxAge time.Duration) (time.Duration, str
 		return 0, refusedNoView
 	case age > maxAge:
 		return age, refusedTooOld
+	case f.ageUnproven():
+		// A copy from an earlier boot that has not followed the hub
+		// since: an age that cannot be proven is too old.
+		return age, refusedUnproven
+	case age > maxAge:
+		return age, refusedTooOld
 	case !f.vouched():
 		return age, refusedUnvouched
 	}
 	return age, ""
+}
+
+func (f *viewFollower) ageUnproven() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.unproven
 }
 
 // reach waits up to d for the copy to hold type i at rv or later.

@@ -28,6 +28,7 @@ var (
 		Namespace: "nodeproxy", Subsystem: "node", Name: "view_reopens_total",
 		Help: "Node views opened again by the endpoint, by reason: expired (the hub could not resume from the copy's position: the view opened afresh, its initial state replacing the copy), " +
 			"ended (no replica took the channel back within 5 s: opened again from the copy's position), older_hub (the hub refused the newest version of the view: opened at the first), " +
+			"invalid (a batch the copy could not apply: a position that does not parse or names other types, a change before the initial state: opened afresh), " +
 			"behind (a view afresh from a replica behind the copy, refused: opened afresh again a moment later).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
@@ -37,6 +38,19 @@ var (
 			"offline (neither the hub nor kube-apiserver reachable: the copy as it was when the node lost them).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"mode"})
+	viewResumesRefused = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "view_resumes_refused_total",
+		Help: "Batches of the node view the endpoint refused because their position went back past what the copy holds " +
+			"(a replica behind the copy's last change of a type): the copy kept what it had, and the view was resumed again from its position, not opened afresh.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	copyRestores = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_restores_total",
+		Help: "Copies of the node's view loaded from --node-view-dir at start, by how their age was known: boot_clock (saved in this boot), " +
+			"wall_clock (saved in an earlier boot, the wall clock synchronized), unproven (saved in an earlier boot, the wall clock not synchronized " +
+			"or putting the save in the future: not served offline until the copy has followed the hub again).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"age"})
 	copyAge = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_age_seconds",
 		Help:           "How long the copy of the node's view has not followed the hub: 0 while it does; -1 while it holds no view. Updated every 5 s.",

@@ -77,6 +77,15 @@ type Batch struct {
 	Progress uint64
 }
 
+// ErrGoesBack is the error of a batch whose position goes back past what
+// the copy holds: for some type, an At before the last change of it the
+// copy has taken in (its position's Since). The copy holds the type's
+// state at every version from Since on, so an At from there is a
+// position it holds, which a resume on a replica behind on a quiet type
+// sends (docs/api.md, "The node view"); before it, the batch would take
+// the copy back. The batch is not applied.
+var ErrGoesBack = errors.New("the batch's position goes back past the copy's")
+
 // ErrOutsideView is the error of an event whose object the node may not
 // have: a pod of another node, another node's Node. The event is not
 // applied; the rest of the batch is.
@@ -85,8 +94,13 @@ var ErrOutsideView = errors.New("an object outside the node's view")
 // Apply takes in b whole. It returns the events it refused, each an error
 // wrapping ErrOutsideView or naming what is wrong with it, and an error
 // if the batch as a whole cannot be applied (a position that does not
-// parse or goes back), in which case the copy is unchanged and the caller
-// must open the view again.
+// parse, or that goes back: ErrGoesBack), in which case the copy is
+// unchanged and the caller must open the view again.
+//
+// A position whose At of a type is lower than the copy's, but not before
+// its Since, is taken: it becomes the copy's position, the one it
+// resumes from, while the versions the copy answers at (At) never go
+// back.
 func (c *Copy) Apply(b Batch) (refused []error, err error) {
 	pos, err := v1alpha1.ParseNodeViewPosition(b.Position)
 	if err != nil {
@@ -143,14 +157,16 @@ func (c *Copy) Apply(b Batch) (refused []error, err error) {
 			return refused, fmt.Errorf("the bookmark's position %s names other types than the copy's view", b.Position)
 		}
 		for i := range pos.At {
-			if pos.At[i] < c.pos.At[i] {
-				return refused, fmt.Errorf("the bookmark's position goes back: %s at %d, the copy at %d",
-					v1alpha1.NodeViewTypes[i].Resource, pos.At[i], c.pos.At[i])
+			if pos.At[i] < c.pos.Since[i] {
+				return refused, fmt.Errorf("%w: %s at %d, the copy holds it from %d to %d", ErrGoesBack,
+					v1alpha1.NodeViewTypes[i].Resource, pos.At[i], c.pos.Since[i], c.at[i])
 			}
 		}
 	}
 	for _, e := range events {
-		c.applyLocked(e.typ, e.i, e.o, pos.At[e.i], b.Initial)
+		// ENTERED and LEFT take the type's version, which for the
+		// copy's watches is the one it answers at, never lower.
+		c.applyLocked(e.typ, e.i, e.o, max(pos.At[e.i], c.at[e.i]), b.Initial)
 	}
 	c.setPositionLocked(pos)
 	c.progress = max(c.progress, b.Progress)

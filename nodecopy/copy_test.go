@@ -121,6 +121,50 @@ func TestABatchThatGoesBackIsRefusedWhole(t *testing.T) {
 	}
 }
 
+// TestAResumeOnAReplicaBehindOnAQuietTypeIsTaken: the serving replica
+// bookmarked runtime classes, which nobody changes, at its own watch's
+// bookmark (812); the replica the view resumes on has not had its own
+// bookmark yet (790). No change lies between the last one (700) and
+// either, so the resume's first bookmark, at 790, is a position the copy
+// holds: it is taken, it is the copy's next resume point, and the copy
+// goes on answering at 812, never back. A position before the last change
+// the copy has taken in (before 700) would go back, and is refused.
+func TestAResumeOnAReplicaBehindOnAQuietTypeIsTaken(t *testing.T) {
+	runtimeClasses := v1alpha1.NodeViewTypeIndex("runtimeclasses")
+	span := func(since, at int, others int) string {
+		var p v1alpha1.NodeViewPosition
+		for i := range p.At {
+			p.Since[i], p.At[i] = uint64(others), uint64(others)
+		}
+		p.Since[runtimeClasses], p.At[runtimeClasses] = uint64(since), uint64(at)
+		return p.String()
+	}
+	c := New("node-a")
+	mustApply(t, c, Batch{Initial: true, Position: span(700, 812, 812), Events: []Event{{watch.Added, secret("a", 5)}}})
+	w, err := c.WatchFrom(secrets, Filter{}, 812)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed := Batch{Position: span(700, 790, 815), Events: []Event{{watch.Modified, secret("a", 815)}}}
+	if refused, err := c.Apply(resumed); err != nil || len(refused) > 0 {
+		t.Fatalf("the resume's first bookmark, on a replica behind on a quiet type: refused %v, %v; want it taken", refused, err)
+	}
+	if pos, _ := c.Position(); pos != resumed.Position {
+		t.Errorf("the copy resumes from %s; want the replica's position %s", pos, resumed.Position)
+	}
+	if at, _ := c.At(runtimeClasses); at != 812 {
+		t.Errorf("runtime classes answered at %d; want 812: the versions the copy answers at never go back", at)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if changes, _, err := w.Next(ctx); err != nil || describe(changes) != "MODIFIED a@815" {
+		t.Errorf("a watch across the resume: %q, %v; want the change", describe(changes), err)
+	}
+	if _, err := c.Apply(Batch{Position: span(600, 650, 816)}); !errors.Is(err, ErrGoesBack) {
+		t.Errorf("a position before the last change of runtime classes the copy holds: %v; want ErrGoesBack", err)
+	}
+}
+
 func TestWatchesResumeFromAResourceVersion(t *testing.T) {
 	c := New("node-a")
 	mustApply(t, c, Batch{Initial: true, Position: position(10, nil), Events: []Event{{watch.Added, secret("a", 5)}}})

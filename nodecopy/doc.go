@@ -18,7 +18,11 @@
 // Invariants:
 //   - The copy is always the view at the position of the last batch
 //     applied: a batch is applied whole or, if its position does not
-//     parse or goes back, not at all. An object no node may have whatever
+//     parse or goes back past what the copy holds (ErrGoesBack), not at
+//     all. A position holds a type's state from its Since to its At, so
+//     an At lower than the copy's but not before its Since (a resume on
+//     a replica behind on a quiet type) is taken as the copy's position,
+//     and the versions the copy answers at never go back. An object no node may have whatever
 //     the graph says (a pod of another node, another node's Node) is
 //     refused and the rest of its batch applied.
 //   - A watch from a resourceVersion sees every change of its type after
