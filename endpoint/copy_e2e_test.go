@@ -58,9 +58,19 @@ func newOutage(t *testing.T, hubURL string) *outage {
 // begin cuts the node off both, as a control plane outage or a partition
 // does: open connections die, new ones are refused.
 func (o *outage) begin() {
+	o.cutAPIServer()
+	o.cutHub()
+}
+
+// cutAPIServer cuts the node off kube-apiserver alone, cutHub off the
+// hub alone.
+func (o *outage) cutAPIServer() {
 	o.api.Remove(o.apiBackend)
-	o.hub.Remove(o.hubBackend)
 	o.api.Cut(o.apiBackend)
+}
+
+func (o *outage) cutHub() {
+	o.hub.Remove(o.hubBackend)
 	o.hub.Cut(o.hubBackend)
 }
 

@@ -54,11 +54,16 @@ func (e *Endpoint) copyMode() (string, bool) {
 	if e.view.live() {
 		return modeLive, true
 	}
-	age, proven := e.view.provenAge()
-	if !proven || age > e.offlineMaxAge || !e.offline() {
+	if !e.offline() {
 		return "", false
 	}
 	e.view.sawOffline()
+	if _, refused := e.view.servableOffline(e.offlineMaxAge); refused != "" {
+		// Serving nothing is safe; serving the past, or a copy older
+		// than the operator allows, is not.
+		copyRefusals.WithLabelValues(refused).Inc()
+		return "", false
+	}
 	return modeOffline, true
 }
 
@@ -185,10 +190,19 @@ func (e *Endpoint) copyAt(ctx context.Context, r *copyRead, mode string) (bool, 
 	rv := r.opts.ResourceVersion
 	switch {
 	case rv == "":
-		if mode == modeLive {
-			return e.view.sync(ctx) == nil, nil
+		if mode != modeLive || e.view.sync(ctx) == nil {
+			return true, nil
 		}
-		return true, nil
+		if e.ready.apiServerReady() != nil {
+			// The hub could not show its cache current (it cannot reach
+			// kube-apiserver either: a control-plane outage with the
+			// hub up), and kube-apiserver does not answer the node:
+			// nobody can say what is newer than the copy, which holds
+			// everything the node was served. As offline.
+			syncs.WithLabelValues("unconfirmed").Inc()
+			return true, nil
+		}
+		return false, nil
 	case rv == "0":
 		return true, nil
 	case r.opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact:
@@ -401,25 +415,41 @@ func (e *Endpoint) copyWatchKept(cw *copyWatch) bool {
 	return false // the kubelet watches again, from its last version, elsewhere
 }
 
-// copyStaleAfter is how long the copy's watches stay open after it
-// stopped following the hub while kube-apiserver answers. Longer than a
-// replica's rollout and than an endpoint's redial after an outage
-// (kube-apiserver is usually back before the hub, which needs it to list
-// its cache), so that the kubelets' watches wait for the hub rather than
-// all move to kube-apiserver; short enough that a hub gone for good
-// delays the changes the node sees by no more than this. Nothing is
-// lost either way: the watch resumes from its version.
-const copyStaleAfter = 30 * time.Second
+// How long the copy's watches stay open after it stopped following the
+// hub while kube-apiserver answers, before they end and the kubelet
+// watches kube-apiserver, whose answers the copy takes in (observe.go):
+//
+//   - copyLostGrace, when the hub went while kube-apiserver answered (a
+//     replica lost, the hub's Service broken): as long as a session takes
+//     to carry the view to another replica (hubResumeTimeout), so that a
+//     failover moves nothing, and no longer, since every change the
+//     kubelet does not see meanwhile is late;
+//   - copyStaleAfter, when the node was offline since (an outage ends):
+//     kube-apiserver is usually back before the hub, which lists its
+//     cache from it, and the endpoints redial the hub on their backoff;
+//     ending every watch at once would send every kubelet's watches to
+//     kube-apiserver the moment it returns, the relist storm the copy is
+//     there to spare it. Longer than the hub takes to return.
+//
+// Nothing is lost either way: the watch resumes from its version.
+const (
+	copyLostGrace  = hubResumeTimeout
+	copyStaleAfter = 30 * time.Second
+)
 
 // copyWatchable reports whether the copy's watches may go on: while the
-// copy follows the hub, or is offline, and for copyStaleAfter after it
-// stopped following.
+// copy follows the hub, or is offline, and for a grace after it stopped
+// following (above).
 func (e *Endpoint) copyWatchable() bool {
 	if _, ok := e.copyMode(); ok {
 		return true
 	}
 	stale, whole := e.view.staleFor()
-	return whole && stale < copyStaleAfter || e.view.catchingUp()
+	grace := copyLostGrace
+	if e.view.offlineSinceLost() {
+		grace = copyStaleAfter
+	}
+	return whole && stale < grace || e.view.catchingUp()
 }
 
 // bookmarkOf is a BOOKMARK of r's type at rv, ending the initial events

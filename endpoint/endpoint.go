@@ -190,19 +190,28 @@ func (e *Endpoint) serveKubelet(w http.ResponseWriter, req *http.Request) {
 	if toCopy && e.serveFromCopy(w, req, cr) {
 		return
 	}
-	e.serveKubeletElsewhere(w, req, info, toCopy)
+	if !toCopy || e.view == nil {
+		cr = nil
+	}
+	e.serveKubeletElsewhere(w, req, info, cr)
 }
 
 // serveKubeletElsewhere answers what the copy does not: from the hub
-// when it can, from kube-apiserver otherwise.
-func (e *Endpoint) serveKubeletElsewhere(w http.ResponseWriter, req *http.Request, info *apirequest.RequestInfo, toCopy bool) {
+// when it can, from kube-apiserver otherwise. cr, if not nil, is the
+// read of the view the copy did not answer: what the kubelet is served
+// of it the copy takes in (observe.go).
+func (e *Endpoint) serveKubeletElsewhere(w http.ResponseWriter, req *http.Request, info *apirequest.RequestInfo, cr *copyRead) {
 	r, hubServed := hubRoute(req, info, e.node, kubelet)
-	r.toCopy = toCopy && e.view != nil
+	r.toCopy = cr
 	if hubServed && e.hub != nil && e.serveRead(w, req, r, e.hub) {
 		return
 	}
+	var observe func(*http.Response)
+	if cr != nil {
+		observe = func(resp *http.Response) { e.observeResponse(resp, cr) }
+	}
 	resource, verb := describe(req, info)
-	e.upstream.serve(w, req, resource, verb, hubServed && e.hub != nil && verb == "watch", clientKey{})
+	e.upstream.serve(w, req, resource, verb, hubServed && e.hub != nil && verb == "watch", clientKey{}, observe)
 }
 
 // serveClient answers a request of another client of the node, one with
@@ -230,7 +239,7 @@ func (e *Endpoint) serveClient(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	resource, verb := describe(req, info)
-	e.clientUpstream.serve(w, req, resource, verb, hubServed && verb == "watch", key)
+	e.clientUpstream.serve(w, req, resource, verb, hubServed && verb == "watch", key, nil)
 }
 
 // describe names a request for metrics, as kube-apiserver would, within

@@ -233,7 +233,11 @@ func credsAndSettings(t *testing.T, ns string) {
 // podUsingCreds runs on node with the secret creds and the configmap
 // settings as volumes, mounted (the kubelet skips volumes no container
 // mounts), and the password as an environment variable.
-func podUsingCreds(name, node string) *corev1.Pod {
+func podUsingCreds(name, node string) *corev1.Pod { return podUsing(name, node, "creds") }
+
+// podUsing is podUsingCreds with the secret secret in place of creds
+// (the volume and the variable keep their names).
+func podUsing(name, node, secret string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PodSpec{
@@ -242,11 +246,11 @@ func podUsingCreds(name, node string) *corev1.Pod {
 			Containers: []corev1.Container{{
 				Name: "app", Image: "registry.k8s.io/pause:3.10",
 				Env: []corev1.EnvVar{{Name: "PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-					LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}, Key: "password"}}}},
+					LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "password"}}}},
 				VolumeMounts: []corev1.VolumeMount{{Name: "creds", MountPath: "/etc/creds"}, {Name: "settings", MountPath: "/etc/settings"}},
 			}},
 			Volumes: []corev1.Volume{
-				{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}},
+				{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}},
 				{Name: "settings", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 					LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}},
 			},

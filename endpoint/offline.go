@@ -32,6 +32,12 @@ func (e *Endpoint) watchOffline(ctx context.Context) {
 		case <-tick.C:
 		}
 		copyObjects.Set(float64(e.view.copy.Len()))
+		_, refused := e.view.servableOffline(e.offlineMaxAge)
+		if refused == "" {
+			copyVouched.Set(1)
+		} else {
+			copyVouched.Set(0)
+		}
 		age, whole := e.view.age()
 		if !whole {
 			copyAge.Set(-1)
@@ -50,8 +56,8 @@ func (e *Endpoint) watchOffline(ctx context.Context) {
 			klog.InfoS("Node back online", "offlineFor", time.Since(since).Round(time.Second), "hubConnected", e.hub.Connected())
 			since = time.Time{}
 			offlineSince.Set(0)
-		case offline && age > e.offlineMaxAge:
-			klog.V(2).InfoS("Node offline past --offline-max-age: the copy is no longer served", "copyAge", age.Round(time.Second))
+		case offline && refused != "":
+			klog.V(2).InfoS("Node offline, and its copy is not served", "reason", refused, "copyAge", age.Round(time.Second))
 		}
 	}
 }

@@ -37,84 +37,24 @@ func TestHollowKubeletsThroughAnOutage(t *testing.T) {
 	ns := fmt.Sprintf("outage-%d", runs.Add(1))
 	credsAndSettings(t, ns)
 
-	// node is one hollow node: its endpoint, persisting its copy in
-	// viewDir, and its kubelet.
-	type hollowNode struct {
-		name, viewDir, dir string
-		kp                 *controlplane.KeyPair
-		endpoint           *node
-		kubelet            *controlplane.HollowKubelet
-		pod                *corev1.Pod
-	}
-	startEndpoint := func(n *hollowNode) {
-		n.endpoint = startNodeWith(t, n.name, nodeSpec{
-			apiServer: "https://" + o.api.Addr(), hub: "https://" + o.hub.Addr(), kubelet: n.kp, viewDir: n.viewDir})
-	}
-	startKubelet := func(n *hollowNode) {
-		kubeconfig := filepath.Join(n.dir, "kubeconfig")
-		if err := controlplane.WriteKubeconfig(n.endpoint.kubelet, kubeconfig); err != nil {
-			t.Fatal(err)
-		}
-		h, err := controlplane.StartHollowKubelet(ctx, tools["kubemark"], controlplane.HollowKubeletOptions{Name: n.name, Kubeconfig: kubeconfig, Dir: n.dir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.kubelet = h
-		t.Cleanup(h.Stop)
-		// Cleanups run last first: this one reads the log before Stop.
-		t.Cleanup(func() {
-			if t.Failed() {
-				// Where the kubelet was, in its log, if it stopped answering.
-				h.Process.DumpGoroutines()
-				t.Logf("%s: %s", n.name, h.Process.Describe())
-				if stacks, err := controlplane.Goroutines(h.LogPath, "pkg/kubelet/server"); err != nil {
-					t.Log(err)
-				} else {
-					t.Logf("%s: %d goroutines in the kubelet's server:\n%s", n.name, len(stacks), strings.Join(stacks, "\n\n"))
-				}
-				keepLog(t, n.name, h.LogPath)
-			}
-		})
-	}
-	runsWithFiles := func(n *hollowNode, password string, viaKubelet bool) {
+	runsWithFiles := func(n *hollowNode, pod *corev1.Pod, password string, viaKubelet bool) {
 		t.Helper()
-		testserver.Eventually(t, 2*time.Minute, n.pod.Name+" Running on "+n.name, func(ctx context.Context) error {
-			if viaKubelet {
-				return n.kubelet.Runs(ctx, n.pod.UID)
-			}
-			p, err := admin.CoreV1().Pods(ns).Get(ctx, n.pod.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if p.Status.Phase != corev1.PodRunning {
-				return fmt.Errorf("phase %s", p.Status.Phase)
-			}
-			return nil
-		})
-		eventuallyFile(t, n.kubelet.SecretVolumeFile(n.pod.UID, "creds", "password"), password)
-		eventuallyFile(t, n.kubelet.ConfigMapVolumeFile(n.pod.UID, "settings", "mode"), "a")
+		n.runs(pod, viaKubelet)
+		eventuallyFile(t, n.kubelet.SecretVolumeFile(pod.UID, "creds", "password"), password)
+		eventuallyFile(t, n.kubelet.ConfigMapVolumeFile(pod.UID, "settings", "mode"), "a")
 	}
 
 	var nodes []*hollowNode
+	pods := map[*hollowNode]*corev1.Pod{}
 	for i := range 2 {
-		n := &hollowNode{name: fmt.Sprintf("outage-%s-%d", ns, i), dir: t.TempDir()}
-		n.viewDir = filepath.Join(n.dir, "node-view")
-		if n.kp, err = cp.ClientCA.ClientCert("system:node:"+n.name, []string{"system:nodes"}, "", ""); err != nil {
-			t.Fatal(err)
-		}
-		startEndpoint(n)
-		startKubelet(n)
-		t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{}) })
-		if err := n.kubelet.WaitNodeReady(ctx, admin); err != nil {
-			t.Fatal(err)
-		}
-		if n.pod, err = admin.CoreV1().Pods(ns).Create(ctx, podUsingCreds(fmt.Sprintf("app-%d", i), n.name), metav1.CreateOptions{}); err != nil {
+		n := newHollowNode(t, o, tools["kubemark"], fmt.Sprintf("outage-%s-%d", ns, i))
+		if pods[n], err = admin.CoreV1().Pods(ns).Create(ctx, podUsingCreds(fmt.Sprintf("app-%d", i), n.name), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		nodes = append(nodes, n)
 	}
 	for _, n := range nodes {
-		runsWithFiles(n, "first", false)
+		runsWithFiles(n, pods[n], "first", false)
 		testserver.Eventually(t, 30*time.Second, "the copy persisted on "+n.name, func(context.Context) error {
 			_, err := os.Stat(filepath.Join(n.viewDir, "copy"))
 			return err
@@ -123,25 +63,16 @@ func TestHollowKubeletsThroughAnOutage(t *testing.T) {
 
 	o.begin()
 	for _, n := range nodes {
-		testserver.Eventually(t, time.Minute, n.name+" offline", func(context.Context) error {
-			if code, body := get(t, n.endpoint.metrics+"/readyz", ""); code != 200 || !strings.Contains(body, "offline") {
-				return fmt.Errorf("/readyz %d %q", code, body)
-			}
-			return nil
-		})
+		n.offline()
 	}
 	// A kubelet restart: the process and its root directory.
 	restarted := nodes[0]
-	restarted.kubelet.Stop()
-	startKubelet(restarted)
+	restarted.restartKubelet()
 	// A reboot: the endpoint too, which starts from the persisted copy.
 	rebooted := nodes[1]
-	rebooted.kubelet.Stop()
-	rebooted.endpoint.stop()
-	startEndpoint(rebooted)
-	startKubelet(rebooted)
+	rebooted.reboot()
 	for _, n := range []*hollowNode{restarted, rebooted} {
-		runsWithFiles(n, "first", true)
+		runsWithFiles(n, pods[n], "first", true)
 	}
 	secret, err := admin.CoreV1().Secrets(ns).Get(ctx, "creds", metav1.GetOptions{})
 	if err != nil {
@@ -154,7 +85,7 @@ func TestHollowKubeletsThroughAnOutage(t *testing.T) {
 
 	o.end()
 	for _, n := range nodes {
-		runsWithFiles(n, "changed during the outage", false)
+		runsWithFiles(n, pods[n], "changed during the outage", false)
 	}
 	// Each copy is kube-apiserver's: a consistent read through the
 	// endpoint, answered from the copy, has kube-apiserver's version.
@@ -189,7 +120,7 @@ func keepLog(t *testing.T, name, path string) {
 	}
 	b, err := os.ReadFile(path)
 	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-%d.log", t.Name(), name, time.Now().UnixNano())), b, 0o644)
+		err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-%d.log", strings.ReplaceAll(t.Name(), "/", "_"), name, time.Now().UnixNano())), b, 0o644)
 	}
 	if err != nil {
 		t.Logf("keep %s: %v", path, err)

@@ -63,6 +63,9 @@ func (f *viewFollower) restore() {
 		b.Events = append(b.Events, nodecopy.Event{Type: watch.Added, Object: o.Raw})
 	}
 	refused, err := f.copy.Apply(b)
+	if err == nil && len(refused) == 0 {
+		err = f.copy.RestoreGones(gonesOf(snap.Gone))
+	}
 	if err != nil || len(refused) > 0 {
 		f.copy.Clear()
 		klog.ErrorS(errors.Join(append(refused, err)...), "Refused the node's persisted copy; starting without one", "file", f.store.Path())
@@ -70,6 +73,12 @@ func (f *viewFollower) restore() {
 	}
 	age, proof := ageOf(snap)
 	copyRestores.WithLabelValues(proof).Inc()
+	if snap.Unvouched {
+		// Saved while it could not vouch for what it held: it still
+		// cannot, until the hub brings it current.
+		f.trust.distrustedAt.Store(mono())
+		klog.InfoS("The node's persisted copy may lack what the node was served before it was saved; it is not served offline until the hub brings it current")
+	}
 	f.mu.Lock()
 	f.lost = time.Now().Add(-max(age, 0))
 	f.unproven = proof == ageUnproven
@@ -140,10 +149,23 @@ func (f *viewFollower) save() error {
 		return nil
 	}
 	snap.Position = pos
-	age, _ := f.age()
+	for _, g := range f.copy.Gones() {
+		snap.Gone = append(snap.Gone, disk.Gone{Resource: g.Resource, Namespace: g.Namespace, Name: g.Name, RV: g.RV})
+	}
+	snap.Unvouched = !f.vouched()
+	age, _ := f.offlineAge()
 	snap.SavedAt = time.Now().Add(-age)
 	if id, now, ok := bootClock(); ok {
 		snap.BootID, snap.BootTime = id, now-age
 	}
 	return f.store.Save(snap)
+}
+
+// gonesOf is the copy's deletions as they were persisted.
+func gonesOf(gs []disk.Gone) []nodecopy.Gone {
+	out := make([]nodecopy.Gone, len(gs))
+	for i, g := range gs {
+		out[i] = nodecopy.Gone{Resource: g.Resource, Namespace: g.Namespace, Name: g.Name, RV: g.RV}
+	}
+	return out
 }

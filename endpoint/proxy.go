@@ -87,23 +87,38 @@ func newUpstream(cfg *rest.Config, who caller) (*upstream, error) {
 // serve proxies req unchanged. A watch the hub could serve (cuttable) is
 // registered under key, the caller's hub connection, so that returnToHub
 // can end it, and, once kube-apiserver accepts it, told to accepted.
-func (up *upstream) serve(w http.ResponseWriter, req *http.Request, resource, verb string, cuttable bool, key clientKey) {
+// observe, if not nil, is handed kube-apiserver's answer before the
+// caller gets it (it may replace the body with one that reads the same).
+func (up *upstream) serve(w http.ResponseWriter, req *http.Request, resource, verb string, cuttable bool, key clientKey, observe func(*http.Response)) {
 	m := up.who.metrics()
 	m.requests.WithLabelValues(pathAPIServer, resource, verb).Inc()
+	p := up.proxy
+	if observe != nil {
+		observed := *up.proxy
+		observed.ModifyResponse = func(resp *http.Response) error {
+			observe(resp)
+			return nil
+		}
+		p = &observed
+	}
 	if verb != "watch" {
-		up.proxy.ServeHTTP(w, req)
+		p.ServeHTTP(w, req)
 		return
 	}
 	m.watches.WithLabelValues(pathAPIServer, resource).Inc()
 	defer m.watches.WithLabelValues(pathAPIServer, resource).Dec()
 	if !cuttable {
-		up.proxy.ServeHTTP(w, req)
+		p.ServeHTTP(w, req)
 		return
 	}
-	p := *up.proxy
+	p = &httputil.ReverseProxy{}
+	*p = *up.proxy
 	var body *cutBody
 	returns := up.returns.Load()
 	p.ModifyResponse = func(resp *http.Response) error {
+		if observe != nil {
+			observe(resp)
+		}
 		body = &cutBody{ReadCloser: resp.Body}
 		resp.Body = body
 		up.mu.Lock()

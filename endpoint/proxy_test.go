@@ -38,7 +38,7 @@ func TestWatchOnItsWayWhenTheHubReturnsIsReturnedToo(t *testing.T) {
 	defer func() { cancel(); <-done }() // a watch still proxied must not outlive the test
 	go func() {
 		defer close(done)
-		up.serve(rec, req.WithContext(ctx), "secrets", "watch", true, clientKey{})
+		up.serve(rec, req.WithContext(ctx), "secrets", "watch", true, clientKey{}, nil)
 	}()
 	<-arrived
 	up.returnToHub() // the hub is back while kube-apiserver has not answered yet
@@ -77,7 +77,7 @@ func TestWatchProxiedWhileTheHubIsUpStays(t *testing.T) {
 	ctx, cancel := contextWithTimeout(req, 500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	up.serve(httptest.NewRecorder(), req.WithContext(ctx), "secrets", "watch", true, clientKey{})
+	up.serve(httptest.NewRecorder(), req.WithContext(ctx), "secrets", "watch", true, clientKey{}, nil)
 	if ctx.Err() == nil {
 		t.Fatalf("the watch ended after %v while the client still held it", time.Since(start))
 	}

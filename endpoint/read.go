@@ -44,6 +44,9 @@ func (e *Endpoint) serveRead(w http.ResponseWriter, req *http.Request, r route, 
 		writeError(w, req, apierrors.NewInternalError(fmt.Errorf("decode the hub's list: %w", err)))
 		return true
 	}
+	if r.toCopy != nil {
+		e.view.observeHubList(r.toCopy, list)
+	}
 	var obj runtime.Object = list
 	if r.verb == "get" {
 		items, err := meta.ExtractList(list)
@@ -105,7 +108,7 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route,
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var caughtUp <-chan struct{} // nil: never
-	if r.toCopy {
+	if r.toCopy != nil {
 		caughtUp = e.view.caughtUpSignal()
 	}
 
@@ -127,6 +130,9 @@ func (e *Endpoint) serveWatch(w http.ResponseWriter, req *http.Request, r route,
 			}
 			if ev.Type == watch.Error {
 				open = false
+			}
+			if r.toCopy != nil {
+				e.view.observeHubEvent(ev)
 			}
 			sent, err := events.Write(ev)
 			if err != nil {

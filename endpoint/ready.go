@@ -63,7 +63,7 @@ func (r *readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	}
 	if r.apiServerReady() != nil {
 		if r.view != nil {
-			if age, proven := r.view.provenAge(); proven && age <= r.offlineMaxAge {
+			if age, refused := r.view.servableOffline(r.offlineMaxAge); refused == "" {
 				// Ready for the kubelet, which the copy serves; the
 				// text says how old what it reads is.
 				fmt.Fprintf(w, "ok: offline, serving a %d-second-old copy of the node's view (no hub connection, kube-apiserver unreachable)", int(age.Seconds()))

@@ -24,9 +24,11 @@ type route struct {
 	// itself: the hub's channels do not time out.
 	timeout *int64
 	op      v1alpha1.GetOperation
-	// toCopy: a read the copy of the node's view answers when it can; a
-	// watch of it through the hub ends when the copy catches up.
-	toCopy bool
+	// toCopy is the read of the node's view the copy answers when it
+	// can (nil if none): what the hub answers it the copy takes in
+	// (observe.go), and a watch of it through the hub ends when the copy
+	// catches up.
+	toCopy *copyRead
 }
 
 // requestInfo parses paths the way kube-apiserver does, so that the

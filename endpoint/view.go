@@ -78,6 +78,8 @@ type viewFollower struct {
 	lastToken  uint64 // guarded by progressMu
 	sending    bool   // guarded by progressMu
 	queued     uint64 // guarded by progressMu
+
+	trust trust
 }
 
 // viewRetry paces the opening of the view after a failure: a hub without
@@ -176,6 +178,7 @@ func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
 	if pos == "" {
 		op.Options.SendInitialEvents = ptr.To(true)
 	}
+	opened := mono()
 	openCtx, cancel := context.WithTimeout(ctx, hubRequestTimeout)
 	ch, err := s.WatchBatches(openCtx, op)
 	cancel()
@@ -254,12 +257,21 @@ func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
 				held, _ := f.copy.Position()
 				return fmt.Errorf("refused the node view's batch, resuming again from the copy's position %s: %w", held, err)
 			}
+			if errors.Is(err, nodecopy.ErrBehind) {
+				// A view afresh from a replica behind the copy: opened
+				// afresh again after run's pause, when the replica has
+				// caught up or the Service picks another.
+				viewReopens.WithLabelValues("behind").Inc()
+				f.fresh = true
+				return fmt.Errorf("refused the node view afresh, opening it again: %w", err)
+			}
 			if err != nil {
 				viewReopens.WithLabelValues("invalid").Inc()
 				f.fresh = true
 				return fmt.Errorf("apply a batch of the node view, opening it afresh: %w", err)
 			}
 			viewBatches.Inc()
+			f.trustSince(opened)
 			f.mu.Lock()
 			f.lost, f.following, f.unproven = time.Time{}, true, false
 			if !f.upSince.IsZero() {
@@ -326,13 +338,46 @@ func (f *viewFollower) age() (time.Duration, bool) {
 	return time.Since(f.lost), true
 }
 
-// provenAge is age, false also while the copy's age cannot be proven (a
-// copy from an earlier boot that has not followed the hub since): what
-// may be served offline is a copy known to be younger than
-// --offline-max-age, and an age that cannot be proven is too old.
-func (f *viewFollower) provenAge() (time.Duration, bool) {
+// offlineAge is how old the copy is as an offline node would serve it:
+// since it last followed the hub, or, if later, since kube-apiserver
+// last answered the kubelet's reads of the view, which the copy took in
+// (observe.go); false if it holds no view.
+func (f *viewFollower) offlineAge() (time.Duration, bool) {
 	age, whole := f.age()
-	return age, whole && !f.ageUnproven()
+	if heard, ok := f.sinceHeard(); ok && whole {
+		age = min(age, heard)
+	}
+	return age, whole
+}
+
+// Why an offline node would not serve its copy, the values of the
+// refusals metric's "reason" label ("" when it would).
+const (
+	refusedNoView    = "no_view"   // it holds no whole view
+	refusedTooOld    = "too_old"   // older than --offline-max-age
+	refusedUnproven  = "unproven"  // from an earlier boot, its age unproven
+	refusedUnvouched = "unvouched" // it may lack what the node was served
+)
+
+// servableOffline is how old the copy is, offline, and why it may not be
+// served then ("" if it may).
+func (f *viewFollower) servableOffline(maxAge time.Duration) (time.Duration, string) {
+	age, whole := f.offlineAge()
+	switch {
+	case !whole:
+		return 0, refusedNoView
+	case age > maxAge:
+		return age, refusedTooOld
+	case f.ageUnproven():
+		// A copy from an earlier boot that has not followed the hub
+		// since: an age that cannot be proven is too old.
+		return age, refusedUnproven
+	case age > maxAge:
+		return age, refusedTooOld
+	case !f.vouched():
+		return age, refusedUnvouched
+	}
+	return age, ""
 }
 
 func (f *viewFollower) ageUnproven() bool {
@@ -371,4 +416,13 @@ func (f *viewFollower) staleFor() (time.Duration, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return min(age, time.Since(f.offline)), true
+}
+
+// offlineSinceLost reports whether the node was offline since the copy
+// stopped following the hub: the hub is away because the control plane
+// was, not on its own.
+func (f *viewFollower) offlineSinceLost() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.offline.IsZero() && !f.lost.IsZero() && !f.offline.Before(f.lost)
 }

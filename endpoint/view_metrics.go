@@ -28,7 +28,8 @@ var (
 		Namespace: "nodeproxy", Subsystem: "node", Name: "view_reopens_total",
 		Help: "Node views opened again by the endpoint, by reason: expired (the hub could not resume from the copy's position: the view opened afresh, its initial state replacing the copy), " +
 			"ended (no replica took the channel back within 5 s: opened again from the copy's position), older_hub (the hub refused the newest version of the view: opened at the first), " +
-			"invalid (a batch the copy could not apply: a position that does not parse or names other types, a change before the initial state: opened afresh).",
+			"invalid (a batch the copy could not apply: a position that does not parse or names other types, a change before the initial state: opened afresh), " +
+			"behind (a view afresh from a replica behind the copy, refused: opened afresh again a moment later).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 	copyReads = metrics.NewCounterVec(&metrics.CounterOpts{
@@ -63,7 +64,8 @@ var (
 	syncs = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_consistent_reads_total",
 		Help: "Consistent reads (resourceVersion \"\") of the copy while it follows the hub, by result: ok (answered once the copy held what the hub had when the read came), " +
-			"timeout (no answer to the progress request within 2 s: the read went to the hub or kube-apiserver).",
+			"timeout (no answer to the progress request within 5 s: the read went to the hub or kube-apiserver), " +
+			"unconfirmed (no answer, and kube-apiserver did not answer the node either: the copy as it is, as offline).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
 	progressRequests = metrics.NewCounter(&metrics.CounterOpts{
@@ -84,4 +86,28 @@ var (
 		Help:           "Unix time when the node went offline (neither the hub nor kube-apiserver reachable), 0 while it is not.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	observedChanges = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_observed_changes_total",
+		Help: "Changes of the copy of the node's view taken from what the kubelet was served by another way than the copy (kube-apiserver while the hub was away, " +
+			"a hub channel or bulk get): a state newer than the copy's, or a deletion, so that the copy never answers older than what the node was served.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	unobserved = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_unobserved_total",
+		Help: "Answers the kubelet was served of its node's view that the copy could not take in, by reason: undecodable, too_large, refused (an object outside the node's view). " +
+			"Each leaves the copy unvouched (nodeproxy_node_copy_vouched 0) until the hub brings it past that moment.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
+	copyVouched = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_vouched",
+		Help: "1 while the copy of the node's view could be served offline: it holds a whole view, took in everything the node was served of it, and is younger than --offline-max-age. " +
+			"0 otherwise: offline, the kubelet's reads of the view would be served nothing. Updated every 5 s.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	copyRefusals = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_refusals_total",
+		Help: "Reads of the kubelet the copy did not answer offline, by reason: no_view (it holds none), too_old (older than --offline-max-age), " +
+			"unvouched (it may lack what the node was served). The read went to kube-apiserver and failed, as without the endpoint.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
 )

@@ -31,7 +31,11 @@ type Copy struct {
 	// objects the copy took only where they are newer (replaceLocked).
 	at      [numTypes]uint64             // guarded by mu
 	objects [numTypes]map[objKey]*Object // guarded by mu
-	log     changeLog                    // guarded by mu
+	// gone is, per type, the names the copy saw deleted at a version
+	// past its own of the type (observe.go): no state of them at or
+	// before it comes back.
+	gone [numTypes]map[objKey]uint64 // guarded by mu
+	log  changeLog                   // guarded by mu
 	// generation counts the views the copy has held: a watch of an
 	// earlier one ends with 410, as a watch of kube-apiserver's watch
 	// cache does when the cache starts over.
@@ -131,6 +135,9 @@ func (c *Copy) Apply(b Batch) (refused []error, err error) {
 	defer c.mu.Unlock()
 	switch {
 	case b.Initial && c.whole:
+		if err := c.behindLocked(pos); err != nil {
+			return refused, err
+		}
 		objects := make([]*Object, len(events))
 		types := make([]int, len(events))
 		for j, e := range events {
@@ -179,6 +186,27 @@ func (c *Copy) setPositionLocked(pos v1alpha1.NodeViewPosition) {
 	for i := range c.at {
 		c.at[i] = max(c.at[i], pos.At[i])
 	}
+	c.pruneGoneLocked()
+}
+
+// ErrBehind is a view opened afresh from a replica behind the copy: its
+// state of a type is from before the copy's. Taking it would send the
+// copy's watches back (an object the copy saw deleted, added again); the
+// caller opens the view again a moment later, when the replica has
+// caught up, or lands on another.
+var ErrBehind = errors.New("a view from a replica behind the copy")
+
+// behindLocked refuses a view afresh at pos whose state of a type the
+// copy carries is older than the copy's: the copy holds its type's state
+// at every version from its position's Since to At, so a view at any of
+// them is no older.
+func (c *Copy) behindLocked(pos v1alpha1.NodeViewPosition) error {
+	for i := range pos.At {
+		if pos.Names(i) && c.pos.Names(i) && pos.At[i] < c.pos.Since[i] {
+			return fmt.Errorf("%w: %s at %d, the copy at %d", ErrBehind, v1alpha1.NodeViewTypes[i].Resource, pos.At[i], c.pos.Since[i])
+		}
+	}
+	return nil
 }
 
 // admits refuses what the node may not have whatever the graph says: a
@@ -216,6 +244,7 @@ func (c *Copy) resetLocked(pos v1alpha1.NodeViewPosition) {
 	for i := range c.objects {
 		c.objects[i] = map[objKey]*Object{}
 	}
+	c.gone = [numTypes]map[objKey]uint64{}
 	c.log.reset(pos.At)
 	c.generation++
 	c.whole = true
@@ -238,12 +267,17 @@ func (c *Copy) applyLocked(t watch.EventType, i int, o *Object, at uint64, initi
 	held, ok := objects[k]
 	switch t {
 	case watch.Added, watch.Modified, v1alpha1.NodeViewEntered:
-		if ok && held.RV >= o.RV {
-			// The copy has it as new: taken from a replica ahead of the
-			// one that sends this (replaceLocked).
+		if c.staleLocked(i, k, o.RV) {
+			// The copy has it as new, or saw it deleted since: what the
+			// node was served by another way (observe.go), or taken
+			// from a replica ahead of the one that sends this.
 			return
 		}
-	case watch.Deleted, v1alpha1.NodeViewLeft:
+	case watch.Deleted:
+		if !ok || held.RV > o.RV {
+			return // nothing to tell, or created again since
+		}
+	case v1alpha1.NodeViewLeft:
 		if !ok {
 			return // nothing to tell: the copy does not hold it
 		}

@@ -231,7 +231,14 @@ func (w *Watch) read() ([]Change, uint64, <-chan struct{}, error) {
 			// A watch of many objects (a namespace's) keeps going,
 			// without the object: it may not read its state.
 		default:
-			out = append(out, Change{Type: ch.typ, Object: ch.obj})
+			// The log is in the order the copy took changes in, which
+			// for what the node was served by another way
+			// (observe.go) may be ahead of the view's own changes of
+			// other objects: a change at or before the watch's version
+			// is one it started past.
+			if ch.rv > w.from {
+				out = append(out, Change{Type: ch.typ, Object: ch.obj})
+			}
 		}
 	}
 	return out, w.c.at[w.resource], w.c.changed, nil

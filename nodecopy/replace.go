@@ -37,7 +37,11 @@ func (c *Copy) replaceLocked(pos v1alpha1.NodeViewPosition, types []int, objects
 		fresh[i] = map[objKey]*Object{}
 	}
 	for j, o := range objects {
-		fresh[types[j]][o.key()] = o
+		if i, k := types[j], o.key(); c.gone[i][k] < o.RV {
+			fresh[i][k] = o
+		}
+		// else: the copy saw it deleted after this state; a new
+		// object under the name is a later one.
 	}
 	for i := range fresh {
 		for k, o := range fresh[i] {

@@ -9,9 +9,9 @@
 //
 // A Store is one directory and one file in it, <dir>/copy:
 //
-//	nodeproxy-node-view 1\n                                  magic, format version
+//	nodeproxy-node-view 2\n                                  magic, format version
 //	{"node":"node-a","cluster":"…","encryption":"none"}\n    header (JSON)
-//	{"position":"secrets=700-812,…","savedAt":"…","objects":N}\n  ┐
+//	{"position":"secrets=700-812,…","savedAt":"…","objects":N,"gone":[…]}\n  ┐
 //	{"resource":"secrets","object":{"apiVersion":"v1",…}}\n      │ body: one
 //	…                                                            │ line an object
 //	{"resource":"pods","object":{…}}\n                           ┘

@@ -17,7 +17,10 @@ const (
 	// magic opens the first line; the format version follows it.
 	magic = "nodeproxy-node-view"
 	// formatVersion is the version Save writes and the newest Load reads.
-	formatVersion = 1
+	// 2 added the deletions the copy keeps as floors (gone) and whether it
+	// vouches for what it holds: a build that reads 1 alone refuses a
+	// copy of 2, which could otherwise bring a deleted object back.
+	formatVersion = 2
 
 	encryptionNone = "none"
 	encryptionGCM  = "aes-256-gcm"
@@ -59,6 +62,9 @@ type meta struct {
 	BootID   string        `json:"bootID,omitempty"`
 	BootTime time.Duration `json:"bootTime,omitempty"`
 	Objects  int           `json:"objects"`
+	// Gone and Unvouched, from format 2: Snapshot's.
+	Gone      []Gone `json:"gone,omitempty"`
+	Unvouched bool   `json:"unvouched,omitempty"`
 }
 
 // prelude is the first two lines of a copy, as Save writes them.
@@ -79,7 +85,8 @@ func prelude(h *header) ([]byte, error) {
 func writeBody(w io.Writer, snap *Snapshot, savedAt time.Time) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false) // keep an object's bytes as given, "<" and all
-	if err := enc.Encode(meta{Position: snap.Position, SavedAt: savedAt, BootID: snap.BootID, BootTime: snap.BootTime, Objects: len(snap.Objects)}); err != nil {
+	if err := enc.Encode(meta{Position: snap.Position, SavedAt: savedAt, BootID: snap.BootID, BootTime: snap.BootTime, Objects: len(snap.Objects),
+		Gone: snap.Gone, Unvouched: snap.Unvouched}); err != nil {
 		return err
 	}
 	for i := range snap.Objects {

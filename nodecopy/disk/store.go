@@ -30,6 +30,20 @@ type Snapshot struct {
 	BootID   string
 	BootTime time.Duration
 	Objects  []Object
+	// Gone are the objects the copy saw deleted past its position, each
+	// a floor no state at or before which may come back (nodecopy's
+	// Gone); Unvouched, that the copy may lack what its node was served,
+	// and must not be served offline until the hub brings it current.
+	Gone      []Gone
+	Unvouched bool
+}
+
+// Gone is one deletion the copy keeps.
+type Gone struct {
+	Resource  string `json:"resource"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	RV        uint64 `json:"resourceVersion"`
 }
 
 // Object is one object of the view.
@@ -321,7 +335,7 @@ func (s *Store) load(node, cluster string) (*Snapshot, error) {
 		return nil, s.loadError(err)
 	}
 	return &Snapshot{Node: h.Node, Cluster: h.Cluster, Position: m.Position, SavedAt: m.SavedAt,
-		BootID: m.BootID, BootTime: m.BootTime, Objects: objs}, nil
+		BootID: m.BootID, BootTime: m.BootTime, Objects: objs, Gone: m.Gone, Unvouched: m.Unvouched}, nil
 }
 
 // loadError names the file and the sentinel of a decoding error; an I/O

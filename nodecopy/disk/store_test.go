@@ -30,6 +30,10 @@ func TestSaveThenLoadReturnsTheSameCopy(t *testing.T) {
 			s := openStore(t, tc.key)
 			want := snapshotOf(t, "secrets=700-812,pods=813", tc.objects)
 			want.Objects = append(want.Objects, withMarkup)
+			if tc.objects > 0 {
+				want.Gone = []Gone{{Resource: "pods", Namespace: "ns", Name: "deleted", RV: 900}}
+				want.Unvouched = true
+			}
 			if err := s.Save(want); err != nil {
 				t.Fatal(err)
 			}
@@ -117,8 +121,12 @@ func TestLoadRefusesDamagedCopy(t *testing.T) {
 		{"wrong magic", nil, func(b []byte) []byte { return append([]byte("nodeproxy-pod-view"), b[len(magic):]...) }, ErrCorrupt},
 		{"not a copy at all", nil, func([]byte) []byte { return []byte("{\"kind\":\"Secret\"}\n") }, ErrCorrupt},
 		{"not a copy, and no line at all", nil, func(b []byte) []byte { return bytes.Repeat([]byte{0}, 2*ioBuffer) }, ErrCorrupt},
-		{"format version 0", nil, func(b []byte) []byte { return bytes.Replace(b, []byte(magic+" 1\n"), []byte(magic+" 0\n"), 1) }, ErrCorrupt},
-		{"a future format version", nil, func(b []byte) []byte { return bytes.Replace(b, []byte(magic+" 1\n"), []byte(magic+" 2\n"), 1) }, ErrVersion},
+		{"format version 0", nil, func(b []byte) []byte {
+			return bytes.Replace(b, fmt.Appendf(nil, "%s %d\n", magic, formatVersion), []byte(magic+" 0\n"), 1)
+		}, ErrCorrupt},
+		{"a future format version", nil, func(b []byte) []byte {
+			return bytes.Replace(b, fmt.Appendf(nil, "%s %d\n", magic, formatVersion), fmt.Appendf(nil, "%s %d\n", magic, formatVersion+1), 1)
+		}, ErrVersion},
 		{"an unknown encryption", nil, func(b []byte) []byte {
 			return bytes.Replace(b, []byte(`"encryption":"none"`), []byte(`"encryption":"rot13"`), 1)
 		}, ErrVersion},
