@@ -48,6 +48,8 @@ type Config struct {
 	// NodeViewVersions are the versions of the node view served; nil:
 	// every one.
 	NodeViewVersions []string
+	// NodeViewHeardWithin is Options'.
+	NodeViewHeardWithin time.Duration
 	// ReauthenticateInterval and MaxConnectionAge: see Options.
 	ReauthenticateInterval, MaxConnectionAge time.Duration
 	// router hands bulk watch upgrades to the watch server New makes.
@@ -113,7 +115,7 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 	if o.Authentication.RequestHeader.ClientCAFile != "" || lookup {
 		sources++
 	}
-	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, CacheMaxWatchOutage: o.CacheMaxWatchOutage, Watch: o.Watch, Watcher: o.Watcher, BulkGet: o.BulkGet, UncachedTypes: o.UncachedTypes, Refresh: o.Refresh, NodeViewVersions: o.NodeViewVersions, ClientCASources: sources, router: router,
+	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, CacheMaxWatchOutage: o.CacheMaxWatchOutage, Watch: o.Watch, Watcher: o.Watcher, BulkGet: o.BulkGet, UncachedTypes: o.UncachedTypes, Refresh: o.Refresh, NodeViewVersions: o.NodeViewVersions, NodeViewHeardWithin: o.NodeViewHeardWithin, ClientCASources: sources, router: router,
 		ReauthenticateInterval: o.ReauthenticateInterval, MaxConnectionAge: o.MaxConnectionAge}, nil
 }
 

@@ -76,6 +76,11 @@ type Options struct {
 	// Refresh tunes how the node authorizer brings its graph up to date
 	// with kube-apiserver before refusing a node; Timeout 0 turns it off.
 	Refresh authorizer.RefreshOptions
+	// NodeViewHeardWithin: a progress request of a node view is answered
+	// at the cache's versions of each type whose watch works and heard
+	// from kube-apiserver within it; other types are shown fresh by
+	// asking kube-apiserver. 0 asks at every request.
+	NodeViewHeardWithin time.Duration
 	// NodeViewVersions are the versions of the node view served; empty:
 	// every version this release has.
 	NodeViewVersions []string
@@ -117,9 +122,13 @@ func NewOptions() *Options {
 		// own 10 s cache for new requests and ends its watches within
 		// 30 to 60 minutes.
 		ReauthenticateInterval: time.Minute,
-		MaxConnectionAge:       time.Hour,
-		BulkGet:                bulkget.DefaultLimits(),
-		Refresh:                authorizer.DefaultRefreshOptions(),
+		// kube-apiserver's watch cache bookmarks a watch about every
+		// minute; half a minute more allows for its jitter and a busy
+		// replica, and bounds how stale a cut-off watch can be served.
+		NodeViewHeardWithin: 90 * time.Second,
+		MaxConnectionAge:    time.Hour,
+		BulkGet:             bulkget.DefaultLimits(),
+		Refresh:             authorizer.DefaultRefreshOptions(),
 	}
 	o.SecureServing.BindPort = DefaultSecurePort
 	// No default directory: without --cert-dir or --tls-cert-file the
@@ -201,6 +210,11 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"How often the server pings each connection; a client silent for two intervals is disconnected.")
 	fs.DurationVar(&o.Watcher.BookmarkInterval, "watch-bookmark-interval", o.Watcher.BookmarkInterval,
 		"How often channels that asked for bookmarks (allowWatchBookmarks) get one, and node views whose position moved without an event.")
+	fs.DurationVar(&o.NodeViewHeardWithin, "node-view-heard-within", o.NodeViewHeardWithin,
+		"A node view's progress request (a node's consistent read of its copy) is answered at the cache's version of each type whose watch of kube-apiserver works and "+
+			"heard from it (an event, a bookmark: about every minute) within this; any other type is first shown as fresh as kube-apiserver by asking it "+
+			"(its resourceVersion, a probe), and a type that cannot be shown so in 4 s leaves the request unanswered, the node then reading elsewhere. "+
+			"0 asks kube-apiserver at every request, which costs it a question and a probe a type each time (docs/operations.md, \"Freshness\").")
 	fs.StringSliceVar(&o.NodeViewVersions, "node-view-versions", o.NodeViewVersions,
 		"Versions of the node view this replica serves (of v1alpha1, v1alpha2); empty: every one. A node endpoint asks for the "+
 			"newest and, refused, opens v1alpha1 until its connection comes up again. While replicas of two releases serve side by side, "+
@@ -307,6 +321,9 @@ func (o *Options) Validate() error {
 		if f.value <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", f.flag))
 		}
+	}
+	if o.NodeViewHeardWithin < 0 {
+		errs = append(errs, fmt.Errorf("--node-view-heard-within: %s is negative (0 asks kube-apiserver at every progress request)", o.NodeViewHeardWithin))
 	}
 	for _, v := range o.NodeViewVersions {
 		if _, ok := v1alpha1.NodeViewTypesOf(v); !ok {

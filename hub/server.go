@@ -109,7 +109,7 @@ func (c *Config) New() (*Server, error) {
 	// A progress request is answered only once every type is shown as
 	// fresh as kube-apiserver, as a consistent bulk read is, with the
 	// same questions and probes.
-	views.ProveFreshness(catalog)
+	views.ProveFreshness(catalog, c.NodeViewHeardWithin)
 	channels := channelRouter{views: nodeview.NewHandler(views, latestVersions{client: meta}), watches: watcher}
 	if len(c.NodeViewVersions) > 0 {
 		channels.viewVersions = sets.New(c.NodeViewVersions...)

@@ -109,6 +109,13 @@ var (
 		Help:           "Types that kept a node view's progress request from being answered, by resource and reason: stale (the cache of the type was not shown as fresh as kube-apiserver within 4 s: its watch behind or stuck), unavailable (kube-apiserver could not be asked its resourceVersion), unsynced (the type not listed yet). The node endpoint then reads elsewhere.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource", "reason"})
+	progressProofs = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "nodeview",
+		Name:           "progress_proofs_total",
+		Help:           "Types of a node view's progress request shown fresh by asking kube-apiserver (its resourceVersion, a probe), by resource: their watch was failing, or had not heard from kube-apiserver within --node-view-heard-within. The others are answered at the cache's versions.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
 
 	// eventCounters are looked up once: a step may send thousands.
 	eventCounters = map[watch.EventType]metrics.CounterMetric{}
@@ -120,7 +127,7 @@ var (
 // registry that k8s.io/apiserver serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(openViews, heldObjects, viewObjects, events, opens, settles, heldTooLong, withheld, progressRequests, progressRefusals)
+		legacyregistry.MustRegister(openViews, heldObjects, viewObjects, events, opens, settles, heldTooLong, withheld, progressRequests, progressRefusals, progressProofs)
 		for _, t := range []watch.EventType{watch.Added, watch.Modified, watch.Deleted, v1alpha1.NodeViewEntered, v1alpha1.NodeViewLeft} {
 			eventCounters[t] = events.WithLabelValues(string(t))
 		}

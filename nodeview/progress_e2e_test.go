@@ -52,6 +52,14 @@ func TestProgressRequestAgainstKubeAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.until(view.Events, "BOOKMARK progress=quiet")
+	proofs := func() float64 {
+		m, err := controlplane.Scrape(ctx, hub.Client(t, cp.AdminConfig()), hub.URL+"/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Sum("nodeproxy_nodeview_progress_proofs_total")
+	}
+	before := proofs()
 
 	for i := range 5 {
 		name := fmt.Sprintf("progress-%d", i)
@@ -71,6 +79,11 @@ func TestProgressRequestAgainstKubeAPIServer(t *testing.T) {
 		if added < 0 || added > answer {
 			t.Fatalf("the answer to %s came before the service the cache had when it was asked: %s", token, strings.Join(c.log, " | "))
 		}
+	}
+	// Every type's watch works and heard from kube-apiserver within the
+	// default bound (its list, a bookmark, an event): no request asked it.
+	if got := proofs() - before; got != 0 {
+		t.Errorf("%v types of the progress requests were proved by asking kube-apiserver, with every watch working: want none", got)
 	}
 
 	for _, tc := range []struct {
@@ -193,12 +206,18 @@ func TestProgressRequestIsNotAnsweredFromAStalledCache(t *testing.T) {
 	ctx := context.Background()
 	admin := prepare(t)
 	var stalled atomic.Bool
+	// A replica asks kube-apiserver about a type its watch has not heard
+	// from for --node-view-heard-within: a second here, where the
+	// default leaves a cut-off watch served for a minute and a half.
+	heardWithin := time.Second
 	hub := testserver.Start(t, cp, testserver.Options{Configure: func(o *hubpkg.Options) {
 		o.KubeTransportWrapper = stallWatches("services", &stalled)
+		o.NodeViewHeardWithin = heardWithin
 	}})
 	client, view, c := openViewOn(t, hub, "nv-stalled")
 
 	stalled.Store(true)
+	time.Sleep(2 * heardWithin) // the stalled watch hears nothing meanwhile
 	if _, err := admin.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stalled"},
 		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "stalled.example.com"},

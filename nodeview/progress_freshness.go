@@ -29,16 +29,41 @@ type Freshness interface {
 // here as what the endpoint saw.
 const progressFreshBudget = 4 * time.Second
 
-// ProveFreshness has progress requests answered only at versions f shows
-// as fresh as kube-apiserver when each request came, never at the cache's
-// versions as they stand: a replica whose watch of a type is stuck, cut
-// off or refused keeps its views, and would otherwise answer a node's
-// consistent reads with its stale state for as long as that lasts. A
-// request that cannot be shown so within progressFreshBudget gets no
-// answer: the node endpoint, hearing none, reads elsewhere (the hub's
-// channels, kube-apiserver). Call it before Run; without it (views
-// stepped by hand in tests) requests are answered at the stores' versions.
-func (m *Views) ProveFreshness(f Freshness) { m.fresh = f }
+// ProveFreshness has progress requests answered only from stores whose
+// watch of kube-apiserver is known to work, never at the versions of a
+// store whose watch is stuck, cut off or refused: such a replica keeps
+// its views, and would otherwise answer a node's consistent reads with
+// its stale state for as long as that lasts.
+//
+// A store whose lists and watches succeed and which has heard from
+// kube-apiserver (an event, a bookmark, which a working watch gets about
+// every minute) within heardWithin is answered at its versions as they
+// stand, milliseconds behind kube-apiserver, for nothing: the hub's
+// consistency. Any other is shown as fresh as kube-apiserver when the
+// request came by f, which asks kube-apiserver (a question of its
+// resourceVersion, a probe for a quiet type); one that cannot be shown so
+// within progressFreshBudget gets no answer, and the node endpoint,
+// hearing none, reads elsewhere (the hub's channels, kube-apiserver).
+// Asking kube-apiserver at every request instead cost it about fifty
+// times the requests of an outage's return, every one of the nodes'
+// consistent reads turning into questions and probes (docs/benchmarks.md,
+// "The node view and an outage"). heardWithin 0 asks at every request.
+//
+// Call it before Run; without it (views stepped by hand in tests)
+// requests are answered at the stores' versions.
+func (m *Views) ProveFreshness(f Freshness, heardWithin time.Duration) {
+	m.fresh, m.heardWithin = f, heardWithin
+}
+
+// heard reports whether s's watch works and has heard from kube-apiserver
+// within m.heardWithin at now.
+func (m *Views) heard(s *cache.Store, now time.Time) bool {
+	if m.heardWithin <= 0 || !s.HasSynced() {
+		return false
+	}
+	f := s.Freshness(now)
+	return f.Outage == 0 && f.Heard && f.SinceHeard <= m.heardWithin
+}
 
 // proving holds the progress requests whose freshness is being shown, in
 // the order they came: each is handed to the step only once every
@@ -77,9 +102,10 @@ func (m *Views) proveProgress(p *pendingProgress, start time.Time) {
 	var errs [numTypes]error
 	var wg sync.WaitGroup
 	for i, s := range m.stores {
-		if !p.a.v.types.Has(i) {
-			continue // the consumer reads none of it
+		if !p.a.v.types.Has(i) || m.heard(s, start) {
+			continue // the consumer reads none of it, or its watch works
 		}
+		progressProofs.WithLabelValues(types[i].gvr.Resource).Inc()
 		wg.Go(func() {
 			rv, err := m.fresh.FreshVersion(ctx, s, start, progressFreshBudget)
 			p.a.ask.at[i], errs[i] = max(p.a.ask.at[i], rv), err

@@ -47,7 +47,7 @@ func (m *Views) requestProgress(v *view, token string) {
 	for i, s := range m.stores {
 		a.ask.at[i] = s.Snapshot().RV
 	}
-	if m.fresh == nil {
+	if m.fresh == nil || m.allHeard(v, start) {
 		m.asked.put(a)
 		m.poke()
 		return
@@ -110,4 +110,16 @@ func (v *view) abandonProgress() {
 		progressRequests.WithLabelValues(progressClosed).Add(float64(len(v.progress)))
 		v.progress = nil
 	}
+}
+
+// allHeard reports whether every store v's view carries has a working
+// watch that heard from kube-apiserver lately (Views.heard): then the
+// request is answered at the stores' versions, as they are when it came.
+func (m *Views) allHeard(v *view, now time.Time) bool {
+	for i, s := range m.stores {
+		if v.types.Has(i) && !m.heard(s, now) {
+			return false
+		}
+	}
+	return true
 }

@@ -147,7 +147,7 @@ func awaitProved(t *testing.T, r *replica) {
 func TestProgressRequestNotShownFreshGetsNoAnswer(t *testing.T) {
 	r := newReplica(t, 256)
 	fresh := staleFreshness{stale: map[string]bool{"services": true}}
-	r.views.ProveFreshness(fresh)
+	r.views.ProveFreshness(fresh, 0)
 	c := r.open("n1", nil)
 	step(r, c)
 	refusals := func() float64 {

@@ -62,8 +62,11 @@ type Views struct {
 	asked inbox[askedProgress]
 	// fresh shows progress requests fresh before they go to asked (nil:
 	// answered at the stores' versions); proving holds them meanwhile.
-	fresh   Freshness
-	proving proving
+	fresh Freshness
+	// heardWithin: a store that heard from kube-apiserver within it,
+	// its watch working, is not asked about (ProveFreshness).
+	heardWithin time.Duration
+	proving     proving
 }
 
 // inbox hands values to the stepping goroutine from any other, under a
