@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	hubpkg "github.com/nodeproxy/nodeproxy/hub"
 	"github.com/nodeproxy/nodeproxy/test/forwarder"
 	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
@@ -32,7 +33,10 @@ func TestConsistentReadsThroughAControlPlaneOutageWithTheHubUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	identity.Host = "https://" + hubsAPI.Addr()
-	hub := startHubWith(t, testserver.Options{Identity: identity})
+	// The hub asks kube-apiserver about every progress request (the
+	// default answers at the cache's versions for 90 s after a watch
+	// last heard from kube-apiserver, which a cut-off watch has).
+	hub := startHubWith(t, testserver.Options{Identity: identity, Configure: func(o *hubpkg.Options) { o.NodeViewHeardWithin = 0 }})
 	o := newOutage(t, hub.URL)
 	kp, err := cp.ClientCA.ClientCert("system:node:node-u", []string{"system:nodes"}, "", "")
 	if err != nil {
