@@ -91,6 +91,15 @@ func (tb *table) read(token string) (clientConn, func()) {
 	return tb.acquire(context.Background(), keyFor(token))
 }
 
+// vouchAndSweep has kube-apiserver vouch for token, then sweeps and
+// waits for the sweep's dials.
+func (tb *table) vouchAndSweep(t *testing.T, token string) {
+	t.Helper()
+	tb.vouch(keyFor(token))
+	tb.sweep()
+	tb.settle(t)
+}
+
 // settle waits for the sweep's background dials.
 func (tb *table) settle(t *testing.T) {
 	t.Helper()
@@ -162,9 +171,7 @@ func TestClientTableRefusedTokenIsDialedOnlyOnceVouchedFor(t *testing.T) {
 	if got := tb.dialsOf("bad"); got != 1 {
 		t.Fatalf("a refused token read for 50 minutes: %d dials, want 1", got)
 	}
-	tb.vouch(keyFor("bad"))
-	tb.sweep()
-	tb.settle(t)
+	tb.vouchAndSweep(t, "bad")
 	if got := tb.dialsOf("bad"); got != 2 {
 		t.Fatalf("vouched for after its refusal: %d dials, want 2", got)
 	}
@@ -193,9 +200,7 @@ func TestClientTableConnectionTheHubRefusesLeavesAtOnce(t *testing.T) {
 	if got := tb.dialsOf("good-revoked"); got != 1 {
 		t.Fatalf("the refused token dialed %d times, want 1", got)
 	}
-	tb.vouch(keyFor("good-revoked"))
-	tb.sweep()
-	tb.settle(t)
+	tb.vouchAndSweep(t, "good-revoked")
 	if conn, release := tb.read("good-revoked"); conn == nil {
 		t.Fatal("vouched for after its refusal: no connection")
 	} else {
@@ -282,9 +287,7 @@ func TestClientTableVouchedTokenReachesTheHubThroughAFlood(t *testing.T) {
 	if conn, _ := tb.read("good-proxy"); conn != nil {
 		t.Fatal("a connection past the dial rate")
 	}
-	tb.vouch(keyFor("good-proxy"))
-	tb.sweep()
-	tb.settle(t)
+	tb.vouchAndSweep(t, "good-proxy")
 	if conn, release := tb.read("good-proxy"); conn == nil {
 		t.Fatal("the vouched token has no connection after the sweep")
 	} else {

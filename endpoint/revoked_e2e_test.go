@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,17 +38,10 @@ func TestRevokedTokenThroughTheEndpoint(t *testing.T) {
 	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	const ns = "revoked-endpoint"
 	proxierToken(t, ns, "kube-proxy", true) // the account, its namespace and its roles
-	holder, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "token-holder"}}, metav1.CreateOptions{})
+	token, holder, err := cp.SecretBoundToken(ctx, ns, "kube-proxy", "token-holder")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "kube-proxy", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
-		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: holder.Name, UID: holder.UID},
-	}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := tr.Status.Token
 	proxy := asClient(n, token)
 	count := func(series string) int {
 		v, _ := strconv.Atoi(metric(t, n, series))
