@@ -31,8 +31,10 @@ import (
 // hub refuses (401: it no longer authenticates), at a dial or by closing
 // its connection (the hub re-authenticates every connection at least once
 // a minute), leaves the table at once, its session ends rather than
-// redialing, and it is not dialed again until kube-apiserver serves it a
-// watch again (vouched, below): until then its reads, new and repeated,
+// redialing, and it is not dialed again until kube-apiserver accepts it
+// again: serves it a watch (vouched, below: the sweep dials it) or answers
+// one of its reads the hub could serve (then a read dials it, at its
+// backoff). Until then its reads, new and repeated,
 // go to kube-apiserver, which answers them as it answers the token. Each time
 // a token's connection is up (its first dial, a redial, its session's
 // own redial after the hub went), the token's proxied watches are ended
@@ -54,8 +56,8 @@ import (
 //     straight to kube-apiserver and it is dialed again only at its
 //     backoff (clientRetry), at a read after it. No number of bad tokens
 //     fills the table, and a token repeated costs one dial per backoff;
-//     one the hub refused (401) costs none until kube-apiserver vouches
-//     for it.
+//     one the hub refused (401) costs none until kube-apiserver accepts
+//     it again.
 //   - At the limit, a new token's connection takes the place of the
 //     connection unused longest with no request open (a client's
 //     watches are requests open: kube-proxy's connection is never one);
@@ -150,8 +152,8 @@ type failedToken struct {
 	failures int
 	retryAt  time.Time
 	// refused: the hub's last answer was 401, the token no longer
-	// authenticates; only a vouch (kube-apiserver serving it again) has
-	// it dialed again.
+	// authenticates; only kube-apiserver accepting it again (vouch,
+	// accepted) has it dialed again.
 	refused  bool
 	lastSeen time.Time // its last read; unused for clientIdleTimeout, it is forgotten
 	added    time.Time // the oldest is forgotten first when failed is full
@@ -336,6 +338,7 @@ func (c *clientHubs) vouch(key clientKey) {
 	if _, up := c.conns[key.id]; up {
 		return
 	}
+	c.acceptedLocked(key.id)
 	now := c.now()
 	if v, ok := c.vouched[key.id]; ok {
 		v.since = now
@@ -345,6 +348,31 @@ func (c *clientHubs) vouch(key clientKey) {
 		c.dropOldestVouchedLocked()
 	}
 	c.vouched[key.id] = &vouchedToken{token: key.token, since: now}
+}
+
+// refused reports whether the hub refused id's token (401) and
+// kube-apiserver has not accepted it since.
+func (c *clientHubs) refused(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, ok := c.failed[id]
+	return ok && f.refused
+}
+
+// accepted records that kube-apiserver answered a hub-servable read with
+// key's token (a 2xx, not a watch: vouch takes those): a token the hub
+// refused is dialed again at a read once its backoff is over. A client
+// that only lists comes back to the hub this way.
+func (c *clientHubs) accepted(key clientKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.acceptedLocked(key.id)
+}
+
+func (c *clientHubs) acceptedLocked(id string) {
+	if f, ok := c.failed[id]; ok {
+		f.refused = false
+	}
 }
 
 func (c *clientHubs) dropOldestVouchedLocked() {
@@ -358,9 +386,10 @@ func (c *clientHubs) dropOldestVouchedLocked() {
 }
 
 // mayDialLocked reports whether id may be dialed at now: it never
-// failed, or its backoff is over. A token the hub refused is dialed only
-// by the sweep, once vouched for after the refusal (which forgot every
-// vouch before it).
+// failed, or its backoff is over. A token the hub refused is dialed by a
+// read only once kube-apiserver has accepted it since (accepted, vouch),
+// by the sweep only once vouched for after the refusal (which forgot
+// every vouch before it).
 func (c *clientHubs) mayDialLocked(id string, now time.Time) bool {
 	f, ok := c.failed[id]
 	return !ok || !now.Before(f.retryAt)

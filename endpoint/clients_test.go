@@ -177,6 +177,28 @@ func TestClientTableRefusedTokenIsDialedOnlyOnceVouchedFor(t *testing.T) {
 	}
 }
 
+// TestClientTableRefusedTokenThatKubeAPIServerAnswersIsDialedAtItsBackoff:
+// a client that only lists comes back to the hub too: kube-apiserver
+// answering one of its reads has the next read after the token's backoff
+// dial it.
+func TestClientTableRefusedTokenThatKubeAPIServerAnswersIsDialedAtItsBackoff(t *testing.T) {
+	tb := newTable(t)
+	tb.read("bad")
+	if !tb.refused(keyFor("bad").id) {
+		t.Fatal("a token the hub refused is not remembered as refused")
+	}
+	tb.accepted(keyFor("bad"))
+	tb.read("bad")
+	if got := tb.dialsOf("bad"); got != 1 {
+		t.Fatalf("accepted by kube-apiserver, read within its backoff: %d dials, want 1", got)
+	}
+	tb.advance(clientRetry(1))
+	tb.read("bad")
+	if got := tb.dialsOf("bad"); got != 2 {
+		t.Fatalf("accepted by kube-apiserver, read after its backoff: %d dials, want 2", got)
+	}
+}
+
 // TestClientTableConnectionTheHubRefusesLeavesAtOnce: the hub closes a
 // token's connection (its re-authentication failed): the connection
 // leaves the table at once, though a watch still holds it, and the token
