@@ -27,7 +27,15 @@ import (
 // that read, so that the read is served by the hub rather than sent to
 // kube-apiserver while a dial runs in the background. A dial that fails
 // (the hub unreachable, the token refused) sends the token's reads to
-// kube-apiserver, which answers a bad token with its own 401. Each time
+// kube-apiserver, which answers a bad token with its own 401. A token the
+// hub refuses (401: it no longer authenticates), at a dial or by closing
+// its connection (the hub re-authenticates every connection at least once
+// a minute), leaves the table at once, its session ends rather than
+// redialing, and it is not dialed again until kube-apiserver accepts it
+// again: serves it a watch (vouched, below: the sweep dials it) or answers
+// one of its reads the hub could serve (then a read dials it, at its
+// backoff). Until then its reads, new and repeated,
+// go to kube-apiserver, which answers them as it answers the token. Each time
 // a token's connection is up (its first dial, a redial, its session's
 // own redial after the hub went), the token's proxied watches are ended
 // (returned), so that the client watches again, from its last
@@ -47,7 +55,9 @@ import (
 //     maxFailedTokens, the oldest forgotten first), so that its reads go
 //     straight to kube-apiserver and it is dialed again only at its
 //     backoff (clientRetry), at a read after it. No number of bad tokens
-//     fills the table, and a token repeated costs one dial per backoff.
+//     fills the table, and a token repeated costs one dial per backoff;
+//     one the hub refused (401) costs none until kube-apiserver accepts
+//     it again.
 //   - At the limit, a new token's connection takes the place of the
 //     connection unused longest with no request open (a client's
 //     watches are requests open: kube-proxy's connection is never one);
@@ -68,8 +78,10 @@ import (
 // client's own credential, as it would without the endpoint.
 type clientHubs struct {
 	cfg *rest.Config // the hub's address and CA, no credential
-	// dialer connects a token to the hub (dialHub; tests replace it).
-	dialer func(ctx context.Context, cfg *rest.Config, token string, up func()) (clientConn, error)
+	// dialer connects a token to the hub (dialHub; tests replace it); up
+	// is called each time the connection is up, refused once if the hub
+	// refuses the token later (the connection then ends for good).
+	dialer func(ctx context.Context, cfg *rest.Config, token string, up func(), refused func(error)) (clientConn, error)
 	// limiter paces the dials of tokens nobody vouched for; vouched the
 	// sweep's dials of tokens kube-apiserver serves a watch for.
 	limiter, vouchedLimiter flowcontrol.RateLimiter
@@ -139,6 +151,10 @@ type clientHub struct {
 type failedToken struct {
 	failures int
 	retryAt  time.Time
+	// refused: the hub's last answer was 401, the token no longer
+	// authenticates; only kube-apiserver accepting it again (vouch,
+	// accepted) has it dialed again.
+	refused  bool
 	lastSeen time.Time // its last read; unused for clientIdleTimeout, it is forgotten
 	added    time.Time // the oldest is forgotten first when failed is full
 }
@@ -203,6 +219,9 @@ const (
 	evictIdle   = "idle"   // a connection with no request for clientIdleTimeout, closed
 	evictRoom   = "room"   // a connection with no request open, closed for a new client at maxClientHubs
 	evictFailed = "failed" // a failed dial forgotten: unused, pushed out by newer ones, or the node's hub connection back
+	// evictUnauthorized: a connection the hub closed because its token
+	// no longer authenticates (or refused to take back on a redial).
+	evictUnauthorized = "unauthorized"
 )
 
 func newClientHubs(hub *rest.Config, connected func(id string)) *clientHubs {
@@ -295,12 +314,17 @@ func (c *clientHubs) closeAll() {
 
 // forgetFailures has every token whose dial failed dialed again at its
 // next read: the hub is reachable now (the node's own connection is up),
-// so a failure from when it was not says nothing any more.
+// so a failure from when it was not says nothing any more. A token the
+// hub refused is kept: that says something about the token, not the hub.
 func (c *clientHubs) forgetFailures() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	clientEvictions.WithLabelValues(evictFailed).Add(float64(len(c.failed)))
-	c.failed = map[string]*failedToken{}
+	for id, f := range c.failed {
+		if !f.refused {
+			delete(c.failed, id)
+			clientEvictions.WithLabelValues(evictFailed).Inc()
+		}
+	}
 }
 
 // vouch records that kube-apiserver serves key's token a watch the hub
@@ -314,6 +338,7 @@ func (c *clientHubs) vouch(key clientKey) {
 	if _, up := c.conns[key.id]; up {
 		return
 	}
+	c.acceptedLocked(key.id)
 	now := c.now()
 	if v, ok := c.vouched[key.id]; ok {
 		v.since = now
@@ -323,6 +348,31 @@ func (c *clientHubs) vouch(key clientKey) {
 		c.dropOldestVouchedLocked()
 	}
 	c.vouched[key.id] = &vouchedToken{token: key.token, since: now}
+}
+
+// refused reports whether the hub refused id's token (401) and
+// kube-apiserver has not accepted it since.
+func (c *clientHubs) refused(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, ok := c.failed[id]
+	return ok && f.refused
+}
+
+// accepted records that kube-apiserver answered a hub-servable read with
+// key's token (a 2xx, not a watch: vouch takes those): a token the hub
+// refused is dialed again at a read once its backoff is over. A client
+// that only lists comes back to the hub this way.
+func (c *clientHubs) accepted(key clientKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.acceptedLocked(key.id)
+}
+
+func (c *clientHubs) acceptedLocked(id string) {
+	if f, ok := c.failed[id]; ok {
+		f.refused = false
+	}
 }
 
 func (c *clientHubs) dropOldestVouchedLocked() {
@@ -336,7 +386,10 @@ func (c *clientHubs) dropOldestVouchedLocked() {
 }
 
 // mayDialLocked reports whether id may be dialed at now: it never
-// failed, or its backoff is over.
+// failed, or its backoff is over. A token the hub refused is dialed by a
+// read only once kube-apiserver has accepted it since (accepted, vouch),
+// by the sweep only once vouched for after the refusal (which forgot
+// every vouch before it).
 func (c *clientHubs) mayDialLocked(id string, now time.Time) bool {
 	f, ok := c.failed[id]
 	return !ok || !now.Before(f.retryAt)
@@ -399,7 +452,8 @@ func (c *clientHubs) acquire(ctx context.Context, key clientKey) (clientConn, fu
 			}
 			ch.active++
 			ch.lastUsed = c.now()
-			return ch.conn, func() { c.release(key.id) }
+			conn := ch.conn
+			return conn, func() { c.release(key.id, conn) }
 		}
 		wait, dialing := c.dialing[key.id]
 		if !dialing {
@@ -416,7 +470,7 @@ func (c *clientHubs) acquire(ctx context.Context, key clientKey) (clientConn, fu
 	now := c.now()
 	if f, ok := c.failed[key.id]; ok {
 		f.lastSeen = now
-		if now.Before(f.retryAt) {
+		if f.refused || now.Before(f.retryAt) {
 			c.mu.Unlock()
 			return nil, nil // not a dial: no result counted
 		}
@@ -447,7 +501,7 @@ func (c *clientHubs) acquire(ctx context.Context, key clientKey) (clientConn, fu
 	if ch, ok := c.conns[key.id]; ok && ch.conn == conn {
 		ch.active++
 		ch.lastUsed = c.now()
-		return conn, func() { c.release(key.id) }
+		return conn, func() { c.release(key.id, conn) }
 	}
 	return nil, nil // closed meanwhile
 }
@@ -457,7 +511,8 @@ func (c *clientHubs) acquire(ctx context.Context, key clientKey) (clientConn, fu
 // recorded. It returns the connection, nil on failure or when the table
 // had no room left for it.
 func (c *clientHubs) dial(ctx context.Context, key clientKey, done chan struct{}) clientConn {
-	conn, err := c.dialer(ctx, c.cfg, key.token, func() { c.connected(key.id) })
+	d := &clientDial{}
+	conn, err := c.dialer(ctx, c.cfg, key.token, func() { c.connected(key.id) }, func(err error) { c.refuse(key.id, d, err) })
 	var closing clientConn
 	defer func() {
 		if closing != nil {
@@ -480,6 +535,11 @@ func (c *clientHubs) dial(ctx context.Context, key clientKey, done chan struct{}
 		c.failLocked(key.id, result, err)
 		return nil
 	}
+	if d.refused {
+		// The hub refused the token already, before it was recorded.
+		closing = conn
+		return nil
+	}
 	victim, ok := c.makeRoomLocked()
 	if !ok {
 		// Every place was taken, by connections in use, while it dialed.
@@ -492,8 +552,32 @@ func (c *clientHubs) dial(ctx context.Context, key clientKey, done chan struct{}
 	delete(c.failed, key.id)
 	delete(c.vouched, key.id)
 	c.conns[key.id] = &clientHub{conn: conn, lastUsed: c.now()}
+	d.conn = conn
 	clientConnections.Set(float64(len(c.conns)))
 	return conn
+}
+
+// clientDial is one connection of a token, as its refusal finds it.
+type clientDial struct {
+	conn    clientConn // guarded by clientHubs.mu; nil until recorded
+	refused bool       // guarded by clientHubs.mu
+}
+
+// refuse takes the connection d out of the table: the hub closed it
+// because its token no longer authenticates, or refused it on a redial,
+// and its session has ended. The token is remembered as refused, so that
+// its reads go to kube-apiserver, which words the 401, and it is not
+// dialed again until kube-apiserver serves it a watch again (vouch).
+func (c *clientHubs) refuse(id string, d *clientDial, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d.refused = true
+	if ch, ok := c.conns[id]; ok && d.conn != nil && ch.conn == d.conn {
+		delete(c.conns, id)
+		clientEvictions.WithLabelValues(evictUnauthorized).Inc()
+		clientConnections.Set(float64(len(c.conns)))
+	}
+	c.failLocked(id, clientDialUnauthorized, err)
 }
 
 // failLocked remembers that id's dial failed, forgetting the oldest
@@ -518,21 +602,29 @@ func (c *clientHubs) failLocked(id, result string, err error) {
 	f.failures++
 	f.lastSeen = now
 	f.retryAt = now.Add(clientRetry(f.failures))
+	f.refused = result == clientDialUnauthorized
+	if f.refused {
+		// A vouch from before the refusal says nothing of the token now.
+		delete(c.vouched, id)
+	}
 	klog.V(2).InfoS("Hub refused or unreachable for a client of the node; its reads go to kube-apiserver", "result", result, "retryIn", clientRetry(f.failures), "err", err)
 }
 
-func (c *clientHubs) release(id string) {
+// release ends a request served with conn, id's connection.
+func (c *clientHubs) release(id string, conn clientConn) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ch, ok := c.conns[id]; ok && ch.active > 0 {
+	if ch, ok := c.conns[id]; ok && ch.conn == conn && ch.active > 0 {
 		ch.active--
 	}
 }
 
 // dialHub connects to the hub at cfg with token as the credential, once,
 // synchronously; the session then redials by itself, and calls up each
-// time it has a connection up.
-func dialHub(ctx context.Context, cfg *rest.Config, token string, up func()) (clientConn, error) {
+// time it has a connection up, until the hub refuses the token (it closes
+// the connection for it, or refuses a redial with 401): then the session
+// ends, and calls refused.
+func dialHub(ctx context.Context, cfg *rest.Config, token string, up func(), refused func(error)) (clientConn, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.BearerToken = token
 	h, err := NewHub(cfg)
@@ -544,7 +636,8 @@ func dialHub(ctx context.Context, cfg *rest.Config, token string, up func()) (cl
 			if connected {
 				up()
 			}
-		}))
+		}),
+		watchmux.WithEndOnUnauthorized(refused))
 	if err != nil {
 		return nil, err
 	}

@@ -163,11 +163,12 @@ func TestClientsOfTheNodeAreServedAsThemselves(t *testing.T) {
 // TestClientTokenRotationLosesNoEvent: a client's watch through the hub
 // outlives the token it was opened with. The client's token is replaced
 // (as the kubelet rotates a projected ServiceAccount token), the old one
-// then stops being valid, and the hub restarts: the old connection cannot
-// come back with the old token, so its channel ends, and the client
-// watches again with the new token, over a new connection, from its last
-// resourceVersion. Every change made before and after is seen, in order,
-// once.
+// then stops being valid (the hub ends its connection with 401 as soon as
+// it sees the Secret it is bound to deleted), and the hub's connections
+// drop: the old connection cannot come back with the old token, so its
+// channel ends, and the client watches again with the new token, over a
+// new connection, from its last resourceVersion. Every change made before
+// and after is seen, in order, once.
 func TestClientTokenRotationLosesNoEvent(t *testing.T) {
 	ctx := context.Background()
 	hub := startHub(t)
@@ -260,6 +261,7 @@ func TestClientTokenRotationLosesNoEvent(t *testing.T) {
 	// Rotation: new requests carry the second token, and the first is no
 	// longer valid, to kube-apiserver and to the hub (whose cache of
 	// token reviews keeps a good answer for 10 s).
+	dialed := metric(t, n, `nodeproxy_node_client_hub_dials_total{result="ok"}`)
 	token.Store(second.Status.Token)
 	if err := admin.CoreV1().Secrets("rotation").Delete(ctx, holder.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -270,10 +272,10 @@ func TestClientTokenRotationLosesNoEvent(t *testing.T) {
 		}
 		return nil
 	})
-	// Every connection to the hub drops: the first token's cannot be made
-	// again, its channel ends, and the client watches again with the
-	// second. Changes are made meanwhile.
-	dialed := metric(t, n, `nodeproxy_node_client_hub_dials_total{result="ok"}`)
+	// Every connection to the hub drops: the first token's, if the hub
+	// has not ended it already, cannot be made again, its channel ends,
+	// and the client watches again with the second. Changes are made
+	// meanwhile.
 	fwd.Cut(hubAddr)
 	for i := 4; i <= 6; i++ {
 		label(i)
@@ -296,7 +298,8 @@ func TestClientTokenRotationLosesNoEvent(t *testing.T) {
 	testserver.Eventually(t, time.Minute, "the watch back on the hub", func(context.Context) error {
 		onHub := metric(t, n, `nodeproxy_node_client_watches{path="hub",resource="nodes"}`)
 		// The endpoints of a test binary count into one registry: the
-		// second token's connection is one more than before the cut.
+		// second token's connection is one more than before the
+		// rotation.
 		ok := metric(t, n, `nodeproxy_node_client_hub_dials_total{result="ok"}`)
 		if onHub != "1" || ok == dialed {
 			return fmt.Errorf("%s client watches of nodes on the hub; dials ok %s (%s before the cut)", onHub, ok, dialed)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,18 +27,22 @@ func (f *fakeConn) Connected() bool { f.mu.Lock(); defer f.mu.Unlock(); return !
 func (f *fakeConn) close()          { f.mu.Lock(); defer f.mu.Unlock(); f.closed = true }
 
 // table is a client table whose hub accepts the tokens starting with
-// "good", on a clock the test moves, with no dial rate unless the test
-// sets one.
+// "good", cannot be reached with those starting with "down", and refuses
+// the others (401), on a clock the test moves, with no dial rate unless
+// the test sets one.
 type table struct {
 	*clientHubs
 	clock time.Time
 	mu    sync.Mutex
 	dials map[string]int
 	up    map[string]int
+	// refuse has the hub refuse a token's connection, by the token: as
+	// when its re-authentication fails.
+	refuse map[string]func(error)
 }
 
 func newTable(t *testing.T) *table {
-	tb := &table{clock: time.Unix(1_000_000, 0), dials: map[string]int{}, up: map[string]int{}}
+	tb := &table{clock: time.Unix(1_000_000, 0), dials: map[string]int{}, up: map[string]int{}, refuse: map[string]func(error){}}
 	c := newClientHubs(&rest.Config{Host: "https://hub.invalid"}, func(id string) {
 		tb.mu.Lock()
 		tb.up[id]++
@@ -44,15 +50,22 @@ func newTable(t *testing.T) *table {
 	})
 	c.limiter, c.vouchedLimiter = flowcontrol.NewFakeAlwaysRateLimiter(), flowcontrol.NewFakeAlwaysRateLimiter()
 	c.now = func() time.Time { tb.mu.Lock(); defer tb.mu.Unlock(); return tb.clock }
-	c.dialer = func(_ context.Context, _ *rest.Config, token string, up func()) (clientConn, error) {
+	c.dialer = func(_ context.Context, _ *rest.Config, token string, up func(), refused func(error)) (clientConn, error) {
 		tb.mu.Lock()
 		tb.dials[token]++
 		tb.mu.Unlock()
-		if len(token) < 4 || token[:4] != "good" {
+		switch {
+		case strings.HasPrefix(token, "down"):
+			return nil, errors.New("dial tcp: connection refused")
+		case !strings.HasPrefix(token, "good"):
 			return nil, apierrors.NewUnauthorized("invalid bearer token")
 		}
 		up()
-		return &fakeConn{token: token}, nil
+		conn := &fakeConn{token: token}
+		tb.mu.Lock()
+		tb.refuse[token] = func(err error) { conn.close(); refused(err) }
+		tb.mu.Unlock()
+		return conn, nil
 	}
 	c.ctx = context.Background()
 	tb.clientHubs = c
@@ -76,6 +89,15 @@ func (tb *table) dialsOf(token string) int {
 // and its release (nil if not).
 func (tb *table) read(token string) (clientConn, func()) {
 	return tb.acquire(context.Background(), keyFor(token))
+}
+
+// vouchAndSweep has kube-apiserver vouch for token, then sweeps and
+// waits for the sweep's dials.
+func (tb *table) vouchAndSweep(t *testing.T, token string) {
+	t.Helper()
+	tb.vouch(keyFor(token))
+	tb.sweep()
+	tb.settle(t)
 }
 
 // settle waits for the sweep's background dials.
@@ -113,21 +135,98 @@ func TestClientTableFailedDialsTakeNoPlace(t *testing.T) {
 func TestClientTableFailedTokenIsDialedOnlyAtItsBackoff(t *testing.T) {
 	tb := newTable(t)
 	for range 100 {
-		tb.read("bad")
+		tb.read("down")
 	}
-	if got := tb.dialsOf("bad"); got != 1 {
-		t.Fatalf("a bad token read 100 times: %d dials, want 1", got)
+	if got := tb.dialsOf("down"); got != 1 {
+		t.Fatalf("a token read 100 times, the hub unreachable: %d dials, want 1", got)
 	}
 	tb.advance(clientRetry(1))
-	tb.read("bad")
-	tb.read("bad")
-	if got := tb.dialsOf("bad"); got != 2 {
+	tb.read("down")
+	tb.read("down")
+	if got := tb.dialsOf("down"); got != 2 {
 		t.Fatalf("after its first backoff: %d dials, want 2", got)
 	}
 	tb.advance(clientRetry(2) - time.Second)
+	tb.read("down")
+	if got := tb.dialsOf("down"); got != 2 {
+		t.Fatalf("before its second backoff (%s): %d dials, want 2", clientRetry(2), got)
+	}
+}
+
+// TestClientTableRefusedTokenIsDialedOnlyOnceVouchedFor: a token the hub
+// refused (401) is not dialed again by its reads, however long after,
+// nor when the node's own connection comes back; kube-apiserver serving
+// it a watch again has the sweep dial it.
+func TestClientTableRefusedTokenIsDialedOnlyOnceVouchedFor(t *testing.T) {
+	tb := newTable(t)
+	tb.vouch(keyFor("bad")) // before the refusal: says nothing after it
+	tb.read("bad")
+	for range 10 {
+		tb.advance(clientIdleTimeout - time.Second)
+		tb.read("bad")
+		tb.forgetFailures()
+		tb.sweep()
+		tb.settle(t)
+	}
+	if got := tb.dialsOf("bad"); got != 1 {
+		t.Fatalf("a refused token read for 50 minutes: %d dials, want 1", got)
+	}
+	tb.vouchAndSweep(t, "bad")
+	if got := tb.dialsOf("bad"); got != 2 {
+		t.Fatalf("vouched for after its refusal: %d dials, want 2", got)
+	}
+}
+
+// TestClientTableRefusedTokenThatKubeAPIServerAnswersIsDialedAtItsBackoff:
+// a client that only lists comes back to the hub too: kube-apiserver
+// answering one of its reads has the next read after the token's backoff
+// dial it.
+func TestClientTableRefusedTokenThatKubeAPIServerAnswersIsDialedAtItsBackoff(t *testing.T) {
+	tb := newTable(t)
+	tb.read("bad")
+	if !tb.refused(keyFor("bad").id) {
+		t.Fatal("a token the hub refused is not remembered as refused")
+	}
+	tb.accepted(keyFor("bad"))
+	tb.read("bad")
+	if got := tb.dialsOf("bad"); got != 1 {
+		t.Fatalf("accepted by kube-apiserver, read within its backoff: %d dials, want 1", got)
+	}
+	tb.advance(clientRetry(1))
 	tb.read("bad")
 	if got := tb.dialsOf("bad"); got != 2 {
-		t.Fatalf("before its second backoff (%s): %d dials, want 2", clientRetry(2), got)
+		t.Fatalf("accepted by kube-apiserver, read after its backoff: %d dials, want 2", got)
+	}
+}
+
+// TestClientTableConnectionTheHubRefusesLeavesAtOnce: the hub closes a
+// token's connection (its re-authentication failed): the connection
+// leaves the table at once, though a watch still holds it, and the token
+// is then treated as refused at a dial.
+func TestClientTableConnectionTheHubRefusesLeavesAtOnce(t *testing.T) {
+	tb := newTable(t)
+	conn, release := tb.read("good-revoked")
+	if conn == nil {
+		t.Fatal("no connection")
+	}
+	tb.refuse["good-revoked"](apierrors.NewUnauthorized("Unauthorized"))
+	if got := len(tb.conns); got != 0 {
+		t.Fatalf("%d connections in the table after the hub refused the only one", got)
+	}
+	release() // the watch ends after the refusal
+	tb.advance(clientIdleTimeout)
+	tb.forgetFailures()
+	if conn, _ := tb.read("good-revoked"); conn != nil {
+		t.Fatal("the refused token got a connection at a read")
+	}
+	if got := tb.dialsOf("good-revoked"); got != 1 {
+		t.Fatalf("the refused token dialed %d times, want 1", got)
+	}
+	tb.vouchAndSweep(t, "good-revoked")
+	if conn, release := tb.read("good-revoked"); conn == nil {
+		t.Fatal("vouched for after its refusal: no connection")
+	} else {
+		release()
 	}
 }
 
@@ -210,9 +309,7 @@ func TestClientTableVouchedTokenReachesTheHubThroughAFlood(t *testing.T) {
 	if conn, _ := tb.read("good-proxy"); conn != nil {
 		t.Fatal("a connection past the dial rate")
 	}
-	tb.vouch(keyFor("good-proxy"))
-	tb.sweep()
-	tb.settle(t)
+	tb.vouchAndSweep(t, "good-proxy")
 	if conn, release := tb.read("good-proxy"); conn == nil {
 		t.Fatal("the vouched token has no connection after the sweep")
 	} else {

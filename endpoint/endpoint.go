@@ -239,6 +239,16 @@ func (e *Endpoint) serveClient(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	resource, verb := describe(req, info)
+	if hubServed && verb != "watch" && e.clients.refused(key.id) {
+		// kube-apiserver's answer says whether it accepts the token
+		// the hub refused.
+		e.clientUpstream.serveObserved(w, req, resource, verb, func(resp *http.Response, _ error) {
+			if resp != nil && resp.StatusCode/100 == 2 {
+				e.clients.accepted(key)
+			}
+		})
+		return
+	}
 	e.clientUpstream.serve(w, req, resource, verb, hubServed && verb == "watch", key, nil)
 }
 

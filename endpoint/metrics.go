@@ -101,7 +101,8 @@ var (
 		Namespace: "nodeproxy", Subsystem: "node", Name: "client_hub_evictions_total",
 		Help: "Entries the table of the node's other clients let go, by reason: idle (a connection with no request for 5 minutes, closed); " +
 			"room (a connection with no request open, closed for a new client's at the limit of 16); " +
-			"failed (a token whose dial failed forgotten: unused for 5 minutes, pushed out by newer failures past 256, or the node's own hub connection back). " +
+			"failed (a token whose dial failed forgotten: unused for 5 minutes, pushed out by newer failures past 256, or the node's own hub connection back; one the hub refused is kept then); " +
+			"unauthorized (a connection the hub closed because its token no longer authenticates, taken out at once; the token is dialed again only once kube-apiserver serves it a watch). " +
 			"A failed dial never takes a connection's place.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})

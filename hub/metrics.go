@@ -28,6 +28,7 @@ var (
 		Name:      "reauthentications_total",
 		Help: "Open bulk watch connections (bulk watch channels and node views) authenticated again, by result: ok; " +
 			"unauthorized (the credential no longer authenticates, or names someone else: every channel ended with 401 and the connection closed); " +
+			"revoked (the token's ServiceAccount, or the Secret, Pod or Node it is bound to, deleted: every channel ended with 401 and the connection closed at once); " +
 			"error (the check could not be made: kept, checked again in 10 s); max_age (the connection reached --watch-max-connection-age and ended with 503, for the client to resume elsewhere).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})

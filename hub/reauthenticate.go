@@ -3,13 +3,10 @@ package hub
 import (
 	"context"
 	"crypto/tls"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -40,8 +37,16 @@ import (
 // aggregator, which the hub knows only by the front proxy's
 // certificate), lives: at its age, jittered, the connection ends with
 // ERROR 503 and the client resumes on a new one, authenticated afresh.
+//
+// A ServiceAccount token's connection also ends with 401 the moment the
+// hub's cache sees deleted the ServiceAccount, or the Secret, Pod or Node
+// the token is bound to (boundObjects): kube-apiserver refuses the token
+// from then on, and the minute's check would see it late.
 type reauthenticator struct {
-	authn    authenticator.Request
+	authn authenticator.Request
+	// bound ends a connection at once when an object its token names is
+	// deleted (nil: only the checks do).
+	bound    *boundObjects
 	interval time.Duration
 	maxAge   time.Duration
 	retry    time.Duration // after a check that could not be made: reauthenticateRetry
@@ -57,8 +62,8 @@ const reauthenticateTimeout = 10 * time.Second
 // again.
 const reauthenticateRetry = 10 * time.Second
 
-func newReauthenticator(authn authenticator.Request, interval, maxAge time.Duration) *reauthenticator {
-	return &reauthenticator{authn: authn, interval: interval, maxAge: maxAge, retry: reauthenticateRetry, now: time.Now,
+func newReauthenticator(authn authenticator.Request, bound *boundObjects, interval, maxAge time.Duration) *reauthenticator {
+	return &reauthenticator{authn: authn, bound: bound, interval: interval, maxAge: maxAge, retry: reauthenticateRetry, now: time.Now,
 		// Spread over the last quarter: a thousand connections opened
 		// together are not all checked in the same second.
 		jitter: func(d time.Duration) time.Duration { return d - time.Duration(rand.Int64N(int64(d/4)+1)) }}
@@ -106,7 +111,9 @@ func (a *reauthenticator) follow(ctx context.Context, r *http.Request) <-chan *m
 		// It authenticated a moment ago: the next check decides.
 		first = nil
 	}
+	revoked, stopRevoked := a.bound.follow(boundUIDs(cred))
 	go func() {
+		defer stopRevoked()
 		opened := a.now()
 		age := time.NewTimer(a.jitter(a.maxAge))
 		defer age.Stop()
@@ -116,6 +123,12 @@ func (a *reauthenticator) follow(ctx context.Context, r *http.Request) <-chan *m
 			select {
 			case <-ctx.Done():
 				t.Stop()
+				return
+			case <-revoked:
+				t.Stop()
+				reauthentications.WithLabelValues("revoked").Inc()
+				klog.V(2).InfoS("An object the bulk watch connection's token is bound to was deleted; ending its channels with 401")
+				end <- unauthorized()
 				return
 			case <-age.C:
 				t.Stop()
@@ -182,26 +195,7 @@ func expiry(cred *credential) (time.Time, bool) {
 	if cred.tls != nil && len(cred.tls.PeerCertificates) > 0 {
 		return cred.tls.PeerCertificates[0].NotAfter, true
 	}
-	auth := cred.header.Get("Authorization")
-	scheme, token, ok := strings.Cut(strings.TrimSpace(auth), " ")
-	if !ok || !strings.EqualFold(scheme, "bearer") {
-		return time.Time{}, false
-	}
-	parts := strings.Split(strings.TrimSpace(token), ".")
-	if len(parts) != 3 {
-		return time.Time{}, false
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		return time.Time{}, false
-	}
-	var claims struct {
-		Exp *int64 `json:"exp"`
-	}
-	if json.Unmarshal(payload, &claims) != nil || claims.Exp == nil {
-		return time.Time{}, false
-	}
-	return time.Unix(*claims.Exp, 0), true
+	return tokenExpiry(cred)
 }
 
 // transient reports whether err says the check could not be made, rather

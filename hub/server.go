@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -116,7 +117,13 @@ func (c *Config) New() (*Server, error) {
 	}
 	watchServer := watchmux.NewServer(channels, c.Watch)
 	c.router.watch.Store(watchServer)
-	c.router.reauth.Store(newReauthenticator(c.Generic.Authentication.Authenticator, c.ReauthenticateInterval, c.MaxConnectionAge))
+	bound := newBoundObjects()
+	for _, gvr := range cache.Watched() {
+		if slices.Contains(boundResources, gvr.Resource) {
+			objects.Store(gvr).AddHandler(bound.handler())
+		}
+	}
+	c.router.reauth.Store(newReauthenticator(c.Generic.Authentication.Authenticator, bound, c.ReauthenticateInterval, c.MaxConnectionAge))
 
 	// Ready only once every type has been listed into the cache and the
 	// graph: before that the cache would answer "not found" for objects

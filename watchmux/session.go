@@ -2,11 +2,14 @@ package watchmux
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
 
+	"github.com/gorilla/websocket"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -101,6 +104,8 @@ type sessionOptions struct {
 	onConnection  func(connected bool)
 	idle          time.Duration
 	resumeTimeout time.Duration
+	// onUnauthorized: see WithEndOnUnauthorized; nil keeps dialing.
+	onUnauthorized func(error)
 }
 
 // WithDialOptions passes opts to every Dial of the session (WithMaxOpening
@@ -138,6 +143,31 @@ func WithConnectionObserver(f func(connected bool)) SessionOption {
 // session lives, which suits a consumer with nowhere else to go.
 func WithResumeTimeout(d time.Duration) SessionOption {
 	return func(o *sessionOptions) { o.resumeTimeout = d }
+}
+
+// WithEndOnUnauthorized ends the session, rather than dialing again, once
+// its server no longer accepts its credential: the server closed the
+// connection because the credential no longer authenticates (close code
+// 1008, after ERROR 401 on every channel: the hub's re-authentication), or
+// refused a redial with 401. f is called once, from the session's
+// goroutine, with why, before the session's channels end (those the
+// server ended have had their ERROR 401; one still waiting to resume ends
+// without one). For a credential that cannot change under the session (a
+// client's bearer token, which a redial would only present again); a
+// session whose credential is renewed at each dial (the node's rotated
+// certificate, re-read from its file) is better left dialing.
+func WithEndOnUnauthorized(f func(err error)) SessionOption {
+	return func(o *sessionOptions) { o.onUnauthorized = f }
+}
+
+// unauthorized reports whether err, why a connection ended or a dial
+// failed, says that the server no longer accepts the credential.
+func unauthorized(err error) bool {
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) {
+		return ce.Code == websocket.ClosePolicyViolation
+	}
+	return apierrors.IsUnauthorized(err)
 }
 
 // NewSession dials cfg's server (one attempt, of at most 30 s: an
@@ -207,30 +237,46 @@ func (s *Session) run(c *Client) {
 		<-pinged
 		s.setConn(nil)
 		s.observeConnection(false)
-		if c = s.redial(); c == nil {
+		var refused error
+		if s.o.onUnauthorized != nil && unauthorized(c.Err()) {
+			refused = c.Err()
+		} else {
+			c, refused = s.redial()
+		}
+		if refused != nil {
+			klog.V(2).InfoS("Bulk watch credential no longer accepted; ending the session", "reason", refused)
+			s.o.onUnauthorized(refused)
+			s.cancel()
+			return
+		}
+		if c == nil {
 			return
 		}
 	}
 }
 
-// redial dials until it connects, or the session ends (nil).
-func (s *Session) redial() *Client {
+// redial dials until it connects, or the session ends (nil), or, with
+// WithEndOnUnauthorized, the server refuses the credential (nil and why).
+func (s *Session) redial() (*Client, error) {
 	backoff := sessionBackoff
 	delay := rand.N(firstRedial)
 	for {
 		select {
 		case <-time.After(delay):
 		case <-s.ctx.Done():
-			return nil
+			return nil, nil
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, reopenTimeout)
 		c, err := s.dial(ctx)
 		cancel()
 		if err == nil {
 			clientReconnectsTotal.WithLabelValues("ok").Inc()
-			return c
+			return c, nil
 		}
 		clientReconnectsTotal.WithLabelValues("error").Inc()
+		if s.o.onUnauthorized != nil && unauthorized(err) {
+			return nil, err
+		}
 		delay = backoff.Step()
 		klog.V(2).InfoS("Bulk watch dial failed; trying again", "err", err, "retryIn", delay.Round(time.Millisecond))
 	}

@@ -34,21 +34,13 @@ import (
 // channels end with ERROR 403 within the delegated authorizer's cache TTL
 // (10 s, k8s.io/apiserver's default) plus the re-check interval (1 s here).
 func TestKubeProxyServiceAccountAsRBACDecides(t *testing.T) {
-	testserver.InstallRBAC(t, cp, "rbac-webhook.yaml", "rbac-bulk.yaml")
-	srv := testserver.Start(t, cp, testserver.Options{Port: npPort, Args: []string{"--watch-reauthorize-interval=1s"}})
-	srv.WaitReady(t, 90*time.Second)
+	srv, admin, ns := startKubeProxyHub(t, "kube-proxy", "--watch-reauthorize-interval=1s")
 	ctx := context.Background()
-	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
-	ns := bulke2e.Namespace("kube-proxy")
-	if err := cp.EnsureNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
 	proxy := serviceAccountConfig(t, admin, srv, ns, "kube-proxy")
+	// The stranger may knock at the bulk API's door too (as nodes may);
+	// only the proxy may read what kube-proxy reads.
 	stranger := serviceAccountConfig(t, admin, srv, ns, "stranger")
-	// Both may knock at the bulk API's door (as nodes may); only the
-	// proxy may read what kube-proxy reads.
-	bind(t, admin, ns, "door", "nodeproxy:bulk-nodes", "kube-proxy", "stranger")
-	bind(t, admin, ns, "node-proxier", "system:node-proxier", "kube-proxy")
+	bind(t, admin, ns, "door-stranger", "nodeproxy:bulk-nodes", "stranger")
 
 	services := v1alpha1.GetOperation{Resource: metav1.GroupVersionResource{Version: "v1", Resource: "services"},
 		Options: metav1.ListOptions{LabelSelector: "!service.kubernetes.io/service-proxy-name", FieldSelector: "spec.clusterIP!=None", SendInitialEvents: ptr.To(true), AllowWatchBookmarks: true}}
@@ -57,39 +49,9 @@ func TestKubeProxyServiceAccountAsRBACDecides(t *testing.T) {
 	cidrs := v1alpha1.GetOperation{Resource: metav1.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "servicecidrs"},
 		Options: metav1.ListOptions{SendInitialEvents: ptr.To(true), AllowWatchBookmarks: true}}
 
-	// RBAC's informers, then the delegated authorizer's cache (a denial is
-	// kept 10 s), hear of the binding a moment after it is stored.
-	var c *watchmux.Client
-	var servicesCh, slicesCh, cidrsCh *watchmux.Channel
-	testserver.Eventually(t, 30*time.Second, "kube-proxy's channels allowed", func(ctx context.Context) error {
-		var err error
-		if c == nil {
-			if c, err = watchmux.Dial(ctx, proxy); err != nil {
-				c = nil
-				return err
-			}
-		}
-		if servicesCh == nil {
-			if servicesCh, err = c.Watch(ctx, services); err != nil {
-				return err
-			}
-		}
-		if slicesCh == nil {
-			if slicesCh, err = c.Watch(ctx, slices); err != nil {
-				return err
-			}
-		}
-		if cidrsCh == nil {
-			if cidrsCh, err = c.Watch(ctx, cidrs); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	c, chs := dialWatching(t, proxy, services, slices, cidrs)
 	defer c.Close()
-	untilInitialEnd(t, servicesCh)
-	untilInitialEnd(t, slicesCh)
-	untilInitialEnd(t, cidrsCh)
+	servicesCh, slicesCh, cidrsCh := chs[0], chs[1], chs[2]
 
 	outer := t
 	t.Run("events arrive, selected as kube-proxy selects them", func(t *testing.T) {
@@ -200,6 +162,63 @@ func TestKubeProxyServiceAccountAsRBACDecides(t *testing.T) {
 	})
 }
 
+// startKubeProxyHub starts the hub on npPort with args, with the RBAC the
+// bulk API needs, and makes namespace <prefix>-... with ServiceAccount
+// kube-proxy bound, as kubeadm binds kube-proxy's, to system:node-proxier
+// and, as the kube-proxy component binds it, to the bulk API's door. It
+// returns the hub, an admin client and the namespace.
+func startKubeProxyHub(t *testing.T, prefix string, args ...string) (*testserver.Server, kubernetes.Interface, string) {
+	t.Helper()
+	testserver.InstallRBAC(t, cp, "rbac-webhook.yaml", "rbac-bulk.yaml")
+	srv := testserver.Start(t, cp, testserver.Options{Port: npPort, Args: args})
+	srv.WaitReady(t, 90*time.Second)
+	ctx := context.Background()
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	ns := bulke2e.Namespace(prefix)
+	if err := cp.EnsureNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.EnsureServiceAccount(ctx, ns, "kube-proxy"); err != nil {
+		t.Fatal(err)
+	}
+	bind(t, admin, ns, "door", "nodeproxy:bulk-nodes", "kube-proxy")
+	bind(t, admin, ns, "node-proxier", "system:node-proxier", "kube-proxy")
+	return srv, admin, ns
+}
+
+// dialWatching dials the hub as cfg and opens a channel for each of ops,
+// trying again until all are allowed (RBAC's informers, then the
+// delegated authorizer's cache, where a denial is kept 10 s, hear of a
+// binding a moment after it is stored), and reads each up to the end of
+// its initial events. The caller closes the client.
+func dialWatching(t *testing.T, cfg *rest.Config, ops ...v1alpha1.GetOperation) (*watchmux.Client, []*watchmux.Channel) {
+	t.Helper()
+	var c *watchmux.Client
+	chs := make([]*watchmux.Channel, len(ops))
+	testserver.Eventually(t, 30*time.Second, "the channels allowed", func(ctx context.Context) error {
+		var err error
+		if c == nil {
+			if c, err = watchmux.Dial(ctx, cfg); err != nil {
+				c = nil
+				return err
+			}
+		}
+		for i, op := range ops {
+			if chs[i] == nil {
+				if chs[i], err = c.Watch(ctx, op); err != nil {
+					chs[i] = nil
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	for _, ch := range chs {
+		untilInitialEnd(t, ch)
+	}
+	return c, chs
+}
+
 // untilInitialEnd reads ch's initial events up to the bookmark that ends
 // them.
 func untilInitialEnd(t *testing.T, ch *watchmux.Channel) {
@@ -211,12 +230,12 @@ func untilInitialEnd(t *testing.T, ch *watchmux.Channel) {
 	}
 }
 
-// serviceAccountConfig makes ServiceAccount ns/name and returns a client
+// serviceAccountConfig makes ServiceAccount ns/name if missing and returns a client
 // configuration of the hub with a token of it.
 func serviceAccountConfig(t *testing.T, admin kubernetes.Interface, srv *testserver.Server, ns, name string) *rest.Config {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+	if err := cp.EnsureServiceAccount(ctx, ns, name); err != nil {
 		t.Fatal(err)
 	}
 	tok, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{

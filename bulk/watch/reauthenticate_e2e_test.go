@@ -2,14 +2,16 @@ package watch_test
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -17,10 +19,13 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
-	"github.com/nodeproxy/nodeproxy/test/bulke2e"
 	"github.com/nodeproxy/nodeproxy/test/testserver"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
+
+// servicesFromNow is a channel on every Service, with its initial events.
+var servicesFromNow = v1alpha1.GetOperation{Resource: metav1.GroupVersionResource{Version: "v1", Resource: "services"},
+	Options: metav1.ListOptions{SendInitialEvents: ptr.To(true), AllowWatchBookmarks: true}}
 
 // TestRevokedTokenEndsItsChannelsWith401: a ServiceAccount token bound to
 // a Secret (a TokenRequest with the Secret as its bound object), allowed
@@ -32,56 +37,23 @@ import (
 // token cache) and close the connection; a new connection with the token
 // is 401.
 func TestRevokedTokenEndsItsChannelsWith401(t *testing.T) {
-	testserver.InstallRBAC(t, cp, "rbac-webhook.yaml", "rbac-bulk.yaml")
-	srv := testserver.Start(t, cp, testserver.Options{Port: npPort})
-	srv.WaitReady(t, 90*time.Second)
+	srv, admin, ns := startKubeProxyHub(t, "revoked")
 	ctx := context.Background()
-	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
-	ns := bulke2e.Namespace("revoked")
-	if err := cp.EnsureNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "kube-proxy"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	bind(t, admin, ns, "door", "nodeproxy:bulk-nodes", "kube-proxy")
-	bind(t, admin, ns, "node-proxier", "system:node-proxier", "kube-proxy")
-	holder, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "token-holder"}}, metav1.CreateOptions{})
+	token, holder, err := cp.SecretBoundToken(ctx, ns, "kube-proxy", "token-holder")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "kube-proxy", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
-		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: holder.Name, UID: holder.UID},
-	}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := &rest.Config{Host: srv.URL, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAFile: cp.ServingCA.CertPath}}
-	services := v1alpha1.GetOperation{Resource: metav1.GroupVersionResource{Version: "v1", Resource: "services"},
-		Options: metav1.ListOptions{SendInitialEvents: ptr.To(true), AllowWatchBookmarks: true}}
-
-	var c *watchmux.Client
-	var ch *watchmux.Channel
-	testserver.Eventually(t, 30*time.Second, "the token's channel allowed", func(ctx context.Context) error {
-		var err error
-		if c == nil {
-			if c, err = watchmux.Dial(ctx, cfg); err != nil {
-				c = nil
-				return err
-			}
-		}
-		ch, err = c.Watch(ctx, services)
-		return err
-	})
+	cfg := &rest.Config{Host: srv.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAFile: cp.ServingCA.CertPath}}
+	c, chs := dialWatching(t, cfg, servicesFromNow)
 	defer c.Close()
-	untilInitialEnd(t, ch)
+	ch := chs[0]
 
 	if err := admin.CoreV1().Secrets(ns).Delete(ctx, holder.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	revoked := time.Now()
 	// kube-apiserver refuses the token once its own cache has let go.
-	client := kubernetes.NewForConfigOrDie(&rest.Config{Host: cp.URL, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAFile: cp.ServingCA.CertPath}})
+	client := kubernetes.NewForConfigOrDie(&rest.Config{Host: cp.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAFile: cp.ServingCA.CertPath}})
 	testserver.Eventually(t, 30*time.Second, "kube-apiserver refusing the token", func(ctx context.Context) error {
 		if _, err := client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{}); err == nil || !strings.Contains(err.Error(), "Unauthorized") {
 			return fmt.Errorf("kube-apiserver answers the token: %v", err)
@@ -126,5 +98,65 @@ func TestRevokedTokenEndsItsChannelsWith401(t *testing.T) {
 	}
 	if _, err := watchmux.Dial(ctx, cfg); err == nil || !strings.Contains(err.Error(), "Unauthorized") {
 		t.Errorf("a new connection with the revoked token: %v, want 401", err)
+	}
+}
+
+// TestExpiredClientCertificateEndsItsChannelsWith401: a node's client
+// certificate, of the cluster's client CA, valid for another 75 s, opens
+// a bulk watch channel on Services directly on the hub. At its NotAfter
+// the hub finds it no longer authenticates: the channel ends with ERROR
+// 401 in kube-apiserver's words, not before NotAfter and within a minute
+// after it, the connection closes, and a new connection with the
+// certificate is refused with 401. The hub's periodic check is set to 10
+// minutes here, so that only its check at the credential's own expiry
+// can end the channel within that minute.
+func TestExpiredClientCertificateEndsItsChannelsWith401(t *testing.T) {
+	testserver.InstallRBAC(t, cp, "rbac-webhook.yaml", "rbac-bulk.yaml")
+	srv := testserver.Start(t, cp, testserver.Options{Port: npPort, Args: []string{"--watch-reauthenticate-interval=10m"}})
+	srv.WaitReady(t, 90*time.Second)
+	kp, err := cp.ClientCA.ShortLivedClientCert("system:node:node-short-lived", []string{"system:nodes"}, 75*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(kp.CertPEM)
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{CertData: kp.CertPEM, KeyData: kp.KeyPEM, CAFile: cp.ServingCA.CertPath}}
+	c, chs := dialWatching(t, cfg, servicesFromNow)
+	defer c.Close()
+	ch := chs[0]
+
+	deadline := time.After(time.Until(leaf.NotAfter) + time.Minute)
+	for ended := false; !ended; {
+		select {
+		case ev, ok := <-ch.Events:
+			if !ok {
+				t.Fatal("the channel closed without an ERROR")
+			}
+			if ev.Type != watch.Error {
+				continue
+			}
+			at := time.Now()
+			if st := ev.Status; st == nil || st.Code != http.StatusUnauthorized || st.Reason != metav1.StatusReasonUnauthorized || st.Message != "Unauthorized" {
+				t.Fatalf("the channel ended with %+v, want kube-apiserver's 401 Unauthorized", st)
+			}
+			if at.Before(leaf.NotAfter) {
+				t.Fatalf("the channel ended with 401 %s before the certificate's NotAfter", leaf.NotAfter.Sub(at))
+			}
+			t.Logf("the channel ended with 401 %s after the certificate's NotAfter", at.Sub(leaf.NotAfter).Round(time.Millisecond))
+			ended = true
+		case <-deadline:
+			t.Fatalf("the channel is open a minute past the certificate's NotAfter (%s)", leaf.NotAfter)
+		}
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(30 * time.Second):
+		t.Error("the connection is open 30 s after its channel ended with 401")
+	}
+	if _, err := watchmux.Dial(context.Background(), cfg); !apierrors.IsUnauthorized(err) {
+		t.Errorf("a new connection with the expired certificate: %v, want 401", err)
 	}
 }

@@ -98,6 +98,30 @@ func (cp *ControlPlane) ServiceAccountToken(ctx context.Context, ns, name string
 	return tr.Status.Token, nil
 }
 
+// SecretBoundToken creates Secret ns/secret and asks kube-apiserver for a
+// token of ServiceAccount ns/name bound to it (TokenRequest with the
+// Secret as its bound object), as a legacy token Secret or a pod's
+// projected token is bound to what holds it: deleting the Secret revokes
+// the token (kube-apiserver refuses it once its token cache, 10 s, lets
+// go). It returns the token and the Secret.
+func (cp *ControlPlane) SecretBoundToken(ctx context.Context, ns, name, secret string) (string, *corev1.Secret, error) {
+	admin, err := kubernetes.NewForConfig(cp.admin)
+	if err != nil {
+		return "", nil, fmt.Errorf("admin client: %w", err)
+	}
+	holder, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", nil, fmt.Errorf("create secret %s/%s: %w", ns, secret, err)
+	}
+	tr, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: holder.Name, UID: holder.UID},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", nil, fmt.Errorf("token for serviceaccount %s/%s bound to secret %s: %w", ns, name, secret, err)
+	}
+	return tr.Status.Token, holder, nil
+}
+
 // ProxyServer is where a kube-proxy's kubeconfig points: kube-apiserver
 // (cp.APIServerTarget) or a node endpoint in front of it, and the CA its
 // serving certificate is verified with.
