@@ -94,7 +94,7 @@ func runNodeView(ctx context.Context, env *Env, t Target) (_ *Result, err error)
 	base := sideRun{env: &kenv, t: t, admin: admin, ns: run}
 	side := func(way string, round int) *viewSide {
 		s := base
-		s.way, s.nodes = way, make([]*hollowNode, l.Nodes)
+		s.way, s.nodes = way, make([]*HollowNode, l.Nodes)
 		return &viewSide{sideRun: &s, round: round, kubemark: tools["kubemark"]}
 	}
 	perObject, copied := side("per-object", 0), side("copy", 1)
@@ -110,7 +110,7 @@ func runNodeView(ctx context.Context, env *Env, t Target) (_ *Result, err error)
 		for _, s := range []*viewSide{perObject, copied} {
 			for _, n := range s.nodes {
 				if n != nil {
-					n.stop()
+					n.Stop()
 				}
 			}
 			err = errors.Join(err, cleanUp(ctx, admin, run+"-"+s.way))
