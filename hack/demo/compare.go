@@ -14,7 +14,7 @@ import (
 func (d *demo) compare(ctx context.Context) error {
 	l, window := d.o.compareLoad, d.o.compareWindow
 	d.step("The same kubelets behind node endpoints and straight on kube-apiserver, side by side (--compare=false skips it)")
-	d.say("%d hollow kubelets, each with %d pods mounting %d secrets and configmaps of their own, one way then the other;", l.Nodes, l.PodsPerNode, l.ObjectsPerPod)
+	d.say("%d hollow kubelets, each with %d pod(s) mounting %d secrets and configmaps of their own, one way then the other;", l.Nodes, l.PodsPerNode, l.ObjectsPerPod)
 	d.say("each way is measured over %s from its pods' creation, the kubelets already Ready", window)
 	env := &bench.Env{Kubelets: l, Progress: prefixed("    ", d.out)}
 	c, err := bench.CompareKubelets(ctx, env, d.target, window)
@@ -37,5 +37,7 @@ func (d *demo) compare(ctx context.Context) error {
 		}
 		fmt.Fprintln(d.out, line)
 	}
+	d.say("(each window also holds the pods' creation and status, the same both ways; what the objects alone cost kube-apiserver,")
+	d.say("over rounds with and without them, is make bench's kubelets scenario: docs/benchmarks.md, \"Real kubelets behind node endpoints\")")
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeproxy/nodeproxy/test/controlplane"
@@ -134,4 +135,22 @@ func startHollowNodes(ctx context.Context, t Target, admin kubernetes.Interface,
 		})
 	}
 	return g.Wait()
+}
+
+// hollowRun is what a run of hollow nodes begins with: the kubemark
+// binary, an admin client, the run's name (prefix and a random tail) and
+// a directory of its own for the nodes' files, which the caller removes.
+func hollowRun(ctx context.Context, env *Env, t Target, prefix string) (kubemark string, admin kubernetes.Interface, run, dir string, err error) {
+	tools, err := controlplane.EnsureTools(ctx, env.Progress, "kubemark")
+	if err != nil {
+		return "", nil, "", "", err
+	}
+	if admin, err = kubernetes.NewForConfig(t.Admin); err != nil {
+		return "", nil, "", "", err
+	}
+	run = prefix + "-" + rand.String(6)
+	if dir, err = os.MkdirTemp("", run+"-"); err != nil {
+		return "", nil, "", "", err
+	}
+	return tools["kubemark"], admin, run, dir, nil
 }

@@ -12,8 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeproxy/nodeproxy/test/controlplane"
@@ -61,16 +59,7 @@ func CompareKubelets(ctx context.Context, env *Env, t Target, window time.Durati
 	if t.Local == nil || len(t.Local.NodeEndpoint) == 0 {
 		return nil, errors.New("the kubelets comparison runs hollow kubelets and node endpoints on this machine: it needs the local control plane and a nodeproxy binary")
 	}
-	tools, err := controlplane.EnsureTools(ctx, env.Progress, "kubemark")
-	if err != nil {
-		return nil, err
-	}
-	admin, err := kubernetes.NewForConfig(t.Admin)
-	if err != nil {
-		return nil, err
-	}
-	run := "compare-kubelets-" + rand.String(6)
-	dir, err := os.MkdirTemp("", run+"-")
+	kubemark, admin, run, dir, err := hollowRun(ctx, env, t, "compare-kubelets")
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +82,7 @@ func CompareKubelets(ctx context.Context, env *Env, t Target, window time.Durati
 	}{{"behind endpoints", true, &c.Fronted}, {"direct", false, &c.Direct}} {
 		s := base
 		s.way, s.nodes = way.name, make([]*HollowNode, env.Kubelets.Nodes)
-		if *way.into, err = s.window(ctx, k, way.fronted, tools["kubemark"], dir, window); err != nil {
+		if *way.into, err = s.window(ctx, k, way.fronted, kubemark, dir, window); err != nil {
 			return nil, fmt.Errorf("%s: %w", way.name, err)
 		}
 	}
