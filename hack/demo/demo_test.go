@@ -21,10 +21,10 @@ import (
 func TestDemoRunsToTheEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	// The hub and the lean endpoint, side by side as make build lays
-	// them out in bin/.
+	// The hub, the lean endpoint and its Pod API's checks, side by side
+	// as make build lays them out in bin/.
 	dir := t.TempDir()
-	for _, name := range []string{"nodeproxy", "nodeproxy-node"} {
+	for _, name := range []string{"nodeproxy", "nodeproxy-node", "nodeproxy-node-podadmit"} {
 		if _, err := controlplane.BuildCommand(ctx, dir, name); err != nil {
 			t.Fatal(err)
 		}
