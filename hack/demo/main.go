@@ -61,10 +61,10 @@ func parseFlags(fs *flag.FlagSet, args []string) (demoOptions, error) {
 	fs.DurationVar(&o.duration, "for", 0, "after the last step, stay up this long to look around, then end; 0 waits for Ctrl-C")
 	fs.BoolVar(&o.podAPI, "pod-api", true, "show the Pod API: a pod posted on a node with no API server, handed over once there is one")
 	fs.BoolVar(&o.compare, "compare", true, "end on the same kubelets straight on kube-apiserver and behind node endpoints, side by side")
-	fs.IntVar(&o.compareLoad.Nodes, "compare-nodes", 8, "hollow kubelets each way in the comparison")
+	fs.IntVar(&o.compareLoad.Nodes, "compare-nodes", 6, "hollow kubelets each way in the comparison")
 	fs.IntVar(&o.compareLoad.PodsPerNode, "compare-pods", 1, "pods on each kubelet in the comparison")
 	fs.IntVar(&o.compareLoad.ObjectsPerPod, "compare-objects", 50, "secrets and configmaps (half each) each pod of the comparison mounts, its own")
-	fs.DurationVar(&o.compareWindow, "compare-window", 20*time.Second, "how long each way is measured, from its pods' creation")
+	fs.DurationVar(&o.compareWindow, "compare-window", 15*time.Second, "how long each way is measured, from its pods' creation")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
