@@ -43,6 +43,11 @@ type KubeletWindow struct {
 	// direct) are over the window. The hub runs both ways, its informers
 	// hearing the pods either way.
 	APIServerCPU, HubCPU, EndpointsCPU time.Duration
+	// HubAsked are the hub's requests to kube-apiserver for its
+	// consistent reads in the window: its current version of a type (a
+	// list of one item) and probes of a quiet type (a watch until a
+	// bookmark).
+	HubAsked float64
 	// UpTook is from the pods' creation to every pod Running with every
 	// file written.
 	UpTook time.Duration
@@ -134,6 +139,10 @@ func (s *sideRun) window(ctx context.Context, k int, fronted bool, kubemark, dir
 	if err != nil {
 		return w, err
 	}
+	askedStart, err := hubAsked(ctx, s.t)
+	if err != nil {
+		return w, err
+	}
 	files, err := s.createPods(ctx, k, true)
 	if err != nil {
 		return w, err
@@ -156,6 +165,11 @@ func (s *sideRun) window(ctx context.Context, k int, fronted bool, kubemark, dir
 	if err != nil {
 		return w, err
 	}
+	askedEnd, err := hubAsked(ctx, s.t)
+	if err != nil {
+		return w, err
+	}
+	w.HubAsked = askedEnd - askedStart
 	w.Took = time.Since(began)
 	w.APIServerCPU, w.HubCPU = apiEnd.CPU-apiStart.CPU, hubEnd.CPU-hubStart.CPU
 	for i, u := range endpointsEnd {
@@ -167,6 +181,16 @@ func (s *sideRun) window(ctx context.Context, k int, fronted bool, kubemark, dir
 	s.env.progressf("%s: pods Running with their files %.1f s after their creation; kube-apiserver CPU %.2f s in the window",
 		s.way, w.UpTook.Seconds(), w.APIServerCPU.Seconds())
 	return w, nil
+}
+
+// hubAsked is the hub's count of requests to kube-apiserver for
+// consistent reads so far, every type's.
+func hubAsked(ctx context.Context, t Target) (float64, error) {
+	m, err := t.Nodeproxy.Metrics(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("scrape the hub: %w", err)
+	}
+	return m.Sum("nodeproxy_bulk_latest_version_requests_total") + m.Sum("nodeproxy_bulk_progress_probes_total"), nil
 }
 
 // WriteTable writes both ways side by side.
@@ -185,6 +209,7 @@ func (c *KubeletComparison) WriteTable(w io.Writer) error {
 	count("long-running requests on kube-apiserver from the kubelets", float64(d.LongRunning.Count("", "")), float64(f.LongRunning.Count("", "")))
 	count("  of them, watches of secrets and configmaps", objectWatches(d.LongRunning), objectWatches(f.LongRunning))
 	fmt.Fprintf(tw, "kube-apiserver CPU in the window\t%s\t%s\t\n", secs(d.APIServerCPU), secs(f.APIServerCPU))
+	count("the hub's requests to kube-apiserver for consistent reads", d.HubAsked, f.HubAsked)
 	fmt.Fprintf(tw, "hub CPU in the window (it runs both times)\t%s\t%s\t\n", secs(d.HubCPU), secs(f.HubCPU))
 	fmt.Fprintf(tw, "node endpoints' CPU in the window, all\t-\t%s\t\n", secs(f.EndpointsCPU))
 	fmt.Fprintf(tw, "pods Running with their files, from their creation\t%.1f s\t%.1f s\t\n", d.UpTook.Seconds(), f.UpTook.Seconds())
