@@ -74,7 +74,11 @@ fuzz: ## fuzz every decoder for FUZZLONG each (default 10m); a failing input lan
 	  $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZLONG) $${t%%:*} || exit 1; \
 	done
 
-demo: tools build ## start a local control plane with nodeproxy in front of it (Ctrl-C stops it)
+# What `make demo` is given: DEMOFLAGS=--exit ends it after its last step
+# instead of waiting for Ctrl-C; `go run ./hack/demo --help` lists the rest.
+DEMOFLAGS ?=
+
+demo: tools build ## nodes behind endpoints through an outage, the Pod API, kube-apiserver's watches and CPU direct and behind endpoints (Ctrl-C stops it; DEMOFLAGS=--exit)
 	$(GO) run ./hack/demo --nodeproxy=bin/nodeproxy $(DEMOFLAGS)
 
 # What `make bench` runs: every scenario, apiserver, causal and failover

@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeproxy/nodeproxy/test/controlplane"
 )
@@ -59,22 +58,15 @@ type storedPod struct {
 // handed over to it. The endpoint's own proxying reaches kube-apiserver
 // directly; only the kubelet and the handover go through the gate, which
 // is all the Pod API depends on.
-func showPodAPI(ctx context.Context, cp *controlplane.ControlPlane, np *controlplane.Nodeproxy, bin string, kube kubernetes.Interface) error {
-	tools, err := controlplane.EnsureTools(ctx, prefixed("    "), "hollowkubelet")
-	if err != nil {
-		return err
-	}
-	dir, err := os.MkdirTemp("", "nodeproxy-demo-podapi-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
+func (d *demo) showPodAPI(ctx context.Context) error {
+	cp, kube := d.cp, d.admin
+	dir := filepath.Join(d.dir, podAPINode)
 	gate, err := controlplane.StartGate(strings.TrimPrefix(cp.URL, "https://"))
 	if err != nil {
 		return err
 	}
 	defer gate.Close()
-	if err := cp.ApplyFiles(ctx, filepath.Join("manifests", "podapi-handover", "rbac.yaml")); err != nil {
+	if err := cp.ApplyFiles(ctx, filepath.Join(d.root, "manifests", "podapi-handover", "rbac.yaml")); err != nil {
 		return err
 	}
 	handover, err := cp.UserConfig("nodeproxy:podapi-handover")
@@ -107,7 +99,7 @@ func showPodAPI(ctx context.Context, cp *controlplane.ControlPlane, np *controlp
 		return err
 	}
 	source := "127.0.0.1:" + strconv.Itoa(ports[0])
-	kubelet, err := controlplane.StartHollowKubelet(ctx, tools["hollowkubelet"], controlplane.HollowKubeletOptions{
+	kubelet, err := controlplane.StartHollowKubelet(ctx, d.tools["hollowkubelet"], controlplane.HollowKubeletOptions{
 		Name: podAPINode, Kubeconfig: kubeletKubeconfig, Dir: filepath.Join(dir, "kubelet"),
 		ExtraArgs: []string{"--static-pod-url=http://" + source + "/pods", "--static-pod-url-header=Authorization: Bearer " + token,
 			"--http-check-frequency=2s"},
@@ -117,7 +109,7 @@ func showPodAPI(ctx context.Context, cp *controlplane.ControlPlane, np *controlp
 	}
 	defer kubelet.Stop()
 	socket := filepath.Join(dir, "run", "pod-api.sock")
-	command := append(controlplane.LeanNodeEndpointCommand(bin),
+	command := append(controlplane.LeanNodeEndpointCommand(d.o.nodeproxy),
 		"--pod-api",
 		"--pod-api-socket="+socket,
 		"--pod-api-allowed-uids="+strconv.Itoa(os.Getuid()),
@@ -128,23 +120,22 @@ func showPodAPI(ctx context.Context, cp *controlplane.ControlPlane, np *controlp
 		"--pod-api-handover-interval=1s",
 		"--pod-api-kubelet-pod-resources-socket="+kubelet.PodResourcesSocket(),
 	)
-	endpoint, err := cp.StartNodeEndpoint(ctx, command, podAPINode, filepath.Join(dir, "endpoint"), np.URL)
+	endpoint, err := cp.StartNodeEndpoint(ctx, command, podAPINode, filepath.Join(dir, "endpoint"), d.hub.URL)
 	if err != nil {
 		return err
 	}
 	defer endpoint.Process.Stop()
-	fmt.Printf("    %s: a hollow kubelet with staticPodURL http://%s/pods, its kube-apiserver behind a shut gate (%s)\n", podAPINode, source, gate.URL)
-	fmt.Printf("    nodeproxy node --pod-api on %s, handing over through the same gate\n", socket)
+	d.say("%s: a hollow kubelet whose pods come from its endpoint's Pod API (staticPodURL), kube-apiserver out of its reach", podAPINode)
 
 	api := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	}}}
-	fmt.Printf("    $ curl -s --unix-socket %s -X POST --data-binary @etcd.yaml http://localhost/pods\n", socket)
+	d.say("$ curl -s --unix-socket %s -X POST --data-binary @etcd.yaml http://localhost/pods", socket)
 	var posted storedPod
 	if err := callPodAPI(ctx, api, http.MethodPost, "/pods", fmt.Sprintf(bootstrapPodYAML, demoNamespace), http.StatusCreated, &posted); err != nil {
 		return err
 	}
-	fmt.Printf("    201: %s/%s uid %s, state %s\n", posted.Pod.Namespace, posted.Pod.Name, posted.Pod.UID, posted.State)
+	d.say("201: %s/%s, state %s", posted.Pod.Namespace, posted.Pod.Name, posted.State)
 	started := time.Now()
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		return kubelet.Runs(ctx, posted.Pod.UID) == nil, nil
@@ -155,10 +146,9 @@ func showPodAPI(ctx context.Context, cp *controlplane.ControlPlane, np *controlp
 	if err := callPodAPI(ctx, api, http.MethodGet, "/pods/"+string(posted.Pod.UID), "", http.StatusOK, &rec); err != nil {
 		return err
 	}
-	fmt.Printf("    Running on the kubelet as a static pod %.1f s later, with no API server; GET says %s: %s\n",
-		time.Since(started).Seconds(), rec.State, firstLine(rec.Reason))
+	d.say("Running on the kubelet as a static pod %.1f s later, with no API server (state %s)", time.Since(started).Seconds(), rec.State)
 
-	fmt.Printf("    kube-apiserver comes up (the gate opens)\n")
+	d.say("kube-apiserver comes within reach")
 	gate.Open()
 	opened := time.Now()
 	var apiPod *corev1.Pod
@@ -181,9 +171,8 @@ func showPodAPI(ctx context.Context, cp *controlplane.ControlPlane, np *controlp
 	if err := callPodAPI(ctx, api, http.MethodGet, "/pods/"+string(posted.Pod.UID), "", http.StatusOK, &rec); err != nil {
 		return err
 	}
-	fmt.Printf("    %.1f s later the API has pod %s/%s (uid %s, node %s) Running, created by the handover identity; GET says %s, apiUID %s\n",
-		time.Since(opened).Seconds(), apiPod.Namespace, apiPod.Name, apiPod.UID, apiPod.Spec.NodeName, rec.State, rec.APIUID)
-	fmt.Printf("    (docs/api.md, \"The Pod API\"; the restart at handover is measured in docs/operations.md)\n")
+	d.say("%.1f s later the pod is handed over: %s/%s Running in kube-apiserver on %s, state %s (docs/api.md, \"The Pod API\")",
+		time.Since(opened).Seconds(), apiPod.Namespace, apiPod.Name, apiPod.Spec.NodeName, rec.State)
 	return nil
 }
 
@@ -207,11 +196,4 @@ func callPodAPI(ctx context.Context, c *http.Client, method, path, body string, 
 		return fmt.Errorf("Pod API %s %s: %s: %s", method, path, resp.Status, b)
 	}
 	return json.Unmarshal(b, out)
-}
-
-func firstLine(s string) string {
-	if len(s) > 140 {
-		return s[:140] + "..."
-	}
-	return s
 }

@@ -1,173 +1,136 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
+	"io"
+	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodeproxy/nodeproxy/test/bench"
 	"github.com/nodeproxy/nodeproxy/test/controlplane"
 )
 
-func step(format string, args ...any) {
-	fmt.Printf("\n==> "+format+"\n", args...)
+// demo is what the steps share.
+type demo struct {
+	out io.Writer
+	o   demoOptions
+	// began is when the demo started; each step says how long after.
+	began time.Time
+	// root is the checkout's top directory, where manifests/ is.
+	root   string
+	cp     *controlplane.ControlPlane
+	hub    *controlplane.Nodeproxy
+	admin  kubernetes.Interface
+	target bench.Target
+	tools  map[string]string
+	// dir holds the nodes' files: credentials, kubeconfigs, logs, copies.
+	dir   string
+	nodes []*tourNode
 }
 
-func run(ctx context.Context, o demoOptions) error {
-	started := time.Now()
+func run(ctx context.Context, out io.Writer, o demoOptions) (err error) {
+	d := &demo{out: out, o: o, began: time.Now()}
+	fmt.Fprintln(out, "nodeproxy's demo: a local control plane, three nodes behind node endpoints, an outage, the Pod API, and the same")
+	fmt.Fprintln(out, "kubelets straight on kube-apiserver and behind endpoints side by side. Ctrl-C stops it at any step; it leaves")
+	fmt.Fprintln(out, "nothing running.")
+	if d.root, err = controlplane.RepoRoot(); err != nil {
+		return err
+	}
+	if d.dir, err = os.MkdirTemp("", "nodeproxy-demo-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(d.dir)
+
+	d.step("A local control plane: etcd, kube-apiserver (Node and RBAC authorizers), the hub (nodeproxy serve) in front of it")
+	tools := []string{"kubemark"}
+	if o.podAPI {
+		tools = append(tools, "hollowkubelet")
+	}
+	if d.tools, err = controlplane.EnsureTools(ctx, prefixed("    ", out), tools...); err != nil {
+		return err
+	}
+	if d.cp, err = controlplane.Start(ctx, controlplane.Options{Log: prefixed("    ", out)}); err != nil {
+		return err
+	}
+	defer func() {
+		d.step("Stopping the nodes, the hub, kube-apiserver and etcd")
+		for _, n := range d.nodes {
+			n.Stop()
+		}
+		if d.hub != nil {
+			d.hub.Process.Stop()
+		}
+		d.cp.Stop()
+	}()
 	ports, err := controlplane.FreePorts(1)
 	if err != nil {
 		return err
 	}
-	url := "https://127.0.0.1:" + strconv.Itoa(ports[0])
-	step("Starting etcd and kube-apiserver on 127.0.0.1, nodeproxy as the authorizer of nodes")
-	cp, err := controlplane.Start(ctx, controlplane.Options{
-		Log: prefixed("    "),
-		// the authorization-webhook overlay's authorization-config.yaml as shipped:
-		// nodeproxy's webhook for system:nodes, then RBAC.
-		AuthorizationFor: controlplane.WebhookAuthorization(filepath.FromSlash(controlplane.AuthorizationConfigManifest),
-			url+"/authorize", "kube-apiserver-nodeproxy-webhook", true),
-	})
-	if err != nil {
+	if d.hub, err = d.cp.StartNodeproxy(ctx, o.nodeproxy, ports[0]); err != nil {
 		return err
 	}
-	defer func() {
-		step("Stopping nodeproxy, kube-apiserver and etcd")
-		cp.Stop()
-	}()
-
-	step("Starting nodeproxy serve as the nodeproxy ServiceAccount, with its RBAC from manifests/")
-	np, err := cp.StartNodeproxy(ctx, o.nodeproxy, ports[0])
-	if err != nil {
+	if err := d.cp.RegisterAPIService(ctx, filepath.Join(d.root, "manifests", "base", "apiservice.yaml"), ports[0]); err != nil {
 		return err
 	}
-	defer np.Process.Stop()
-	files, admin := np.Files, np.Admin
-
-	step("Registering bulk.k8s.io/v1alpha1 with kube-apiserver's aggregator (manifests/apiservice.yaml)")
-	if err := cp.RegisterAPIService(ctx, filepath.Join("manifests", "base", "apiservice.yaml"), ports[0]); err != nil {
+	d.say("the hub at %s, also serving bulk.k8s.io/v1alpha1 through kube-apiserver's aggregator", d.hub.URL)
+	if d.admin, err = kubernetes.NewForConfig(d.cp.AdminConfig()); err != nil {
+		return err
+	}
+	if d.target, err = bench.LocalTarget(d.cp, d.hub, controlplane.LeanNodeEndpointCommand(o.nodeproxy)); err != nil {
 		return err
 	}
 
-	step("Seeding a sample workload: three nodes, pods that use a Secret and ConfigMaps")
-	kube, err := kubernetes.NewForConfig(cp.AdminConfig())
-	if err != nil {
+	if err := d.tour(ctx); err != nil {
 		return err
 	}
-	if err := cp.EnsureNamespace(ctx, demoNamespace); err != nil {
+	if err := d.outage(ctx); err != nil {
 		return err
 	}
-	if err := seed(ctx, kube); err != nil {
-		return err
-	}
-	fmt.Println("    node-a runs web-0 (secret db-password, configmap web-config)")
-	fmt.Println("    node-b runs batch-0 (configmap batch-config)")
-	fmt.Println("    node-c runs nothing yet")
-
-	step("Nodes asking kube-apiserver, which asks nodeproxy")
-	if err := showNodeAccess(ctx, cp); err != nil {
-		return err
-	}
-
-	step("A kubelet's bulk get, through kube-apiserver, answered from nodeproxy's cache")
-	if err := showBulkGet(ctx, cp); err != nil {
-		return err
-	}
-
-	step("nodeproxy's cache and decisions, as its /metrics tells (ready %s after start)", time.Since(started).Round(100*time.Millisecond))
-	if err := printObjectCounts(ctx, admin, url, 5); err != nil {
-		return err
-	}
-
-	step("Kubelets' bulk watches: one websocket per node, a channel per object, closed when access is lost")
-	if err := showBulkWatch(ctx, cp, kube); err != nil {
-		return err
-	}
-
-	if o.kubelets {
-		step("Real kubelet code (hollow kubelets), two behind nodeproxy node endpoints, one straight on kube-apiserver (--kubelets=false skips this)")
-		if err := showKubelets(ctx, cp, np, o.nodeproxy, kube); err != nil {
-			return err
-		}
-	}
-
 	if o.podAPI {
-		step("The Pod API: a pod on a node with no API server, handed over once kube-apiserver is up (--pod-api=false skips this)")
-		if err := showPodAPI(ctx, cp, np, o.nodeproxy, kube); err != nil {
+		d.step("The Pod API: a pod posted on a node with no API server, handed over once there is one (--pod-api=false skips it)")
+		if err := d.showPodAPI(ctx); err != nil {
 			return err
 		}
 	}
-
 	if o.compare {
-		s := o.shape
-		step("kube-apiserver's watches and nodeproxy's side by side: %d nodes x %d watches (--compare=false skips this)", s.Nodes, s.SecretsPerNode+1)
-		if err := showComparison(ctx, cp, np, s); err != nil {
+		if err := d.compare(ctx); err != nil {
 			return err
 		}
 	}
-
-	step("Look around (the files are removed when the demo stops)")
-	fmt.Printf(`    nodeproxy:       %[1]s   (log: %[2]s)
-    kube-apiserver:  %[3]s   (logs in %[4]s)
-
-    curl --cacert %[5]s --cert %[6]s --key %[7]s %[1]s/metrics | grep ^nodeproxy_
-    curl --cacert %[5]s %[1]s/readyz?verbose
-    kubectl --kubeconfig %[8]s get pods -A -o wide
-    kubectl --kubeconfig %[8]s create -o yaml -f docs/examples/bulkget.yaml
-`, url, filepath.Join(cp.Dir, "nodeproxy.log"), cp.URL, cp.Dir, files.CA, files.AdminCert, files.AdminKey, files.AdminKubeconfig)
-	var timeUp <-chan time.Time
-	if o.duration > 0 {
-		fmt.Printf("\n    Stopping by itself in %s.\n", o.duration)
-		timeUp = time.After(o.duration)
-	} else {
-		fmt.Printf("\n    Press Ctrl-C to stop.\n")
-	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timeUp:
+	d.lookAround()
+	switch {
+	case o.exit:
 		return nil
+	case o.duration > 0:
+		d.say("Stopping by itself in %s.", o.duration)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(o.duration):
+			return nil
+		}
+	default:
+		d.say("Press Ctrl-C to stop.")
+		<-ctx.Done()
+		return ctx.Err()
 	}
 }
 
-// printObjectCounts prints nodeproxy_cache_objects from /metrics once
-// the pod count shows the seeded pods, or after tries seconds.
-func printObjectCounts(ctx context.Context, client *http.Client, url string, tries int) error {
-	var lines []string
-	for i := 0; i < tries; i++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return fmt.Errorf("GET /metrics: %w", err)
-		}
-		lines = lines[:0]
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "nodeproxy_cache_objects{") || strings.HasPrefix(sc.Text(), "nodeproxy_authorizer_decisions_total{") ||
-				strings.HasPrefix(sc.Text(), "nodeproxy_bulk_get_requests_total{") {
-				lines = append(lines, sc.Text())
-			}
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET /metrics: %s", resp.Status)
-		}
-		if strings.Contains(strings.Join(lines, "\n"), `resource="pods"} 2`) {
-			break
-		}
-		time.Sleep(time.Second)
-	}
-	for _, l := range lines {
-		fmt.Println("    " + l)
-	}
-	return nil
+// lookAround prints where things are and a few commands to try.
+func (d *demo) lookAround() {
+	files := d.hub.Files
+	d.step("Look around (the files go when the demo stops)")
+	a := d.nodes[0]
+	pem := filepath.Join(filepath.Dir(a.Endpoint.KubeletKubeconfig), "kubelet-client-current.pem")
+	fmt.Fprintf(d.out, `    kubectl --kubeconfig %[1]s get pods,nodes -A -o wide
+    kubectl --kubeconfig %[1]s create -o yaml -f docs/examples/bulkget.yaml
+    curl -s --cacert %[2]s --cert %[3]s --key %[4]s %[5]s/metrics | grep ^nodeproxy_
+    curl -s --cacert %[6]s --cert %[7]s --key %[7]s %[8]s/metrics | grep ^nodeproxy_node_    # node-a's endpoint
+    logs: %[9]s (etcd, kube-apiserver, the hub), %[10]s (each node's kubelet, kube-proxy and endpoint)
+`, files.AdminKubeconfig, files.CA, files.AdminCert, files.AdminKey, d.hub.URL,
+		d.cp.ServingCA.CertPath, pem, a.Endpoint.URL, d.cp.Dir, d.dir)
 }

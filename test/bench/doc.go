@@ -12,6 +12,13 @@
 // delivering a burst of updates, its resident memory and goroutines with
 // the watches open, and the watch count kube-apiserver carries.
 //
+// CompareKubelets is the kubelets scenario cut to what make demo can
+// wait for: the same number of hollow kubelets with the same pods and
+// objects, behind node endpoints then straight on kube-apiserver, each
+// measured over one window of fixed length from its pods' creation (the
+// long-running requests they hold on kube-apiserver, the servers' and
+// endpoints' CPU, the time to every pod Running with its files).
+//
 // The nodeview scenario runs hollow kubelets behind node endpoints, first
 // each with a hub channel per kubelet reflector (--node-view=false), then
 // each with its copy of the node's view, and measures the hub's channels

@@ -149,7 +149,7 @@ func (s *sideRun) createPods(ctx context.Context, k int, mounting bool) ([]mount
 				volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: src})
 				mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: "/mnt/" + name})
 			}
-			pod := simulatedPod(s.ns, fmt.Sprintf("r%d-%d-%d", k, i, p), n.name, volumes)
+			pod := simulatedPod(s.ns, fmt.Sprintf("r%d-%d-%d", k, i, p), n.Name, volumes)
 			pod.Labels = map[string]string{roundLabel: strconv.Itoa(k)}
 			pod.Spec.Containers[0].VolumeMounts = mounts
 			created, err := s.admin.CoreV1().Pods(s.ns).Create(ctx, pod, metav1.CreateOptions{})
@@ -160,7 +160,7 @@ func (s *sideRun) createPods(ctx context.Context, k int, mounting bool) ([]mount
 				continue
 			}
 			for _, secret := range s.secrets[i][p] {
-				files = append(files, mountedFile{path: n.kubelet.SecretVolumeFile(created.UID, secret, "value"), secret: secret})
+				files = append(files, mountedFile{path: n.Kubelet.SecretVolumeFile(created.UID, secret, "value"), secret: secret})
 			}
 		}
 	}

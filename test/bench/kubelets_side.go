@@ -39,7 +39,7 @@ type sideRun struct {
 	t       Target
 	admin   kubernetes.Interface
 	ns, way string
-	nodes   []*hollowNode
+	nodes   []*HollowNode
 	// secrets are every pod's secrets, by pod: [node][pod][]name.
 	secrets [][][]string
 }
@@ -59,11 +59,11 @@ func runKubeletSide(ctx context.Context, env *Env, t Target, kubemark string, fr
 	if err != nil {
 		return side, err
 	}
-	s := &sideRun{env: env, t: t, admin: admin, ns: run, way: way, nodes: make([]*hollowNode, l.Nodes)}
+	s := &sideRun{env: env, t: t, admin: admin, ns: run, way: way, nodes: make([]*HollowNode, l.Nodes)}
 	defer func() {
 		for _, n := range s.nodes {
 			if n != nil {
-				n.stop()
+				n.Stop()
 			}
 		}
 		err = errors.Join(err, cleanUp(ctx, admin, run))
@@ -152,7 +152,7 @@ func runKubeletSide(ctx context.Context, env *Env, t Target, kubemark string, fr
 func (s *sideRun) startNodes(ctx context.Context, kubemark, dir string, fronted bool) error {
 	bar := s.env.phase(len(s.nodes), "kubelets (%s): starting %d hollow kubelets", s.way, len(s.nodes))
 	defer bar.Done()
-	return startHollowNodes(ctx, s.t, s.admin, kubemark, dir, s.ns, s.nodes, hollowNodeSpec{fronted: fronted}, bar)
+	return startHollowNodes(ctx, s.t, s.admin, kubemark, dir, s.ns, s.nodes, HollowNodeSpec{Fronted: fronted}, bar)
 }
 
 // createObjects creates every pod's secrets and configmaps once, before

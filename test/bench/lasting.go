@@ -3,6 +3,10 @@ package bench
 import (
 	"context"
 	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/nodeproxy/nodeproxy/test/controlplane"
 )
 
 // lastingWindow is how long lastingWatches samples: longer than a hub
@@ -33,4 +37,27 @@ func lastingWatches(ctx context.Context, count func(context.Context) (float64, e
 		least = min(least, n)
 	}
 	return least, nil
+}
+
+// LongRunningFrom is what clients started since before hold open on
+// kube-apiserver (through client, an admin's REST client): its
+// long-running requests (watches, and proxy, exec, attach and
+// port-forward connections) less before, series by series, at the
+// sample of lastingWindow, one every 250 ms, with the fewest in all. As
+// lastingWatches, it leaves out the hub's probes, which end within the
+// window.
+func LongRunningFrom(ctx context.Context, client rest.Interface, before controlplane.LongRunningRequests) (controlplane.LongRunningRequests, error) {
+	var least controlplane.LongRunningRequests
+	_, err := lastingWatches(ctx, func(ctx context.Context) (float64, error) {
+		now, err := controlplane.ReadLongRunningRequests(ctx, client)
+		if err != nil {
+			return 0, err
+		}
+		d := now.Minus(before)
+		if least == nil || d.Count("", "") < least.Count("", "") {
+			least = d
+		}
+		return float64(d.Count("", "")), nil
+	})
+	return least, err
 }

@@ -7,9 +7,6 @@ import (
 	"os"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/client-go/kubernetes"
-
 	bulkwatch "github.com/nodeproxy/nodeproxy/bulk/watch"
 	"github.com/nodeproxy/nodeproxy/test/controlplane"
 )
@@ -74,16 +71,7 @@ func runNodeView(ctx context.Context, env *Env, t Target) (_ *Result, err error)
 		return nil, errors.New("nodeview runs hollow kubelets and node endpoints on this machine: it needs the local control plane and a nodeproxy binary, not --kubeconfig")
 	}
 	l := env.NodeView
-	tools, err := controlplane.EnsureTools(ctx, env.Progress, "kubemark")
-	if err != nil {
-		return nil, err
-	}
-	admin, err := kubernetes.NewForConfig(t.Admin)
-	if err != nil {
-		return nil, err
-	}
-	run := "bench-nodeview-" + rand.String(6)
-	dir, err := os.MkdirTemp("", run+"-")
+	kubemark, admin, run, dir, err := hollowRun(ctx, env, t, "bench-nodeview")
 	if err != nil {
 		return nil, err
 	}
@@ -94,8 +82,8 @@ func runNodeView(ctx context.Context, env *Env, t Target) (_ *Result, err error)
 	base := sideRun{env: &kenv, t: t, admin: admin, ns: run}
 	side := func(way string, round int) *viewSide {
 		s := base
-		s.way, s.nodes = way, make([]*hollowNode, l.Nodes)
-		return &viewSide{sideRun: &s, round: round, kubemark: tools["kubemark"]}
+		s.way, s.nodes = way, make([]*HollowNode, l.Nodes)
+		return &viewSide{sideRun: &s, round: round, kubemark: kubemark}
 	}
 	perObject, copied := side("per-object", 0), side("copy", 1)
 	hubMetrics, err := t.Nodeproxy.Metrics(ctx)
@@ -110,7 +98,7 @@ func runNodeView(ctx context.Context, env *Env, t Target) (_ *Result, err error)
 		for _, s := range []*viewSide{perObject, copied} {
 			for _, n := range s.nodes {
 				if n != nil {
-					n.stop()
+					n.Stop()
 				}
 			}
 			err = errors.Join(err, cleanUp(ctx, admin, run+"-"+s.way))

@@ -76,15 +76,15 @@ func (s *viewSide) start(ctx context.Context, dir string, endpointArgs []string)
 		return f, err
 	}
 	bar := s.env.phase(l.Nodes, "nodeview (%s): starting %d hollow kubelets behind endpoints", s.way, l.Nodes)
-	err = startHollowNodes(ctx, s.t, s.admin, s.kubemark, dir, s.ns+"-"+s.way, s.nodes, hollowNodeSpec{fronted: true, endpointArgs: endpointArgs}, bar)
+	err = startHollowNodes(ctx, s.t, s.admin, s.kubemark, dir, s.ns+"-"+s.way, s.nodes, HollowNodeSpec{Fronted: true, EndpointArgs: endpointArgs}, bar)
 	bar.Done()
 	if err != nil {
 		return f, err
 	}
 	for _, n := range s.nodes {
-		cfg, err := clientcmd.BuildConfigFromFlags("", n.endpoint.KubeletKubeconfig)
+		cfg, err := clientcmd.BuildConfigFromFlags("", n.Endpoint.KubeletKubeconfig)
 		if err != nil {
-			return f, fmt.Errorf("kubeconfig of %s: %w", n.name, err)
+			return f, fmt.Errorf("kubeconfig of %s: %w", n.Name, err)
 		}
 		cfg.QPS, cfg.Burst = -1, 0 // the bench's reads are not the kubelet's, and not limited as its are
 		client, err := kubernetes.NewForConfig(cfg)
@@ -149,7 +149,7 @@ func (s *viewSide) start(ctx context.Context, dir string, endpointArgs []string)
 func (s *viewSide) stop(ctx context.Context) error {
 	for _, n := range s.nodes {
 		if n != nil {
-			n.stop()
+			n.Stop()
 		}
 	}
 	if err := s.admin.CoreV1().Pods(s.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, roundPods(s.round)); err != nil {
@@ -186,14 +186,14 @@ func (s *viewSide) nodeReady(ctx context.Context, i int, secretValue string) err
 	l := s.env.Kubelets
 	n := s.nodes[i]
 	for p, uid := range s.uids[i] {
-		if err := n.kubelet.Runs(ctx, uid); err != nil {
+		if err := n.Kubelet.Runs(ctx, uid); err != nil {
 			return err
 		}
 		for o := range l.ObjectsPerPod {
 			name := objectName(i, p, o)
-			path, want := n.kubelet.ConfigMapVolumeFile(uid, name, "value"), "v"
+			path, want := n.Kubelet.ConfigMapVolumeFile(uid, name, "value"), "v"
 			if isSecret(l, o) {
-				path, want = n.kubelet.SecretVolumeFile(uid, name, "value"), secretValue
+				path, want = n.Kubelet.SecretVolumeFile(uid, name, "value"), secretValue
 			}
 			b, err := os.ReadFile(path)
 			if err != nil {
@@ -214,7 +214,7 @@ func (s *viewSide) waitNodeFiles(ctx context.Context, i int, secretValue string)
 		last = s.nodeReady(ctx, i, secretValue)
 		return last == nil, nil
 	}); err != nil {
-		return fmt.Errorf("node %s: pods not Running with their files (%v): %w", s.nodes[i].name, last, err)
+		return fmt.Errorf("node %s: pods not Running with their files (%v): %w", s.nodes[i].Name, last, err)
 	}
 	return nil
 }
@@ -223,15 +223,15 @@ func (s *viewSide) waitNodeFiles(ctx context.Context, i int, secretValue string)
 // root directory (its volumes written again), behind the same endpoint.
 func (s *viewSide) restartKubelet(ctx context.Context, i int) error {
 	n := s.nodes[i]
-	n.kubelet.Stop()
+	n.Kubelet.Stop()
 	h, err := controlplane.StartHollowKubelet(ctx, s.kubemark, controlplane.HollowKubeletOptions{
-		Name: n.name, Kubeconfig: n.endpoint.KubeletKubeconfig, Dir: filepath.Dir(n.kubelet.LogPath),
+		Name: n.Name, Kubeconfig: n.Endpoint.KubeletKubeconfig, Dir: filepath.Dir(n.Kubelet.LogPath),
 		NodeLabels: map[string]string{benchLabel: s.ns + "-" + s.way},
 	})
 	if err != nil {
 		return err
 	}
-	n.kubelet = h
+	n.Kubelet = h
 	return nil
 }
 
@@ -242,7 +242,7 @@ func (s *viewSide) scrapeEndpoints(ctx context.Context) ([]Metrics, error) {
 	g.SetLimit(4)
 	for i, n := range s.nodes {
 		g.Go(func() error {
-			m, err := Scrape(gctx, s.scrape[i], n.endpoint.URL+"/metrics")
+			m, err := Scrape(gctx, s.scrape[i], n.Endpoint.URL+"/metrics")
 			out[i] = m
 			return err
 		})

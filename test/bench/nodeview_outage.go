@@ -119,7 +119,7 @@ func (s *viewSide) outage(ctx context.Context, l NodeViewLoad) (o viewOutage, er
 		}
 		return true, nil
 	}); err != nil {
-		return o, fmt.Errorf("follow %d secrets through %s: %w", len(names), s.nodes[watchNode].name, err)
+		return o, fmt.Errorf("follow %d secrets through %s: %w", len(names), s.nodes[watchNode].Name, err)
 	}
 	before, err := s.scrapeEndpoints(ctx)
 	if err != nil {
@@ -166,7 +166,7 @@ func (s *viewSide) outage(ctx context.Context, l NodeViewLoad) (o viewOutage, er
 			defer mu.Unlock()
 			if err != nil {
 				o.notUp++
-				o.lastNotUp = fmt.Sprintf("%s: %v", s.nodes[i].name, last)
+				o.lastNotUp = fmt.Sprintf("%s: %v", s.nodes[i].Name, last)
 				return nil
 			}
 			o.upOffline = append(o.upOffline, time.Since(start))
@@ -332,7 +332,7 @@ func (s *viewSide) waitCurrent(ctx context.Context, want map[string]string) erro
 					if err != nil || got.ResourceVersion != want[name] {
 						still = append(still, name)
 						mu.Lock()
-						last = fmt.Sprintf("%s on %s: %v", name, s.nodes[i].name, describeVersion(got, err))
+						last = fmt.Sprintf("%s on %s: %v", name, s.nodes[i].Name, describeVersion(got, err))
 						mu.Unlock()
 					}
 				}
@@ -386,7 +386,7 @@ func (s *viewSide) staleObjects(ctx context.Context, want map[string]string) (ch
 					n.Add(1)
 					if rv != want[name] {
 						bad.Add(1)
-						s.env.progressf("nodeview (%s): %s through %s: resourceVersion %q, kube-apiserver's %q", s.way, name, s.nodes[i].name, rv, want[name])
+						s.env.progressf("nodeview (%s): %s through %s: resourceVersion %q, kube-apiserver's %q", s.way, name, s.nodes[i].Name, rv, want[name])
 					}
 				}
 			}
@@ -404,7 +404,7 @@ func (s *viewSide) secretFiles() []mountedFile {
 	for i, n := range s.nodes {
 		for p, uid := range s.uids[i] {
 			for _, name := range s.secrets[i][p] {
-				files = append(files, mountedFile{path: n.kubelet.SecretVolumeFile(uid, name, "value"), secret: name})
+				files = append(files, mountedFile{path: n.Kubelet.SecretVolumeFile(uid, name, "value"), secret: name})
 			}
 		}
 	}

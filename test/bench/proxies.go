@@ -78,7 +78,7 @@ func runProxies(ctx context.Context, env *Env, t Target) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := grantKubeProxy(ctx, t.Local.ControlPlane); err != nil {
+	if err := GrantKubeProxy(ctx, t.Local.ControlPlane); err != nil {
 		return nil, err
 	}
 	if n := env.Proxies.Nice; n != 0 {
@@ -106,10 +106,11 @@ func runProxies(ctx context.Context, env *Env, t Target) (*Result, error) {
 	return r, nil
 }
 
-// grantKubeProxy binds kube-proxy's ServiceAccount as kubeadm does
+// GrantKubeProxy binds kube-proxy's ServiceAccount as kubeadm does
 // (system:node-proxier) and as the kube-proxy component does
-// (nodeproxy:bulk-clients, the door to the hub's bulk API).
-func grantKubeProxy(ctx context.Context, cp *controlplane.ControlPlane) error {
+// (nodeproxy:bulk-clients, the door to the hub's bulk API); make demo's
+// nodes use it too.
+func GrantKubeProxy(ctx context.Context, cp *controlplane.ControlPlane) error {
 	if err := cp.EnsureKubeProxyRBAC(ctx); err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ type proxyRun struct {
 	t       Target
 	admin   kubernetes.Interface
 	ns, way string
-	nodes   []*hollowNode
+	nodes   []*HollowNode
 	// watched and unwatched are the names of the EndpointSlices the
 	// churn rounds change: the Services' own, which kube-proxy watches,
 	// and as many labelled headless, which it does not.
@@ -59,11 +59,11 @@ func runProxySide(ctx context.Context, env *Env, t Target, admin kubernetes.Inte
 	if err != nil {
 		return side, err
 	}
-	s := &proxyRun{env: env, t: t, admin: admin, ns: run, way: way, nodes: make([]*hollowNode, l.Nodes)}
+	s := &proxyRun{env: env, t: t, admin: admin, ns: run, way: way, nodes: make([]*HollowNode, l.Nodes)}
 	defer func() {
 		for _, n := range s.nodes {
 			if n != nil {
-				n.stop()
+				n.Stop()
 			}
 		}
 		err = errors.Join(err, s.deleteObjects(ctx), cleanUp(ctx, admin, run))
@@ -94,7 +94,7 @@ func runProxySide(ctx context.Context, env *Env, t Target, admin kubernetes.Inte
 	if err := t.Local.ControlPlane.WaitHollowProxiesCaughtUp(ctx, s.proxies(), s.ns); err != nil {
 		return side, err
 	}
-	if err := s.waitLeases(ctx); err != nil {
+	if err := waitLeases(ctx, admin, s.nodes); err != nil {
 		return side, err
 	}
 
@@ -133,20 +133,20 @@ func runProxySide(ctx context.Context, env *Env, t Target, admin kubernetes.Inte
 func (s *proxyRun) startNodes(ctx context.Context, kubemark, dir string, fronted bool) error {
 	bar := s.env.phase(len(s.nodes), "proxies (%s): starting %d hollow kubelets and proxies", s.way, len(s.nodes))
 	defer bar.Done()
-	if err := startHollowNodes(ctx, s.t, s.admin, kubemark, dir, s.ns, s.nodes, hollowNodeSpec{fronted: fronted, proxy: true}, bar); err != nil {
+	if err := startHollowNodes(ctx, s.t, s.admin, kubemark, dir, s.ns, s.nodes, HollowNodeSpec{Fronted: fronted, Proxy: true}, bar); err != nil {
 		return err
 	}
 	if s.env.Proxies.Nice == 0 {
 		return nil
 	}
 	for _, n := range s.nodes {
-		for _, p := range []*controlplane.Process{n.kubelet.Process, n.proxy.Process} {
+		for _, p := range []*controlplane.Process{n.Kubelet.Process, n.Proxy.Process} {
 			if err := p.SetNice(s.env.Proxies.Nice); err != nil {
 				return err
 			}
 		}
-		if n.endpoint != nil {
-			if err := n.endpoint.Process.SetNice(s.env.Proxies.Nice); err != nil {
+		if n.Endpoint != nil {
+			if err := n.Endpoint.Process.SetNice(s.env.Proxies.Nice); err != nil {
 				return err
 			}
 		}
@@ -154,16 +154,16 @@ func (s *proxyRun) startNodes(ctx context.Context, kubemark, dir string, fronted
 	return nil
 }
 
-// waitLeases waits until every kubelet holds its node Lease: a kubelet
-// gets its Node, gets and creates the Lease a few seconds after it is
-// Ready, and the first churn round would count that as its own.
-func (s *proxyRun) waitLeases(ctx context.Context) error {
+// waitLeases waits until every kubelet of nodes holds its node Lease: a
+// kubelet gets its Node, gets and creates the Lease a few seconds after
+// it is Ready, and the first round measured would count that as its own.
+func waitLeases(ctx context.Context, admin kubernetes.Interface, nodes []*HollowNode) error {
 	var missing []string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		missing = missing[:0]
-		for _, n := range s.nodes {
-			if _, err := s.admin.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, n.name, metav1.GetOptions{}); err != nil {
-				missing = append(missing, n.name)
+		for _, n := range nodes {
+			if _, err := admin.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, n.Name, metav1.GetOptions{}); err != nil {
+				missing = append(missing, n.Name)
 			}
 		}
 		return len(missing) == 0, nil
@@ -177,8 +177,8 @@ func (s *proxyRun) waitLeases(ctx context.Context) error {
 func (s *proxyRun) proxies() []*controlplane.HollowProxy {
 	var out []*controlplane.HollowProxy
 	for _, n := range s.nodes {
-		if n != nil && n.proxy != nil {
-			out = append(out, n.proxy)
+		if n != nil && n.Proxy != nil {
+			out = append(out, n.Proxy)
 		}
 	}
 	return out
