@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
@@ -42,7 +43,17 @@ func TestRelistAfterKubeAPIServerRestartCostsNodesNothing(t *testing.T) {
 	}
 
 	carried := gatheredSum(t, "nodeproxy_cache_relists_carried_over_total", `resource="secrets"`)
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	for i := 1; i <= 6; i++ {
+		// A write of another type moves etcd's revision past the hub's
+		// secrets: the restarted kube-apiserver's watch cache then
+		// starts after the reflector's version, and answers its resumed
+		// watch 410 (without it, nothing else may have been written since
+		// the last update, and the watch resumes where it was).
+		if _, err := admin.CoreV1().ConfigMaps("carryover").Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "bump-"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		cp.APIServer().Kill()
 		if err := cp.RestartAPIServer(ctx); err != nil {
 			t.Fatal(err)
