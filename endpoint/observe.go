@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/klog/v2"
 
 	"github.com/nodeproxy/nodeproxy/nodecopy"
 	"github.com/nodeproxy/nodeproxy/watchmux"
@@ -314,12 +313,6 @@ func (w *observedWatch) fail(reason string, err error) {
 	w.once.Do(func() {
 		w.view.distrust(reason, fmt.Errorf("kube-apiserver's watch of %s: %w", w.r.viewType().Resource, err))
 	})
-}
-
-// logObserveFailure is how a failure to observe is logged: never the
-// object, which may be a secret.
-func logObserveFailure(reason string, err error) {
-	klog.ErrorS(err, "Could not take in what the kubelet was served of its node's view; the copy serves nothing offline until the hub brings it past this", "reason", reason)
 }
 
 // observeHubList takes in a list the hub answered r with, in place of

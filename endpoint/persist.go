@@ -45,7 +45,7 @@ func clusterOf(cfg *rest.Config) (string, error) {
 // by the wall clock, but only a wall clock the kernel holds synchronized
 // and that does not put the save in the future. An age neither proves is
 // unproven: the copy is not served offline until it has followed the hub
-// again (provenAge), and is still the position the view resumes from,
+// again (servableOffline), and is still the position the view resumes from,
 // since the hub sends every change after it. A copy that cannot be
 // loaded is left where it is (a later save replaces it) and the endpoint
 // starts empty: never half a copy.

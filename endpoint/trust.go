@@ -84,7 +84,8 @@ func (f *viewFollower) distrust(reason string, err error) {
 	now := mono()
 	f.trust.distrustedAt.Store(now)
 	unobserved.WithLabelValues(reason).Inc()
-	logObserveFailure(reason, err)
+	// Never the object, which may be a secret: err names what failed.
+	klog.ErrorS(err, "Could not take in what the kubelet was served of its node's view; the copy serves nothing offline until the hub brings it past this", "reason", reason)
 	go func() {
 		if f.sync(context.Background()) == nil {
 			f.trustSince(now)

@@ -372,8 +372,6 @@ func (f *viewFollower) servableOffline(maxAge time.Duration) (time.Duration, str
 		// A copy from an earlier boot that has not followed the hub
 		// since: an age that cannot be proven is too old.
 		return age, refusedUnproven
-	case age > maxAge:
-		return age, refusedTooOld
 	case !f.vouched():
 		return age, refusedUnvouched
 	}
