@@ -1,18 +1,15 @@
 package endpoint_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,7 +18,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
-	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/nodeproxy/nodeproxy/test/controlplane"
 	"github.com/nodeproxy/nodeproxy/test/testserver"
@@ -123,14 +119,15 @@ func TestKubeletCertificateExpiringUnderTheHubConnection(t *testing.T) {
 	kubelet := kubernetes.NewForConfigOrDie(n.kubelet)
 	// In-process, not through the endpoint's /metrics: that is the
 	// kubelet's port, which its expired certificate no longer opens.
-	count := func(series string) int {
-		v, _ := strconv.Atoi(registryMetric(t, series))
-		return v
+	type series struct {
+		name   string
+		labels map[string]string
 	}
-	const (
-		refusedByHub = `nodeproxy_hub_reauthentications_total{result="unauthorized"}`
-		hubUp        = `nodeproxy_node_hub_dials_total{result="ok"}`
-		failedDials  = `nodeproxy_watchmux_client_reconnects_total{result="error"}`
+	count := func(s series) int { return int(testserver.Gathered(t, s.name, s.labels)) }
+	var (
+		refusedByHub = series{"nodeproxy_hub_reauthentications_total", map[string]string{"result": "unauthorized"}}
+		hubUp        = series{"nodeproxy_node_hub_dials_total", map[string]string{"result": "ok"}}
+		failedDials  = series{"nodeproxy_watchmux_client_reconnects_total", map[string]string{"result": "error"}}
 	)
 
 	// The kubelet's watch of its Secret, from its list's resourceVersion.
@@ -213,7 +210,7 @@ func TestKubeletCertificateExpiringUnderTheHubConnection(t *testing.T) {
 		t.Fatalf("the endpoint's hub connection was made again before the first certificate's NotAfter (dials %d -> %d, refusals %d -> %d): nothing would be tested",
 			up0, count(hubUp), refused0, count(refusedByHub))
 	}
-	ended := waitRefusal(t, count, refusedByHub, refused0, firstNotAfter)
+	ended := waitRefusal(t, func() int { return count(refusedByHub) }, refused0, firstNotAfter)
 	testserver.Eventually(t, 20*time.Second, "the endpoint dialed the hub again with the rotated certificate", func(context.Context) error {
 		if count(hubUp) == up0 {
 			return fmt.Errorf("no new hub connection")
@@ -250,7 +247,7 @@ func TestKubeletCertificateExpiringUnderTheHubConnection(t *testing.T) {
 
 	// The rotated certificate expires with nothing replacing it.
 	refused1, failed1 := count(refusedByHub), count(failedDials)
-	ended = waitRefusal(t, count, refusedByHub, refused1, secondNotAfter)
+	ended = waitRefusal(t, func() int { return count(refusedByHub) }, refused1, secondNotAfter)
 	testserver.Eventually(t, 20*time.Second, "the endpoint's dial with the expired certificate refused", func(context.Context) error {
 		if count(failedDials) == failed1 {
 			return fmt.Errorf("no failed dial")
@@ -275,14 +272,14 @@ func TestKubeletCertificateExpiringUnderTheHubConnection(t *testing.T) {
 	seen.mu.Unlock()
 }
 
-// waitRefusal waits until series, a count of the hub's refusals of open
-// connections, passes from, and fails t if that happens before expiry
+// waitRefusal waits until refusals, the hub's count of open connections
+// it refused, passes from, and fails t if that happens before expiry
 // or more than 10 s after it; it returns when it was seen.
-func waitRefusal(t *testing.T, count func(string) int, series string, from int, expiry time.Time) time.Time {
+func waitRefusal(t *testing.T, refusals func() int, from int, expiry time.Time) time.Time {
 	t.Helper()
 	deadline := time.Now().Add(time.Until(expiry) + 10*time.Second)
 	for time.Now().Before(deadline) {
-		if count(series) > from {
+		if refusals() > from {
 			at := time.Now()
 			if at.Before(expiry) {
 				t.Fatalf("the hub refused the connection %s before the certificate's NotAfter", expiry.Sub(at))
@@ -293,26 +290,4 @@ func waitRefusal(t *testing.T, count func(string) int, series string, from int, 
 	}
 	t.Fatalf("the hub did not end the connection within 10 s of the certificate's NotAfter (%s)", expiry)
 	return time.Time{}
-}
-
-// registryMetric reads one series of the registry the endpoint's and the
-// hub's /metrics serve (both run in this process), as metric does.
-func registryMetric(t *testing.T, series string) string {
-	t.Helper()
-	families, err := legacyregistry.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var text bytes.Buffer
-	for _, f := range families {
-		if _, err := expfmt.MetricFamilyToText(&text, f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, line := range strings.Split(text.String(), "\n") {
-		if rest, ok := strings.CutPrefix(line, series+" "); ok {
-			return rest
-		}
-	}
-	return "0"
 }

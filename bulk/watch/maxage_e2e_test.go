@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
@@ -171,31 +170,6 @@ func (r *resumes) get() (int, map[string]int) {
 	return r.dials, out
 }
 
-// hubCounter is a counter of the hub, which runs in this process.
-func hubCounter(t *testing.T, name string, labels map[string]string) float64 {
-	t.Helper()
-	families, err := legacyregistry.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
-					continue metrics
-				}
-			}
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
-}
-
 // TestMaxConnectionAgeResumesWithNothingLostOrRepeated: a hub whose
 // connections end at a maximum age of 15 s (11.25 to 15 s, jittered).
 // Two resuming clients (watchmux.Session) watch the Services of a
@@ -272,9 +246,9 @@ func TestMaxConnectionAgeResumesWithNothingLostOrRepeated(t *testing.T) {
 		t.Cleanup(func() { _ = c.session.Close() })
 	}
 
-	ageOuts0 := hubCounter(t, "nodeproxy_hub_reauthentications_total", map[string]string{"result": "max_age"})
-	expired0 := hubCounter(t, "nodeproxy_bulk_watch_resumes_total", map[string]string{"how": "expired"})
-	fromLog0 := hubCounter(t, "nodeproxy_bulk_watch_resumes_total", map[string]string{"resource": "services", "how": "log"})
+	ageOuts0 := testserver.Gathered(t, "nodeproxy_hub_reauthentications_total", map[string]string{"result": "max_age"})
+	expired0 := testserver.Gathered(t, "nodeproxy_bulk_watch_resumes_total", map[string]string{"how": "expired"})
+	fromLog0 := testserver.Gathered(t, "nodeproxy_bulk_watch_resumes_total", map[string]string{"resource": "services", "how": "log"})
 	scrape := func() float64 {
 		m, err := controlplane.ScrapeAPIServer(ctx, admin.CoreV1().RESTClient())
 		if err != nil {
@@ -309,7 +283,7 @@ func TestMaxConnectionAgeResumesWithNothingLostOrRepeated(t *testing.T) {
 		})
 	}
 
-	ageOuts := hubCounter(t, "nodeproxy_hub_reauthentications_total", map[string]string{"result": "max_age"}) - ageOuts0
+	ageOuts := testserver.Gathered(t, "nodeproxy_hub_reauthentications_total", map[string]string{"result": "max_age"}) - ageOuts0
 	reviews := scrape() - reviews0
 	t.Logf("%d ticks; %.0f connections ended at their maximum age; %.0f TokenReviews on kube-apiserver", last, ageOuts, reviews)
 	for _, c := range []*client{direct, aggregated} {
@@ -331,10 +305,10 @@ func TestMaxConnectionAgeResumesWithNothingLostOrRepeated(t *testing.T) {
 	if reviews < float64(directRedials) {
 		t.Errorf("%.0f TokenReviews on kube-apiserver for %d new direct connections: a connection resumed without being authenticated afresh", reviews, directRedials)
 	}
-	if got := hubCounter(t, "nodeproxy_bulk_watch_resumes_total", map[string]string{"how": "expired"}) - expired0; got != 0 {
+	if got := testserver.Gathered(t, "nodeproxy_bulk_watch_resumes_total", map[string]string{"how": "expired"}) - expired0; got != 0 {
 		t.Errorf("%.0f channels resumed with ERROR 410 on the hub", got)
 	}
-	if got := hubCounter(t, "nodeproxy_bulk_watch_resumes_total", map[string]string{"resource": "services", "how": "log"}) - fromLog0; got < ageOuts {
+	if got := testserver.Gathered(t, "nodeproxy_bulk_watch_resumes_total", map[string]string{"resource": "services", "how": "log"}) - fromLog0; got < ageOuts {
 		t.Errorf("%.0f channels joined the change log on the hub for %.0f age-outs", got, ageOuts)
 	}
 }
