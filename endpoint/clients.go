@@ -220,7 +220,8 @@ const (
 	evictRoom   = "room"   // a connection with no request open, closed for a new client at maxClientHubs
 	evictFailed = "failed" // a failed dial forgotten: unused, pushed out by newer ones, or the node's hub connection back
 	// evictUnauthorized: a connection the hub closed because its token
-	// no longer authenticates (or refused to take back on a redial).
+	// no longer authenticates (or refused to take back on a redial), or
+	// whose token kube-apiserver refused at a new read (refuseToken).
 	evictUnauthorized = "unauthorized"
 )
 
@@ -578,6 +579,29 @@ func (c *clientHubs) refuse(id string, d *clientDial, err error) {
 		clientConnections.Set(float64(len(c.conns)))
 	}
 	c.failLocked(id, clientDialUnauthorized, err)
+}
+
+// refuseToken takes id's connection out of the table and closes it:
+// kube-apiserver refused its token at a new read (tokenCheck), which the
+// hub will see at its next check. The token is remembered as refused, as
+// when the hub refuses it (refuse), so that its reads go to
+// kube-apiserver until it accepts the token again; its open watches end
+// with the connection, and come back through kube-apiserver, which
+// answers them as it answers the token.
+func (c *clientHubs) refuseToken(id string, err error) {
+	c.mu.Lock()
+	var closing clientConn
+	if ch, ok := c.conns[id]; ok {
+		delete(c.conns, id)
+		closing = ch.conn
+		clientEvictions.WithLabelValues(evictUnauthorized).Inc()
+		clientConnections.Set(float64(len(c.conns)))
+	}
+	c.failLocked(id, clientDialUnauthorized, err)
+	c.mu.Unlock()
+	if closing != nil {
+		closing.close()
+	}
 }
 
 // failLocked remembers that id's dial failed, forgetting the oldest

@@ -311,3 +311,26 @@ func TestClientTokenRotationLosesNoEvent(t *testing.T) {
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// servicesListedByHub lists the Services of ns ("" for all) as client
+// through n until the hub serves the list (RBAC, and the delegated
+// authorizer's cache of a denial, settle a moment after a binding is
+// made), and returns the list's resourceVersion.
+func servicesListedByHub(t *testing.T, n *node, client kubernetes.Interface, ns string) string {
+	t.Helper()
+	const hubLists = `nodeproxy_node_client_requests_total{path="hub",resource="services",verb="list"}`
+	var rv string
+	testserver.Eventually(t, 30*time.Second, "the client's list of Services through the hub", func(ctx context.Context) error {
+		before := metric(t, n, hubLists)
+		list, err := client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if metric(t, n, hubLists) == before {
+			return fmt.Errorf("the list went to kube-apiserver")
+		}
+		rv = list.ResourceVersion
+		return nil
+	})
+	return rv
+}

@@ -230,6 +230,43 @@ func TestClientTableConnectionTheHubRefusesLeavesAtOnce(t *testing.T) {
 	}
 }
 
+// TestClientTableTokenKubeAPIServerRefusesLeavesAtOnce: kube-apiserver
+// refused a token at a new read (tokenCheck): its connection is closed
+// and leaves the table at once, even with a watch open on it, and the
+// token is a refused one: no dial at a read, until kube-apiserver
+// vouches for it again.
+func TestClientTableTokenKubeAPIServerRefusesLeavesAtOnce(t *testing.T) {
+	tb := newTable(t)
+	conn, release := tb.read("good-refused")
+	if conn == nil {
+		t.Fatal("no connection")
+	}
+	defer release() // a watch still open on it
+	tb.refuseToken(keyFor("good-refused").id, apierrors.NewUnauthorized("Unauthorized"))
+	if got := len(tb.conns); got != 0 {
+		t.Fatalf("%d connections in the table after kube-apiserver refused the only one's token", got)
+	}
+	if conn.Connected() {
+		t.Error("the refused token's connection is still open")
+	}
+	if !tb.refused(keyFor("good-refused").id) {
+		t.Error("the token is not remembered as refused")
+	}
+	tb.advance(clientIdleTimeout)
+	if conn, _ := tb.read("good-refused"); conn != nil {
+		t.Fatal("the refused token got a connection at a read")
+	}
+	if got := tb.dialsOf("good-refused"); got != 1 {
+		t.Fatalf("the refused token dialed %d times, want 1", got)
+	}
+	tb.vouchAndSweep(t, "good-refused")
+	if conn, release := tb.read("good-refused"); conn == nil {
+		t.Fatal("vouched for after its refusal: no connection")
+	} else {
+		release()
+	}
+}
+
 func TestClientTableRemembersABoundedNumberOfFailures(t *testing.T) {
 	tb := newTable(t)
 	for i := range maxFailedTokens + 50 {

@@ -66,9 +66,12 @@ type Endpoint struct {
 	// each with its own credential.
 	clients        *clientHubs
 	clientUpstream *upstream
-	clientCA       *fileContent[*x509.CertPool]
-	serving        *fileContent[*tls.Certificate]
-	handler        http.Handler
+	// tokens asks kube-apiserver whether it accepts a client's token
+	// before a new read is served on the token's hub connection.
+	tokens   *tokenCheck
+	clientCA *fileContent[*x509.CertPool]
+	serving  *fileContent[*tls.Certificate]
+	handler  http.Handler
 	// apiClient asks kube-apiserver's /readyz when the hub is down, and
 	// reviews scrapers' tokens.
 	apiClient *rest.RESTClient
@@ -115,6 +118,9 @@ func New(cfg Config) (*Endpoint, error) {
 		// The hub being reachable again is news for every caller: the
 		// clients' connections are dialed on their next read.
 		e.clients = newClientHubs(cfg.Hub, func(id string) { e.clientUpstream.returnToHubFor(&id) })
+		if e.tokens, err = newTokenCheck(cfg.APIServer); err != nil {
+			return nil, fmt.Errorf("kube-apiserver at %s: %w", cfg.APIServer.Host, err)
+		}
 		e.clientUpstream.accepted = e.clients.vouch
 		e.lease = newLeaseMemory(cfg.NodeName)
 	}
@@ -228,6 +234,15 @@ func (e *Endpoint) serveClient(w http.ResponseWriter, req *http.Request) {
 	key := keyOf(req)
 	if hubServed {
 		hub, release := e.clients.acquire(req.Context(), key)
+		if hub != nil {
+			if refused, err := e.tokens.refuses(req.Context(), key); refused {
+				// kube-apiserver refuses the token now: it answers the
+				// read, below, as it would directly.
+				release()
+				e.clients.refuseToken(key.id, err)
+				hub = nil
+			}
+		}
 		if hub != nil {
 			served := e.serveRead(w, req, r, hub.(*Hub))
 			release()

@@ -1,5 +1,13 @@
 package endpoint
 
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+
+	"k8s.io/client-go/rest"
+)
+
 // ReadyProbeInterval is readyProbeInterval, for tests that bound the
 // probes /readyz makes.
 const ReadyProbeInterval = readyProbeInterval
@@ -10,3 +18,16 @@ const (
 	ScrapeReviewRate  = scrapeReviewRate
 	ScrapeReviewBurst = scrapeReviewBurst
 )
+
+// TokenCheck is tokenCheck, for the benchmark of what asking
+// kube-apiserver about a client's token costs.
+type TokenCheck = tokenCheck
+
+// NewTokenCheck is newTokenCheck.
+func NewTokenCheck(cfg *rest.Config) (*TokenCheck, error) { return newTokenCheck(cfg) }
+
+// Refuses asks, as the endpoint does before a new read with token.
+func (t *tokenCheck) Refuses(ctx context.Context, token string) (bool, error) {
+	sum := sha256.Sum256([]byte(token))
+	return t.refuses(ctx, clientKey{token: token, id: hex.EncodeToString(sum[:])})
+}

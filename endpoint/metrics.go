@@ -97,12 +97,19 @@ var (
 			"full (16 client connections, each with a request open). Whatever the result but ok, the reads go to kube-apiserver with the client's own credential.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
+	clientTokenChecks = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "client_token_checks_total",
+		Help: "Questions to kube-apiserver (a SelfSubjectReview with the client's token) before a new read of another client of the node is served on its hub connection, by result: " +
+			"accepted (the read is served by the hub), refused (401: the token's connection is closed and the read goes to kube-apiserver, which answers its 401), " +
+			"error (no answer: the hub, which keeps checking the token, serves the read).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
 	clientEvictions = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "client_hub_evictions_total",
 		Help: "Entries the table of the node's other clients let go, by reason: idle (a connection with no request for 5 minutes, closed); " +
 			"room (a connection with no request open, closed for a new client's at the limit of 16); " +
 			"failed (a token whose dial failed forgotten: unused for 5 minutes, pushed out by newer failures past 256, or the node's own hub connection back; one the hub refused is kept then); " +
-			"unauthorized (a connection the hub closed because its token no longer authenticates, taken out at once; the token is dialed again only once kube-apiserver serves it a watch). " +
+			"unauthorized (a connection the hub closed because its token no longer authenticates, or whose token kube-apiserver refused at a new read, taken out at once; the token is dialed again only once kube-apiserver serves it a watch). " +
 			"A failed dial never takes a connection's place.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
@@ -136,7 +143,7 @@ func (who caller) metrics() callerMetrics {
 func RegisterMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(requests, watches, fallbacks, hubEvents, hubConnected, hubDials, returnsToHub, refused, readyProbes, scrapeReviews,
-			clientRequests, clientWatches, clientConnections, clientDials, clientEvictions,
+			clientRequests, clientWatches, clientConnections, clientDials, clientEvictions, clientTokenChecks,
 			viewBatches, viewRefused, viewReopens, viewResumesRefused, copyRestores, copyReads, copyAge, copyObjects, offlineSince, syncs, progressRequests, leaseForgets,
 			observedChanges, unobserved, copyVouched, copyRefusals)
 		// How the kubelet's channels fared when a hub replica went:

@@ -58,19 +58,7 @@ func TestRevokedTokenThroughTheEndpoint(t *testing.T) {
 
 	// kube-proxy's reflector on Services: a list, then a watch from it,
 	// both through the hub.
-	var rv string
-	testserver.Eventually(t, 30*time.Second, "the token's list of Services through the hub", func(ctx context.Context) error {
-		before := count(hubLists)
-		list, err := proxy.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		if count(hubLists) == before {
-			return fmt.Errorf("the list went to kube-apiserver")
-		}
-		rv = list.ResourceVersion
-		return nil
-	})
+	rv := servicesListedByHub(t, n, proxy, metav1.NamespaceAll)
 	w, err := proxy.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
 	if err != nil {
 		t.Fatal(err)
