@@ -126,6 +126,43 @@ func TestDeletedClusterRoleBindingEndsTheChannelWith403(t *testing.T) {
 	}
 }
 
+// TestRoleRulesNarrowedEndTheChannelWith403: a ServiceAccount may read
+// Services through a Role of its namespace, bound by a RoleBinding; its
+// channel on them is open on the hub (no periodic round). The Role's
+// rules are changed to ConfigMaps alone: the hub finds the binding that
+// references the Role, and the channel ends with ERROR 403.
+func TestRoleRulesNarrowedEndTheChannelWith403(t *testing.T) {
+	srv, admin, ns := startKubeProxyHub(t, "rbac-role", "--watch-reauthorize-interval=0")
+	ctx := context.Background()
+	awaitRBACWatched(t)
+	reader := serviceAccountConfig(t, admin, srv, ns, "reader")
+	bind(t, admin, ns, "door-reader", "nodeproxy:bulk-nodes", "reader")
+	role, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "reads-services"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "reader"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "reader"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c, chs := dialWatching(t, reader, servicesIn(ns))
+	defer c.Close()
+
+	updates := testserver.Gathered(t, "nodeproxy_hub_rbac_changes_total", "kind", "Role", "change", "update", "effect", "recheck")
+	role.Rules = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}}
+	if _, err := admin.RbacV1().Roles(ns).Update(ctx, role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if ev, _ := nextEvent(t, chs[0]); ev.Type != watch.Error || ev.Status == nil || ev.Status.Code != http.StatusForbidden {
+		t.Fatalf("after the Role's rules narrowed: %s %+v, want ERROR 403", ev.Type, ev.Status)
+	}
+	if testserver.Gathered(t, "nodeproxy_hub_rbac_changes_total", "kind", "Role", "change", "update", "effect", "recheck") == updates {
+		t.Error("the Role's update not counted as one that may take access")
+	}
+}
+
 // TestRBACChangeForAnotherSubjectAsksNothingAboutThisUser: a RoleBinding
 // of another ServiceAccount is created and deleted while kube-proxy's
 // ServiceAccount watches Services on the hub: both re-check rounds the
@@ -197,6 +234,13 @@ func TestRBACChangeForAnotherSubjectAsksNothingAboutThisUser(t *testing.T) {
 	expect(t, ch, watch.Added, "still-open")
 }
 
+// servicesIn is a channel on the Services of ns, with its initial
+// events.
+func servicesIn(ns string) v1alpha1.GetOperation {
+	return v1alpha1.GetOperation{Resource: metav1.GroupVersionResource{Version: "v1", Resource: "services"}, Namespace: ns,
+		Options: metav1.ListOptions{SendInitialEvents: ptr.To(true), AllowWatchBookmarks: true}}
+}
+
 // watchServicesAsKubeProxy waits for srv to watch RBAC, then opens, as
 // ServiceAccount ns/kube-proxy, a channel on the Services of ns and reads
 // its initial events. It returns the account's configuration and the
@@ -205,8 +249,7 @@ func watchServicesAsKubeProxy(t *testing.T, srv *testserver.Server, admin kubern
 	t.Helper()
 	awaitRBACWatched(t)
 	proxy := serviceAccountConfig(t, admin, srv, ns, "kube-proxy")
-	c, chs := dialWatching(t, proxy, v1alpha1.GetOperation{Resource: metav1.GroupVersionResource{Version: "v1", Resource: "services"}, Namespace: ns,
-		Options: metav1.ListOptions{SendInitialEvents: ptr.To(true), AllowWatchBookmarks: true}})
+	c, chs := dialWatching(t, proxy, servicesIn(ns))
 	t.Cleanup(func() { _ = c.Close() })
 	return proxy, chs[0]
 }
