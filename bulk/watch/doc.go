@@ -35,7 +35,7 @@
 //     cache, and once kube-apiserver's RBAC has surely heard of it), every
 //     ReauthorizeInterval if set, and every minute while nobody reports
 //     RBAC's changes; they end with ERROR 403 once refused; an authorizer
-//     error keeps them until the next round.
+//     error keeps them, and their user is asked about again 10 s later.
 //   - An event is encoded once per change, not once per channel: every
 //     channel that selects it shares the cache's encoded bytes.
 //   - A send never blocks the dispatcher (watchmux queues it), so one slow

@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/klog/v2"
 
@@ -29,6 +30,14 @@ const (
 	reasonPeriodic   = "periodic"
 	reasonUnwatched  = "rbac_unwatched"
 )
+
+// reauthorizeRetry is how soon the channels of a user whose check could
+// not be made (kube-apiserver unreachable or slow) are asked about again:
+// with rounds only after changes, nothing else would ask before the
+// connection's maximum age, and a binding deleted during an outage would
+// keep its channels open that long. The reauthenticator's retry is the
+// same.
+const reauthorizeRetry = 10 * time.Second
 
 // reauthorizer asks again whether each open channel of a user other than
 // a node, or of a node on a type the graph does not decide (its rights
@@ -50,12 +59,14 @@ const (
 //     hub's (Options.RBACRecheckAfter);
 //   - every Options.ReauthorizeInterval, jittered, if set: for an
 //     authorizer the hub cannot watch (a webhook, ABAC);
-//   - every UnwatchedReauthorizeInterval until RBACWatched is called.
+//   - every UnwatchedReauthorizeInterval until RBACWatched is called;
+//   - reauthorizeRetry after a check that could not be made, for that
+//     channel's user (a round of reason rbac_change).
 //
 // One goroutine asks, one channel at a time: a round over many channels
 // takes longer rather than sending kube-apiserver a burst. An authorizer
 // error keeps the channel (it was allowed, and is not allowed anything
-// new) and is counted; the next round asks again.
+// new) and is counted, and its user is asked about again soon.
 type reauthorizer struct {
 	catalog  *bulk.Catalog
 	interval time.Duration // periodic rounds; 0: none
@@ -169,6 +180,7 @@ func (r *reauthorizer) round(ctx context.Context, reason string, matches func(us
 	}
 	r.mu.Unlock()
 	var denied, failed int
+	retry := Subjects{Users: sets.New[string]()}
 	for s, u := range streams {
 		if ctx.Err() != nil {
 			return
@@ -190,9 +202,15 @@ func (r *reauthorizer) round(ctx context.Context, reason string, matches func(us
 			})
 		default:
 			failed++
+			retry.Users.Insert(u.GetName())
 			reauthorizations.WithLabelValues("error").Inc()
-			klog.ErrorS(err, "Authorizing an open bulk watch channel again; keeping it until the next round", "user", u.GetName())
+			klog.ErrorS(err, "Authorizing an open bulk watch channel again; keeping it, and asking again soon", "user", u.GetName(), "in", reauthorizeRetry)
 		}
+	}
+	if failed > 0 {
+		r.mu.Lock()
+		r.schedule.plan(retry, r.now().Add(reauthorizeRetry))
+		r.mu.Unlock()
 	}
 	reauthorizationRounds.WithLabelValues(reason).Inc()
 	klog.V(2).InfoS("Authorized open bulk watch channels again", "reason", reason, "channels", len(streams), "denied", denied, "errors", failed)

@@ -1,6 +1,10 @@
 package watch
 
 import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,10 +33,10 @@ func TestRBACChangeAsksOnlyAboutTheUsersItNames(t *testing.T) {
 		return true
 	})
 	bob := &user.DefaultInfo{Name: "bob", Groups: []string{"devs", "system:authenticated"}}
-	slices := v1alpha1.GetOperation{Resource: metav1.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}}
+	endpointSlices := v1alpha1.GetOperation{Resource: metav1.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}}
 	open(t, w, bulktest.Admin, bulktest.GetOp("secrets", "a", metav1.ListOptions{}))
 	open(t, w, bob, bulktest.GetOp("configmaps", "a", metav1.ListOptions{}))
-	open(t, w, bulktest.NodeA, slices)
+	open(t, w, bulktest.NodeA, endpointSlices)
 	rounds := func() float64 {
 		v, err := testutil.GetCounterMetricValue(reauthorizationRounds.WithLabelValues(reasonRBACChange))
 		if err != nil {
@@ -127,5 +131,39 @@ func eventually(t *testing.T, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatal("condition not met within 10 s")
 		}
+	}
+}
+
+// TestCheckThatCouldNotBeMadeIsAskedAgain: a channel whose check fails
+// (kube-apiserver unreachable) is kept, and its user, only, is planned a
+// round reauthorizeRetry later: with rounds only after changes, nothing
+// else would ask before the connection's maximum age.
+func TestCheckThatCouldNotBeMadeIsAskedAgain(t *testing.T) {
+	f, w := watcherFixture(t)
+	bob := &user.DefaultInfo{Name: "bob", Groups: []string{user.AllAuthenticated}}
+	configmaps := open(t, w, bob, bulktest.GetOp("configmaps", "a", metav1.ListOptions{}))
+	open(t, w, bulktest.Admin, bulktest.GetOp("secrets", "a", metav1.ListOptions{}))
+	f.Allow(func(a authorizer.Attributes) bool { return a.GetUser().GetName() != "bob" })
+	f.Fail(errors.New("kube-apiserver unreachable"))
+	start := time.Now()
+	w.reauthorizer.round(context.Background(), reasonRBACChange, Subjects{Users: sets.New("bob")}.Matches)
+	f.Fail(nil)
+
+	configmaps.mu.Lock()
+	closed := configmaps.closed
+	configmaps.mu.Unlock()
+	if closed {
+		t.Fatal("a channel whose check failed was closed")
+	}
+	w.reauthorizer.mu.Lock()
+	rounds := slices.Clone(w.reauthorizer.schedule.rounds)
+	w.reauthorizer.mu.Unlock()
+	if len(rounds) != 1 || rounds[0].at.Before(start.Add(reauthorizeRetry)) || !rounds[0].subjects.Users.Equal(sets.New("bob")) || rounds[0].subjects.Groups.Len() != 0 {
+		t.Fatalf("planned %+v, want one round over bob alone, %s after the failed one", rounds, reauthorizeRetry)
+	}
+	// That round, when it comes, ends the channel bob may no longer read.
+	w.reauthorizer.round(context.Background(), reasonRBACChange, rounds[0].subjects.Matches)
+	if got := configmaps.wait(t, 1); !strings.HasPrefix(got[0], "ERROR 403 access lost") {
+		t.Errorf("at the retry: %v", got)
 	}
 }

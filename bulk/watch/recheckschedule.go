@@ -30,21 +30,25 @@ type plannedRound struct {
 }
 
 // add plans, for a change seen at seen naming s, a round after each
-// delay: the change joins the first planned round due no earlier and at
-// most recheckCoalesce later; else it plans a round of its own,
-// recheckCoalesce later, that later changes may join.
+// delay.
 func (p *recheckSchedule) add(s Subjects, seen time.Time) {
 	for _, d := range p.delays {
-		at := seen.Add(d)
-		if i := p.search(at); i < len(p.rounds) && !p.rounds[i].at.After(at.Add(p.coalesce)) {
-			p.rounds[i].subjects.union(s)
-			continue
-		}
-		var own Subjects
-		own.union(s)
-		at = at.Add(p.coalesce)
-		p.rounds = slices.Insert(p.rounds, p.search(at), plannedRound{at: at, subjects: own})
+		p.plan(s, seen.Add(d))
 	}
+}
+
+// plan asks for a round over s no earlier than at: joined to the first
+// planned round due no earlier and at most coalesce later; else a round
+// of its own, coalesce later, that later changes may join.
+func (p *recheckSchedule) plan(s Subjects, at time.Time) {
+	if i := p.search(at); i < len(p.rounds) && !p.rounds[i].at.After(at.Add(p.coalesce)) {
+		p.rounds[i].subjects.union(s)
+		return
+	}
+	var own Subjects
+	own.union(s)
+	at = at.Add(p.coalesce)
+	p.rounds = slices.Insert(p.rounds, p.search(at), plannedRound{at: at, subjects: own})
 }
 
 // search is the index of the first round due no earlier than at.
