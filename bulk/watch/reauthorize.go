@@ -117,6 +117,9 @@ func (r *reauthorizer) recheck(subjects Subjects, seen time.Time) {
 // last quarter of the interval.
 func jitter(d time.Duration) time.Duration { return d - time.Duration(rand.Int64N(int64(d/4)+1)) }
 
+// run runs each round when it is due, one at a time, until ctx ends: a
+// periodic or unwatched round over every channel takes the RBAC rounds
+// due with it.
 func (r *reauthorizer) run(ctx context.Context) {
 	start := r.now()
 	nextUnwatched := start.Add(UnwatchedReauthorizeInterval)
