@@ -253,10 +253,11 @@ const maxTokenCacheTTL = 10 * time.Second
 // names. The first comes once the delegated authorizer's cached "allowed"
 // answers from before the change have expired (allowTTL,
 // --authorization-webhook-cache-authorized-ttl), plus 2 s for
-// kube-apiserver's own RBAC informers, fed by the same watch as the
-// hub's, to have heard of it. The second, a minute after the change,
-// catches a kube-apiserver whose RBAC heard later (a busy replica, a
-// watch being re-established), and an "allowed" it cached meanwhile.
+// kube-apiserver's own RBAC informers, fed like the hub's from its watch
+// cache, to have heard of it. The second, a minute later, catches a
+// kube-apiserver whose RBAC heard up to a minute after the hub (another
+// replica's watch cache behind, a watch being re-established), and an
+// "allowed" the hub's authorizer cached from it meanwhile.
 func rbacRecheckAfter(allowTTL time.Duration) []time.Duration {
 	return []time.Duration{allowTTL + 2*time.Second, allowTTL + time.Minute}
 }
