@@ -13,11 +13,13 @@ import (
 //
 // Why: the delegated authorizer caches kube-apiserver's answers by the
 // whole review, extra included, and the hub asks again about every open
-// channel of such a caller every minute. Every kube-proxy has a token of
-// its own, so with the ID every node's channels were reviews of their
-// own (about three a node a minute), growing with the cluster; without
+// channel of such a caller at each round (after an RBAC change naming
+// it, every --watch-reauthorize-interval where set). Every kube-proxy
+// has a token of its own, so with the ID every node's channels are
+// reviews of their own at each round, growing with the cluster; without
 // it, one review of kube-proxy's ServiceAccount answers them all, as
-// long as the answer is cached.
+// long as the answer is cached. (A pod-bound token's extra also names
+// its pod, which is kept: such tokens' reviews stay one per pod.)
 //
 // What it costs: an authorizer that decides by the credential ID (RBAC
 // does not read the extra; a webhook or a CEL authorization condition

@@ -14,6 +14,10 @@
 // wrong kubeconfig fails before the server starts instead of hanging it);
 // New builds the server; Run serves until its context ends, then drains.
 //
+// Besides the cache's informers it runs its own on RBAC (rbacchanges.go),
+// which only tell the bulk watch whose open channels to authorize again
+// after a change; the answer is still kube-apiserver's.
+//
 // Nothing here decides anything about nodes: the core (cache, graph,
 // authorizer, watchmux) and the bulk API plug into the Server this package
 // builds. The node endpoint (package endpoint) is the hub's client and

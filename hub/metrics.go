@@ -32,6 +32,15 @@ var (
 			"error (the check could not be made: kept, checked again in 10 s); max_age (the connection reached --watch-max-connection-age and ended with 503, for the client to resume elsewhere).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
+	rbacChangesSeen = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy",
+		Subsystem: "hub",
+		Name:      "rbac_changes_total",
+		Help: "Changes of RBAC objects the hub saw (updates and deletions; creations only grant), by kind (ClusterRole, ClusterRoleBinding, Role, RoleBinding), " +
+			"change (update, delete) and effect: recheck (it may take access from the users it names: their open bulk watch channels are authorized again), " +
+			"nobody (it takes access from no one: a binding's update that dropped no subject, a role's that left its rules alone, a role nothing binds).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind", "change", "effect"})
 
 	registerOnce sync.Once
 )
@@ -39,5 +48,5 @@ var (
 // registerMetrics registers the hub's metrics with the legacy registry
 // that /metrics serves.
 func registerMetrics() {
-	registerOnce.Do(func() { legacyregistry.MustRegister(bulkEntries, reauthentications) })
+	registerOnce.Do(func() { legacyregistry.MustRegister(bulkEntries, reauthentications, rbacChangesSeen) })
 }

@@ -221,8 +221,11 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 			"pin the new ones to the versions the old ones serve: an endpoint moving between them would otherwise replace its copy "+
 			"of the view afresh at each change of version (docs/operations.md, \"Replicas and rollouts\").")
 	fs.DurationVar(&o.Watcher.ReauthorizeInterval, "watch-reauthorize-interval", o.Watcher.ReauthorizeInterval,
-		"How often the open channels RBAC decides (of users other than nodes, and of nodes on types the graph does not decide, such as endpointslices) are authorized again (a node's channels on the graph's types end the moment the graph says it lost access); "+
-			"a channel no longer allowed ends with ERROR 403.")
+		"How often, jittered down by up to a quarter, every open channel kube-apiserver decides (of users other than nodes, and of nodes on types the graph does not decide, such as endpointslices) "+
+			"is authorized again whatever changed; a channel no longer allowed ends with ERROR 403. 0 (the default): only when an RBAC change names the channel's user "+
+			"(the hub watches RBAC), and when the connection reaches --watch-max-connection-age, as kube-apiserver authorizes its own watches only when they start. "+
+			"Set it (1m was the default before) where an authorization webhook or ABAC can take access away: their changes are not seen. "+
+			"Each round costs a SubjectAccessReview per distinct caller and selection (docs/operations.md, \"Re-authorization\").")
 	fs.DurationVar(&o.ReauthenticateInterval, "watch-reauthenticate-interval", o.ReauthenticateInterval,
 		"How often, at most (jittered down by up to a quarter), the caller of each open bulk watch connection (channels and node views) is authenticated again, "+
 			"as kube-apiserver would authenticate it now (a token through the delegated TokenReview and its cache, a client certificate against the client CA and its NotAfter); "+
@@ -245,6 +248,20 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 // token cache's): the longest nodeproxy may trust a token's last review.
 const maxTokenCacheTTL = 10 * time.Second
 
+// rbacRecheckAfter are the delays, from the hub seeing an RBAC change, of
+// the two rounds that authorize again the open channels of the users it
+// names. The first comes once the delegated authorizer's cached "allowed"
+// answers from before the change have expired (allowTTL,
+// --authorization-webhook-cache-authorized-ttl), plus 2 s for
+// kube-apiserver's own RBAC informers, fed like the hub's from its watch
+// cache, to have heard of it. The second, a minute later, catches a
+// kube-apiserver whose RBAC heard up to a minute after the hub (another
+// replica's watch cache behind, a watch being re-established), and an
+// "allowed" the hub's authorizer cached from it meanwhile.
+func rbacRecheckAfter(allowTTL time.Duration) []time.Duration {
+	return []time.Duration{allowTTL + 2*time.Second, allowTTL + time.Minute}
+}
+
 // Complete fills the defaults that depend on other options.
 func (o *Options) Complete() error {
 	if o.Authentication.RemoteKubeConfigFile == "" {
@@ -252,6 +269,9 @@ func (o *Options) Complete() error {
 	}
 	if o.Authorization.RemoteKubeConfigFile == "" {
 		o.Authorization.RemoteKubeConfigFile = o.Kubeconfig
+	}
+	if o.Watcher.RBACRecheckAfter == nil {
+		o.Watcher.RBACRecheckAfter = rbacRecheckAfter(o.Authorization.AllowCacheTTL)
 	}
 	return nil
 }
@@ -314,13 +334,15 @@ func (o *Options) Validate() error {
 		{"--watch-write-timeout", int64(o.Watch.WriteTimeout)},
 		{"--watch-ping-interval", int64(o.Watch.PingInterval)},
 		{"--watch-bookmark-interval", int64(o.Watcher.BookmarkInterval)},
-		{"--watch-reauthorize-interval", int64(o.Watcher.ReauthorizeInterval)},
 		{"--watch-reauthenticate-interval", int64(o.ReauthenticateInterval)},
 		{"--watch-max-connection-age", int64(o.MaxConnectionAge)},
 	} {
 		if f.value <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", f.flag))
 		}
+	}
+	if o.Watcher.ReauthorizeInterval < 0 {
+		errs = append(errs, fmt.Errorf("--watch-reauthorize-interval: %s is negative (0 re-checks only on RBAC changes)", o.Watcher.ReauthorizeInterval))
 	}
 	if o.NodeViewHeardWithin < 0 {
 		errs = append(errs, fmt.Errorf("--node-view-heard-within: %s is negative (0 asks kube-apiserver at every progress request)", o.NodeViewHeardWithin))

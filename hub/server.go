@@ -35,6 +35,7 @@ import (
 type Server struct {
 	generic     *genericapiserver.GenericAPIServer
 	cache       *cache.Cache
+	rbac        *rbacChanges
 	watcher     *bulkwatch.Watcher
 	views       *nodeview.Views
 	watchServer *watchmux.Server
@@ -103,6 +104,10 @@ func (c *Config) New() (*Server, error) {
 		return nil, err
 	}
 	watcher := bulkwatch.NewWatcher(catalog, g, c.Watcher)
+	rbac, err := newRBACChanges(client, watcher.Recheck)
+	if err != nil {
+		return nil, err
+	}
 	views, err := nodeview.NewViews(objects, g, c.Watcher.BookmarkInterval)
 	if err != nil {
 		return nil, fmt.Errorf("node views: %w", err)
@@ -137,7 +142,7 @@ func (c *Config) New() (*Server, error) {
 	); err != nil {
 		return nil, fmt.Errorf("readiness check: %w", err)
 	}
-	s := &Server{generic: generic, cache: objects, watcher: watcher, views: views, watchServer: watchServer, drainTimeout: c.Watch.DrainTimeout()}
+	s := &Server{generic: generic, cache: objects, rbac: rbac, watcher: watcher, views: views, watchServer: watchServer, drainTimeout: c.Watch.DrainTimeout()}
 	if err := generic.AddPostStartHook("nodeproxy-start-cache", s.startCache); err != nil {
 		return nil, fmt.Errorf("cache start hook: %w", err)
 	}
@@ -159,6 +164,7 @@ func installBulkAPI(generic *genericapiserver.GenericAPIServer, getter *bulkget.
 
 func (s *Server) startCache(ctx genericapiserver.PostStartHookContext) error {
 	s.cache.Start(ctx)
+	go s.rbac.run(ctx, s.watcher.RBACWatched)
 	// The watch dispatchers follow the stores' change logs from where the
 	// stores are once synced; before that there is nothing to follow.
 	go func() {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -21,6 +22,9 @@ import (
 // ServiceAccount may list and watch every type the cache watches: a type
 // added to the cache without its rule would leave the hub unready for
 // ever (its first list refused), on a cluster rather than in a test.
+// And RBAC's four types, which the hub watches to know when to authorize
+// open channels again (hub/rbacchanges.go): without them it would fall
+// back to asking about every channel every minute.
 func TestInformersRoleCoversEveryCachedType(t *testing.T) {
 	ctx := context.Background()
 	if err := cp.EnsureNamespace(ctx, "nodeproxy"); err != nil {
@@ -42,7 +46,10 @@ func TestInformersRoleCoversEveryCachedType(t *testing.T) {
 
 func informersMay(ctx context.Context, admin kubernetes.Interface) error {
 	var refused []string
-	for _, gvr := range cache.Watched() {
+	rbac := rbacv1.SchemeGroupVersion
+	watched := append(cache.Watched(), rbac.WithResource("clusterroles"), rbac.WithResource("clusterrolebindings"),
+		rbac.WithResource("roles"), rbac.WithResource("rolebindings"))
+	for _, gvr := range watched {
 		for _, verb := range []string{"list", "watch"} {
 			review, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
 				Spec: authorizationv1.SubjectAccessReviewSpec{

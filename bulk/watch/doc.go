@@ -10,7 +10,7 @@
 //	                                                    streams --Sink.Send--> watchmux sinks
 //	                                                       ^
 //	graph changes --observer--> revocations --ERROR 403----'  (a node's named channels)
-//	reauthorizer, every interval --ERROR 403---------------'  (channels RBAC decides)
+//	RBAC changes --Recheck--> reauthorizer --ERROR 403-----'  (channels kube-apiserver decides)
 //
 // Open validates and authorizes a selector (package bulk), holds a
 // channel from a resourceVersion the cache has not reached until it does
@@ -30,9 +30,12 @@
 //     registered before it is authorized, and the graph's observer runs
 //     with the graph's write lock held.
 //   - Channels of other users, and a node's channels on types the graph
-//     does not decide (bulk.Query.GraphDecided), are authorized again every
-//     ReauthorizeInterval and end with ERROR 403 once refused; an
-//     authorizer error keeps them until the next round.
+//     does not decide (bulk.Query.GraphDecided), are authorized again after
+//     each RBAC change that names their user (twice: past the authorizer's
+//     cache, and once kube-apiserver's RBAC has surely heard of it), every
+//     ReauthorizeInterval if set, and every minute while nobody reports
+//     RBAC's changes; they end with ERROR 403 once refused; an authorizer
+//     error keeps them, and their user is asked about again 10 s later.
 //   - An event is encoded once per change, not once per channel: every
 //     channel that selects it shares the cache's encoded bytes.
 //   - A send never blocks the dispatcher (watchmux queues it), so one slow

@@ -14,9 +14,23 @@ var (
 		Namespace:      "nodeproxy",
 		Subsystem:      "bulk_watch",
 		Name:           "reauthorizations_total",
-		Help:           "Open channels of users other than nodes authorized again, by result: allowed, denied (the channel was closed with 403), error (kept until the next round).",
+		Help:           "Open channels kube-apiserver decides (of users other than nodes, and of nodes on types the graph does not decide) authorized again, by result: allowed, denied (the channel was closed with 403), error (kept, and its user asked about again 10 s later).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
+	reauthorizationRounds = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "bulk_watch",
+		Name:           "reauthorization_rounds_total",
+		Help:           "Rounds of authorizing open channels again, by why they ran: rbac_change (an RBAC change named their users, or their check could not be made 10 s before; only those channels), periodic (--watch-reauthorize-interval; every channel), rbac_unwatched (RBAC's changes not yet watched; every channel, every minute).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
+	rbacWatched = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "bulk_watch",
+		Name:           "rbac_watched",
+		Help:           "1 once RBAC's changes are watched, and open channels are authorized again when one names their user; 0 until then (the hub's RBAC informers have not listed: every channel is authorized again every minute instead).",
+		StabilityLevel: metrics.ALPHA,
+	})
 	resumes = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace:      "nodeproxy",
 		Subsystem:      "bulk_watch",
@@ -33,7 +47,7 @@ var (
 // shares with the bulk get are bulk.RegisterMetrics'.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(reauthorizations, resumes)
+		legacyregistry.MustRegister(reauthorizations, reauthorizationRounds, rbacWatched, resumes)
 	})
 }
 

@@ -169,8 +169,16 @@ func TestKubeProxyServiceAccountAsRBACDecides(t *testing.T) {
 // returns the hub, an admin client and the namespace.
 func startKubeProxyHub(t *testing.T, prefix string, args ...string) (*testserver.Server, kubernetes.Interface, string) {
 	t.Helper()
+	return startKubeProxyHubWith(t, prefix, testserver.Options{Args: args})
+}
+
+// startKubeProxyHubWith is startKubeProxyHub with the hub's options (on
+// npPort, whatever opts.Port).
+func startKubeProxyHubWith(t *testing.T, prefix string, opts testserver.Options) (*testserver.Server, kubernetes.Interface, string) {
+	t.Helper()
 	testserver.InstallRBAC(t, cp, "rbac-webhook.yaml", "rbac-bulk.yaml")
-	srv := testserver.Start(t, cp, testserver.Options{Port: npPort, Args: args})
+	opts.Port = npPort
+	srv := testserver.Start(t, cp, opts)
 	srv.WaitReady(t, 90*time.Second)
 	ctx := context.Background()
 	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())

@@ -32,7 +32,8 @@ const DefaultBookmarkInterval = time.Minute
 // also registered for revocation: when the graph says the node no longer
 // reaches the object, the channel ends with ERROR 403. Channels of other
 // users, and a node's on the types the graph does not decide, are
-// authorized again every ReauthorizeInterval and end with ERROR 403 once
+// authorized again after an RBAC change that names their user (Recheck),
+// and every ReauthorizeInterval if set, and end with ERROR 403 once
 // refused.
 type Watcher struct {
 	catalog      *bulk.Catalog
@@ -46,15 +47,23 @@ type Options struct {
 	// BookmarkInterval is how often channels that allow bookmarks get
 	// one.
 	BookmarkInterval time.Duration
-	// ReauthorizeInterval is how often the channels RBAC decides (those
-	// of users other than nodes, and a node's on the types the graph does
-	// not decide) are authorized again.
+	// ReauthorizeInterval is how often, if at all, every channel
+	// kube-apiserver decides (those of users other than nodes, and a
+	// node's on the types the graph does not decide) is authorized
+	// again, whatever changed: for an authorizer whose changes nobody
+	// reports (a webhook, ABAC). 0: only after RBAC changes (Recheck).
 	ReauthorizeInterval time.Duration
+	// RBACRecheckAfter are the delays, from when an RBAC change is
+	// reported to Recheck, of the rounds that authorize again the
+	// channels of the users it names: the first past the authorizer's
+	// cached answers, the next after kube-apiserver's RBAC has surely
+	// heard of the change too.
+	RBACRecheckAfter []time.Duration
 }
 
 // DefaultOptions returns the defaults.
 func DefaultOptions() Options {
-	return Options{BookmarkInterval: DefaultBookmarkInterval, ReauthorizeInterval: DefaultReauthorizeInterval}
+	return Options{BookmarkInterval: DefaultBookmarkInterval}
 }
 
 // Observable is the graph's change notification; *graph.Graph is one.
@@ -67,11 +76,12 @@ type Observable interface {
 func NewWatcher(c *bulk.Catalog, changes Observable, o Options) *Watcher {
 	RegisterMetrics()
 	w := &Watcher{catalog: c, dispatchers: map[*cache.Store]*dispatcher{}, revocations: newRevocations(),
-		reauthorizer: newReauthorizer(c, o.ReauthorizeInterval)}
+		reauthorizer: newReauthorizer(c, o.ReauthorizeInterval, o.RBACRecheckAfter)}
 	for _, s := range c.Stores() {
 		w.dispatchers[s] = newDispatcher(s, c.Encoder(), o.BookmarkInterval)
 	}
 	changes.Observe(w.revocations.observe)
+	rbacWatched.Set(0) // until RBACWatched
 	return w
 }
 
@@ -84,6 +94,21 @@ func (w *Watcher) Run(ctx context.Context) {
 	}
 	wg.Go(func() { w.reauthorizer.run(ctx) })
 	wg.Wait()
+}
+
+// Recheck reports an RBAC change, seen at seen, that may have taken
+// access from subjects: their open channels are authorized again after
+// each of Options.RBACRecheckAfter. It never waits.
+func (w *Watcher) Recheck(subjects Subjects, seen time.Time) {
+	w.reauthorizer.recheck(subjects, seen)
+}
+
+// RBACWatched says that from now on every RBAC change is reported to
+// Recheck: until then, every channel is authorized again every
+// UnwatchedReauthorizeInterval.
+func (w *Watcher) RBACWatched() {
+	w.reauthorizer.watched.Store(true)
+	rbacWatched.Set(1)
 }
 
 var _ watchmux.Handler = (*Watcher)(nil)

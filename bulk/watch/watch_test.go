@@ -115,7 +115,11 @@ func watcherFixtureWith(t *testing.T, latest bulk.LatestVersions) (*bulktest.Fix
 
 func newTestWatcher(t *testing.T, f *bulktest.Fixture) *Watcher {
 	t.Helper()
-	w := NewWatcher(f.Catalog, f.Graph, Options{BookmarkInterval: 50 * time.Millisecond, ReauthorizeInterval: time.Hour})
+	w := NewWatcher(f.Catalog, f.Graph, Options{BookmarkInterval: 50 * time.Millisecond, ReauthorizeInterval: time.Hour, RBACRecheckAfter: []time.Duration{0, 10 * time.Millisecond}})
+	// Nothing reports RBAC changes here but the tests themselves: no
+	// rounds every minute behind their backs.
+	w.RBACWatched()
+	w.reauthorizer.schedule.coalesce = 0 // a round per delay, at once
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go w.Run(ctx)
@@ -281,9 +285,9 @@ func TestOtherUsersChannelsAreAuthorizedAgain(t *testing.T) {
 		t.Fatalf("%d channels to authorize again, want bulktest.Admin's 2 (not the node's)", n)
 	}
 
-	w.reauthorizer.round(ctx)
+	w.reauthorizer.round(ctx, reasonPeriodic, everyone)
 	f.Fail(errors.New("kube-apiserver unreachable"))
-	w.reauthorizer.round(ctx)
+	w.reauthorizer.round(ctx, reasonPeriodic, everyone)
 	f.Fail(nil)
 	for _, r := range []*recorder{secrets, configmaps, pods} {
 		r.mu.Lock()
@@ -294,7 +298,7 @@ func TestOtherUsersChannelsAreAuthorizedAgain(t *testing.T) {
 	}
 
 	f.Allow(func(a authorizer.Attributes) bool { return a.GetResource() != "secrets" })
-	w.reauthorizer.round(ctx)
+	w.reauthorizer.round(ctx, reasonPeriodic, everyone)
 	got := secrets.wait(t, 2)
 	if !strings.HasPrefix(got[1], "ERROR 403 access lost") || !strings.Contains(got[1], `cannot watch secrets in namespace "a"`) {
 		t.Errorf("after RBAC stopped allowing it: %v", got)
@@ -318,9 +322,9 @@ func TestNodeChannelsRBACDecidesAreAuthorizedAgain(t *testing.T) {
 	sel := v1alpha1.GetOperation{Resource: metav1.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}}
 	slices := open(t, w, bulktest.NodeA, sel)
 	services := open(t, w, bulktest.NodeA, bulktest.GetOp("services", "", metav1.ListOptions{}))
-	w.reauthorizer.round(context.Background())
+	w.reauthorizer.round(context.Background(), reasonPeriodic, everyone)
 	f.Allow(func(authorizer.Attributes) bool { return false })
-	w.reauthorizer.round(context.Background())
+	w.reauthorizer.round(context.Background(), reasonPeriodic, everyone)
 	if got := slices.wait(t, 1); !strings.HasPrefix(got[0], "ERROR 403 access lost") {
 		t.Errorf("after RBAC stopped allowing it: %v", got)
 	}
