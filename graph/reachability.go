@@ -1,10 +1,5 @@
 package graph
 
-import (
-	"maps"
-	"slices"
-)
-
 // nodeIDLocked returns the dense id of node, assigning the next one on
 // first sight. Ids are never reused, so a reader holding an id can never
 // be answered for another node; the table grows with every node name ever
@@ -59,7 +54,7 @@ func (g *Graph) pathsLocked(e *entry, id uint32) int32 {
 	case 0:
 		return 0
 	case manyNodes:
-		return g.multi.get(e).counts[id]
+		return g.multi.get(e).pathsLocked(id)
 	default:
 		if r == id+1 {
 			return e.count
@@ -74,10 +69,7 @@ func (g *Graph) eachNodeLocked(e *entry, f func(id uint32, paths int32)) {
 	switch r := e.reach.Load(); r {
 	case 0:
 	case manyNodes:
-		counts := g.multi.get(e).counts
-		for _, id := range slices.Sorted(maps.Keys(counts)) {
-			f(id, counts[id])
-		}
+		g.multi.get(e).eachLocked(f)
 	default:
 		f(r-1, e.count)
 	}
@@ -120,18 +112,11 @@ func (g *Graph) setPathsLocked(e *entry, id uint32, paths int32) {
 	switch r := e.reach.Load(); {
 	case r == manyNodes:
 		m := g.multi.get(e)
-		if paths > 0 {
-			m.counts[id] = paths
-			m.set(id)
-			return
-		}
-		delete(m.counts, id)
-		m.clear(id)
-		if len(m.counts) == 1 {
-			for only, c := range m.counts {
-				e.count = c
-				e.reach.Store(only + 1)
-			}
+		m.setPathsLocked(id, paths)
+		if m.n == 1 {
+			only, c := m.onlyLocked()
+			e.count = c
+			e.reach.Store(only + 1)
 			g.multi.remove(m)
 		}
 	case r == 0:
@@ -148,9 +133,11 @@ func (g *Graph) setPathsLocked(e *entry, id uint32, paths int32) {
 		}
 	default: // one other node reaches e
 		if paths > 0 {
-			m := &multiReach{e: e, counts: map[uint32]int32{r - 1: e.count, id: paths}}
-			m.set(r - 1)
-			m.set(id)
+			m := &multiReach{e: e, n: 2}
+			lo, hi := min(r-1, id), max(r-1, id)
+			m.set.Store(newNodeSet([]uint32{lo, hi}))
+			m.setExtraLocked(r-1, e.count)
+			m.setExtraLocked(id, paths)
 			g.multi.insert(m)
 			e.reach.Store(manyNodes)
 			e.count = 0

@@ -1,0 +1,216 @@
+package graph
+
+import (
+	"math/bits"
+	"slices"
+	"sync/atomic"
+)
+
+// multiReach is the reachability of an object that several nodes reach:
+// the set of their ids for readers, and for the writer the path counts.
+// A member has at least one path; only the paths beyond the first are
+// counted, in extra, so that the common case (one pod per node uses the
+// object, as a DaemonSet's do) costs nothing beyond the set.
+type multiReach struct {
+	e     *entry
+	set   atomic.Pointer[nodeSet]
+	n     int32            // members; writer only
+	extra map[uint32]int32 // paths beyond the first, by member; nil when none; writer only
+}
+
+// nodeSet is a set of node ids in one of two forms, chosen by which is
+// smaller, so that a set of k members costs O(k) whatever the highest id:
+//
+//   - sorted: an immutable sorted slice of ids, 4 bytes a member, searched
+//     by bisection. The writer changes it by publishing a changed copy.
+//   - bitmap: a bit per id up to the highest member, 1/8 byte per id. The
+//     writer flips bits in place with atomic operations, and publishes a
+//     copy only to grow it or to change form.
+//
+// The bitmap is taken once the sorted form would be larger (more than two
+// members per 64 ids) and left once it is less than half full of what the
+// sorted form would cost (fewer than one member per 64 ids), so that a
+// set at the boundary does not change form on every write. Either way a
+// set costs at most 8 bytes a member, and the sorted form, copied on each
+// change, never holds more than one member per 32 ids of the cluster: a
+// copy of at most an eighth of a byte per node id (docs/benchmarks.md,
+// "The graph's shared sets").
+//
+// Readers take no lock: they load the set once and answer from it. A
+// published sorted slice never changes; a bitmap changes only through its
+// words' atomics, one bit per write.
+type nodeSet struct {
+	ids  []uint32        // sorted form; nil in bitmap form
+	bits []atomic.Uint64 // bitmap form; nil in sorted form
+}
+
+// has reports whether id is in the set. Lock-free, allocation-free.
+func (s *nodeSet) has(id uint32) bool {
+	if s.bits != nil {
+		w := int(id / 64)
+		return w < len(s.bits) && s.bits[w].Load()&(1<<(id%64)) != 0
+	}
+	ids := s.ids
+	lo, hi := 0, len(ids)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if ids[mid] < id {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo < len(ids) && ids[lo] == id
+}
+
+// each calls f for every member in id order. Writer only for a bitmap,
+// whose bits the writer alone may be changing.
+func (s *nodeSet) each(f func(id uint32)) {
+	if s.bits == nil {
+		for _, id := range s.ids {
+			f(id)
+		}
+		return
+	}
+	for w := range s.bits {
+		for word := s.bits[w].Load(); word != 0; word &= word - 1 {
+			f(uint32(w*64 + bits.TrailingZeros64(word)))
+		}
+	}
+}
+
+// wordsFor is the length of a bitmap that holds ids up to top.
+func wordsFor(top uint32) int { return int(top/64) + 1 }
+
+// newNodeSet returns the set of ids, given sorted, in its smaller form.
+func newNodeSet(ids []uint32) *nodeSet {
+	if len(ids) > 2*wordsFor(ids[len(ids)-1]) {
+		return bitmapOf(ids, wordsFor(ids[len(ids)-1]))
+	}
+	return &nodeSet{ids: ids}
+}
+
+func bitmapOf(ids []uint32, words int) *nodeSet {
+	s := &nodeSet{bits: make([]atomic.Uint64, words)}
+	for _, id := range ids {
+		s.bits[id/64].Or(1 << (id % 64))
+	}
+	return s
+}
+
+// pathsLocked returns the number of paths from the object to node id.
+func (m *multiReach) pathsLocked(id uint32) int32 {
+	if !m.set.Load().has(id) {
+		return 0
+	}
+	return 1 + m.extra[id]
+}
+
+// setPathsLocked records paths paths to node id, adding id to the set or
+// taking it out as paths becomes positive or zero.
+func (m *multiReach) setPathsLocked(id uint32, paths int32) {
+	s := m.set.Load()
+	switch member := s.has(id); {
+	case paths <= 0:
+		if member {
+			m.removeLocked(s, id)
+		}
+	case !member:
+		m.addLocked(s, id)
+	}
+	m.setExtraLocked(id, paths)
+}
+
+// setExtraLocked records the paths of member id beyond its first.
+func (m *multiReach) setExtraLocked(id uint32, paths int32) {
+	if paths > 1 {
+		if m.extra == nil {
+			m.extra = map[uint32]int32{}
+		}
+		m.extra[id] = paths - 1
+	} else if m.extra != nil {
+		delete(m.extra, id)
+		if len(m.extra) == 0 {
+			m.extra = nil // a map keeps its largest size; an emptied one goes
+		}
+	}
+}
+
+// addLocked adds id, not a member, to the set s that m publishes.
+func (m *multiReach) addLocked(s *nodeSet, id uint32) {
+	m.n++
+	if s.bits != nil {
+		if w := int(id / 64); w >= len(s.bits) {
+			// Some room beyond id, so that nodes joining the cluster
+			// (ids in order) do not each copy the bitmap.
+			words := w + 1 + w/16
+			if int(m.n) < words { // the grown bitmap would be too sparse
+				m.set.Store(&nodeSet{ids: m.sortedWithLocked(s, id)})
+				return
+			}
+			grown := make([]atomic.Uint64, words)
+			for i := range s.bits {
+				grown[i].Store(s.bits[i].Load())
+			}
+			grown[w].Store(1 << (id % 64))
+			m.set.Store(&nodeSet{bits: grown})
+			return
+		}
+		s.bits[id/64].Or(1 << (id % 64))
+		return
+	}
+	i, _ := slices.BinarySearch(s.ids, id)
+	ids := make([]uint32, len(s.ids)+1)
+	copy(ids, s.ids[:i])
+	ids[i] = id
+	copy(ids[i+1:], s.ids[i:])
+	m.set.Store(newNodeSet(ids))
+}
+
+// sortedWithLocked returns a new sorted slice of the members of the
+// bitmap s and id.
+func (m *multiReach) sortedWithLocked(s *nodeSet, id uint32) []uint32 {
+	ids := make([]uint32, 0, m.n)
+	added := false
+	s.each(func(have uint32) {
+		if !added && id < have {
+			ids = append(ids, id)
+			added = true
+		}
+		ids = append(ids, have)
+	})
+	if !added {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// removeLocked takes id, a member, out of the set s that m publishes.
+func (m *multiReach) removeLocked(s *nodeSet, id uint32) {
+	m.n--
+	if s.bits != nil {
+		s.bits[id/64].And(^(uint64(1) << (id % 64)))
+		if int(m.n) < len(s.bits) { // under half what the sorted form would cost
+			ids := make([]uint32, 0, m.n)
+			s.each(func(have uint32) { ids = append(ids, have) })
+			m.set.Store(&nodeSet{ids: ids})
+		}
+		return
+	}
+	i, _ := slices.BinarySearch(s.ids, id)
+	ids := make([]uint32, len(s.ids)-1)
+	copy(ids, s.ids[:i])
+	copy(ids[i:], s.ids[i+1:])
+	m.set.Store(&nodeSet{ids: ids})
+}
+
+// eachLocked calls f for every member with its path count, in id order.
+func (m *multiReach) eachLocked(f func(id uint32, paths int32)) {
+	m.set.Load().each(func(id uint32) { f(id, 1+m.extra[id]) })
+}
+
+// onlyLocked returns the one member of a set of one.
+func (m *multiReach) onlyLocked() (id uint32, paths int32) {
+	m.eachLocked(func(i uint32, p int32) { id, paths = i, p })
+	return id, paths
+}
