@@ -10,6 +10,30 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// startReaders starts 8 goroutines that ask check until the returned
+// stop is called, which waits for them and says how many of their checks
+// failed out of how many.
+func startReaders(check func() bool) (stop func() (bad, reads int64)) {
+	var done atomic.Bool
+	var failed, total atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for !done.Load() {
+				if !check() {
+					failed.Add(1)
+				}
+				total.Add(1)
+			}
+		})
+	}
+	return func() (int64, int64) {
+		done.Store(true)
+		wg.Wait()
+		return failed.Load(), total.Load()
+	}
+}
+
 // TestReadersDuringChurn checks, under -race, what readers may rely on
 // while writers churn: an object a stable pod uses stays reachable, and an
 // object no pod on a node has ever used is never reachable from it.
@@ -26,23 +50,7 @@ func TestReadersDuringChurn(t *testing.T) {
 	kept := ObjectRef{Kind: Secret, Namespace: "ns", Name: "kept"}
 	foreign := ObjectRef{Kind: Secret, Namespace: "ns", Name: "only-n1"}
 
-	var stop atomic.Bool
-	var bad atomic.Int64
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !stop.Load() {
-				if !g.Reachable("n0", kept) {
-					bad.Add(1)
-				}
-				if g.Reachable("n0", foreign) {
-					bad.Add(1)
-				}
-			}
-		}()
-	}
+	stop := startReaders(func() bool { return g.Reachable("n0", kept) && !g.Reachable("n0", foreign) })
 	// Churn: pods on many nodes share "kept", making it flip between the
 	// one-node and many-node forms; n1 alone ever uses "only-n1".
 	for i := range 2000 {
@@ -57,10 +65,8 @@ func TestReadersDuringChurn(t *testing.T) {
 			g.DeletePod("ns", fmt.Sprintf("p%d", (i*7)%50))
 		}
 	}
-	stop.Store(true)
-	wg.Wait()
-	if n := bad.Load(); n > 0 {
-		t.Fatalf("%d wrong answers during churn", n)
+	if bad, reads := stop(); bad > 0 {
+		t.Fatalf("%d wrong answers of %d during churn", bad, reads)
 	}
 }
 
@@ -82,24 +88,7 @@ func TestReadersWhileSharedSetsChangeForm(t *testing.T) {
 	g.AddPod(pod("elsewhere", "never", "other")) // a known node id that never uses "kept"
 	kept := ObjectRef{Kind: Secret, Namespace: "ns", Name: "kept"}
 
-	var stop atomic.Bool
-	var bad, reads atomic.Int64
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !stop.Load() {
-				if !g.Reachable("n150", kept) {
-					bad.Add(1)
-				}
-				if g.Reachable("never", kept) {
-					bad.Add(1)
-				}
-				reads.Add(2)
-			}
-		}()
-	}
+	stop := startReaders(func() bool { return g.Reachable("n150", kept) && !g.Reachable("never", kept) })
 	forms := map[string]int{}
 	form := func() {
 		e := g.objects.get(kept)
@@ -134,10 +123,8 @@ func TestReadersWhileSharedSetsChangeForm(t *testing.T) {
 			form()
 		}
 	}
-	stop.Store(true)
-	wg.Wait()
-	if n := bad.Load(); n > 0 {
-		t.Fatalf("%d wrong answers of %d while the set changed form", n, reads.Load())
+	if bad, reads := stop(); bad > 0 {
+		t.Fatalf("%d wrong answers of %d while the set changed form", bad, reads)
 	}
 	for _, f := range []string{"one node", "sorted", "bitmap"} {
 		if forms[f] == 0 {
