@@ -98,6 +98,41 @@ func bitmapOf(ids []uint32, words int) *nodeSet {
 	return s
 }
 
+func (s *nodeSet) form() string {
+	if s.bits != nil {
+		return "bitmap"
+	}
+	return "sorted"
+}
+
+// newMultiReachLocked returns the reachability of e, which nodes a and b
+// reach with paths pa and pb.
+func newMultiReachLocked(e *entry, a, b uint32, pa, pb int32) *multiReach {
+	m := &multiReach{e: e, n: 2}
+	m.set.Store(newNodeSet([]uint32{min(a, b), max(a, b)}))
+	m.setExtraLocked(a, pa)
+	m.setExtraLocked(b, pb)
+	sharedObjects.WithLabelValues(m.set.Load().form()).Inc()
+	sharedNodes.Add(2)
+	return m
+}
+
+// dropLocked is called when m's object is no longer reached by several
+// nodes; m is then garbage.
+func (m *multiReach) dropLocked() {
+	sharedObjects.WithLabelValues(m.set.Load().form()).Dec()
+	sharedNodes.Add(-float64(m.n))
+}
+
+// publishLocked makes s the set readers see.
+func (m *multiReach) publishLocked(s *nodeSet) {
+	if was := m.set.Load().form(); was != s.form() {
+		sharedObjects.WithLabelValues(was).Dec()
+		sharedObjects.WithLabelValues(s.form()).Inc()
+	}
+	m.set.Store(s)
+}
+
 // pathsLocked returns the number of paths from the object to node id.
 func (m *multiReach) pathsLocked(id uint32) int32 {
 	if !m.set.Load().has(id) {
@@ -139,13 +174,14 @@ func (m *multiReach) setExtraLocked(id uint32, paths int32) {
 // addLocked adds id, not a member, to the set s that m publishes.
 func (m *multiReach) addLocked(s *nodeSet, id uint32) {
 	m.n++
+	sharedNodes.Inc()
 	if s.bits != nil {
 		if w := int(id / 64); w >= len(s.bits) {
 			// Some room beyond id, so that nodes joining the cluster
 			// (ids in order) do not each copy the bitmap.
 			words := w + 1 + w/16
 			if int(m.n) < words { // the grown bitmap would be too sparse
-				m.set.Store(&nodeSet{ids: m.sortedWithLocked(s, id)})
+				m.publishLocked(&nodeSet{ids: m.sortedWithLocked(s, id)})
 				return
 			}
 			grown := make([]atomic.Uint64, words)
@@ -153,7 +189,7 @@ func (m *multiReach) addLocked(s *nodeSet, id uint32) {
 				grown[i].Store(s.bits[i].Load())
 			}
 			grown[w].Store(1 << (id % 64))
-			m.set.Store(&nodeSet{bits: grown})
+			m.publishLocked(&nodeSet{bits: grown})
 			return
 		}
 		s.bits[id/64].Or(1 << (id % 64))
@@ -164,7 +200,7 @@ func (m *multiReach) addLocked(s *nodeSet, id uint32) {
 	copy(ids, s.ids[:i])
 	ids[i] = id
 	copy(ids[i+1:], s.ids[i:])
-	m.set.Store(newNodeSet(ids))
+	m.publishLocked(newNodeSet(ids))
 }
 
 // sortedWithLocked returns a new sorted slice of the members of the
@@ -188,12 +224,13 @@ func (m *multiReach) sortedWithLocked(s *nodeSet, id uint32) []uint32 {
 // removeLocked takes id, a member, out of the set s that m publishes.
 func (m *multiReach) removeLocked(s *nodeSet, id uint32) {
 	m.n--
+	sharedNodes.Dec()
 	if s.bits != nil {
 		s.bits[id/64].And(^(uint64(1) << (id % 64)))
 		if int(m.n) < len(s.bits) { // under half what the sorted form would cost
 			ids := make([]uint32, 0, m.n)
 			s.each(func(have uint32) { ids = append(ids, have) })
-			m.set.Store(&nodeSet{ids: ids})
+			m.publishLocked(&nodeSet{ids: ids})
 		}
 		return
 	}
@@ -201,7 +238,7 @@ func (m *multiReach) removeLocked(s *nodeSet, id uint32) {
 	ids := make([]uint32, len(s.ids)-1)
 	copy(ids, s.ids[:i])
 	copy(ids[i:], s.ids[i+1:])
-	m.set.Store(&nodeSet{ids: ids})
+	m.publishLocked(&nodeSet{ids: ids})
 }
 
 // eachLocked calls f for every member with its path count, in id order.

@@ -5,6 +5,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-base/metrics/testutil"
 )
 
 // step is one write to a multiReach in the tables below: paths paths from
@@ -41,9 +45,7 @@ func span(from, to uint32) []uint32 {
 // newMultiReach starts a set as Graph.setPathsLocked does when a second
 // node reaches an object.
 func newMultiReach(a, b uint32) *multiReach {
-	m := &multiReach{n: 2}
-	m.set.Store(newNodeSet([]uint32{min(a, b), max(a, b)}))
-	return m
+	return newMultiReachLocked(nil, a, b, 1, 1)
 }
 
 // checkSet fails t unless m holds exactly want (paths by id), keeps its
@@ -176,4 +178,52 @@ func TestSharedSetAgreesWithAMap(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestSharedSetMetricsFollowTheForms(t *testing.T) {
+	RegisterMetrics()
+	gauge := func(form string) float64 {
+		var v float64
+		var err error
+		if form == "" {
+			v, err = testutil.GetGaugeMetricValue(sharedNodes)
+		} else {
+			v, err = testutil.GetGaugeMetricValue(sharedObjects.WithLabelValues(form))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	sorted0, bitmap0, nodes0 := gauge("sorted"), gauge("bitmap"), gauge("")
+	want := func(stage string, sorted, bitmap, nodes float64) {
+		t.Helper()
+		if s, b, n := gauge("sorted")-sorted0, gauge("bitmap")-bitmap0, gauge("")-nodes0; s != sorted || b != bitmap || n != nodes {
+			t.Fatalf("%s: shared objects sorted %+v, bitmap %+v, their nodes %+v; want %+v, %+v, %+v", stage, s, b, n, sorted, bitmap, nodes)
+		}
+	}
+	g := New()
+	pod := func(name string, node int, secret string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+			Spec:       corev1.PodSpec{NodeName: fmt.Sprintf("n%d", node), Volumes: []corev1.Volume{secretVolume(secret)}},
+		}
+	}
+	for i := range 256 { // node ids 0..255, each with a secret of its own
+		g.AddPod(pod(fmt.Sprintf("own%d", i), i, fmt.Sprintf("own%d", i)))
+	}
+	want("nodes with a secret each", 0, 0, 0)
+	g.AddPod(pod("a", 0, "shared"))
+	g.AddPod(pod("b", 255, "shared"))
+	want("two nodes far apart", 1, 0, 2)
+	for i := 1; i <= 20; i++ {
+		g.AddPod(pod(fmt.Sprintf("fill%d", i), i, "shared"))
+	}
+	want("22 nodes among 256 ids", 0, 1, 22)
+	for i := 1; i <= 20; i++ {
+		g.DeletePod("ns", fmt.Sprintf("fill%d", i))
+	}
+	want("two nodes again", 1, 0, 2)
+	g.DeletePod("ns", "b")
+	want("one node", 0, 0, 0)
 }

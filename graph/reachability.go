@@ -37,7 +37,9 @@ func (g *Graph) releaseLocked(e *entry) {
 		return
 	}
 	if e.reach.Load() == manyNodes { // cannot happen when paths were balanced
-		g.multi.remove(g.multi.get(e))
+		m := g.multi.get(e)
+		g.multi.remove(m)
+		m.dropLocked()
 	}
 	e.reach.Store(0)
 	g.objects.remove(e)
@@ -118,6 +120,7 @@ func (g *Graph) setPathsLocked(e *entry, id uint32, paths int32) {
 			e.count = c
 			e.reach.Store(only + 1)
 			g.multi.remove(m)
+			m.dropLocked()
 		}
 	case r == 0:
 		if paths > 0 {
@@ -133,11 +136,7 @@ func (g *Graph) setPathsLocked(e *entry, id uint32, paths int32) {
 		}
 	default: // one other node reaches e
 		if paths > 0 {
-			m := &multiReach{e: e, n: 2}
-			lo, hi := min(r-1, id), max(r-1, id)
-			m.set.Store(newNodeSet([]uint32{lo, hi}))
-			m.setExtraLocked(r-1, e.count)
-			m.setExtraLocked(id, paths)
+			m := newMultiReachLocked(e, r-1, id, e.count, paths)
 			g.multi.insert(m)
 			e.reach.Store(manyNodes)
 			e.count = 0
