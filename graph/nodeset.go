@@ -22,7 +22,10 @@ type multiReach struct {
 // smaller, so that a set of k members costs O(k) whatever the highest id:
 //
 //   - sorted: an immutable sorted slice of ids, 4 bytes a member, searched
-//     by bisection. The writer changes it by publishing a changed copy.
+//     by bisection, with the changes made since it was built beside it
+//     (idChanges): a change copies those, not the set, and the set is
+//     rebuilt once they outnumber the square root of twice its size. A
+//     change then costs O(sqrt k) rather than O(k).
 //   - bitmap: a bit per id up to the highest member, 1/8 byte per id. The
 //     writer flips bits in place with atomic operations, and publishes a
 //     copy only to grow it or to change form.
@@ -31,17 +34,23 @@ type multiReach struct {
 // members per 64 ids) and left once it is less than half full of what the
 // sorted form would cost (fewer than one member per 64 ids), so that a
 // set at the boundary does not change form on every write. Either way a
-// set costs at most 8 bytes a member, and the sorted form, copied on each
-// change, never holds more than one member per 32 ids of the cluster: a
-// copy of at most an eighth of a byte per node id (docs/benchmarks.md,
-// "The graph's shared sets").
+// set costs at most 8 bytes a member (docs/benchmarks.md, "The graph's
+// shared sets").
 //
 // Readers take no lock: they load the set once and answer from it. A
-// published sorted slice never changes; a bitmap changes only through its
+// published sorted form never changes; a bitmap changes only through its
 // words' atomics, one bit per write.
 type nodeSet struct {
-	ids  []uint32        // sorted form; nil in bitmap form
-	bits []atomic.Uint64 // bitmap form; nil in sorted form
+	ids     []uint32        // sorted form: the members when it was built
+	changes *idChanges      // sorted form: changes since; nil when none
+	bits    []atomic.Uint64 // bitmap form; nil in sorted form
+}
+
+// idChanges are the changes to a sorted form since it was built: ids
+// added (none of them in it) and ids removed (all of them in it), each
+// sorted. Immutable once published.
+type idChanges struct {
+	added, removed []uint32
 }
 
 // has reports whether id is in the set. Lock-free, allocation-free.
@@ -50,7 +59,19 @@ func (s *nodeSet) has(id uint32) bool {
 		w := int(id / 64)
 		return w < len(s.bits) && s.bits[w].Load()&(1<<(id%64)) != 0
 	}
-	ids := s.ids
+	if c := s.changes; c != nil {
+		if contains(c.added, id) {
+			return true
+		}
+		if contains(c.removed, id) {
+			return false
+		}
+	}
+	return contains(s.ids, id)
+}
+
+// contains bisects ids, sorted, for id.
+func contains(ids []uint32, id uint32) bool {
 	lo, hi := 0, len(ids)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
@@ -66,16 +87,31 @@ func (s *nodeSet) has(id uint32) bool {
 // each calls f for every member in id order. Writer only for a bitmap,
 // whose bits the writer alone may be changing.
 func (s *nodeSet) each(f func(id uint32)) {
-	if s.bits == nil {
-		for _, id := range s.ids {
-			f(id)
+	if s.bits != nil {
+		for w := range s.bits {
+			for word := s.bits[w].Load(); word != 0; word &= word - 1 {
+				f(uint32(w*64 + bits.TrailingZeros64(word)))
+			}
 		}
 		return
 	}
-	for w := range s.bits {
-		for word := s.bits[w].Load(); word != 0; word &= word - 1 {
-			f(uint32(w*64 + bits.TrailingZeros64(word)))
+	var added, removed []uint32
+	if s.changes != nil {
+		added, removed = s.changes.added, s.changes.removed
+	}
+	for _, id := range s.ids {
+		for len(added) > 0 && added[0] < id {
+			f(added[0])
+			added = added[1:]
 		}
+		if len(removed) > 0 && removed[0] == id {
+			removed = removed[1:]
+			continue
+		}
+		f(id)
+	}
+	for _, id := range added {
+		f(id)
 	}
 }
 
@@ -195,12 +231,7 @@ func (m *multiReach) addLocked(s *nodeSet, id uint32) {
 		s.bits[id/64].Or(1 << (id % 64))
 		return
 	}
-	i, _ := slices.BinarySearch(s.ids, id)
-	ids := make([]uint32, len(s.ids)+1)
-	copy(ids, s.ids[:i])
-	ids[i] = id
-	copy(ids[i+1:], s.ids[i:])
-	m.publishLocked(newNodeSet(ids))
+	m.changeSortedLocked(s, id, true)
 }
 
 // sortedWithLocked returns a new sorted slice of the members of the
@@ -234,11 +265,67 @@ func (m *multiReach) removeLocked(s *nodeSet, id uint32) {
 		}
 		return
 	}
-	i, _ := slices.BinarySearch(s.ids, id)
-	ids := make([]uint32, len(s.ids)-1)
-	copy(ids, s.ids[:i])
-	copy(ids[i:], s.ids[i+1:])
-	m.publishLocked(&nodeSet{ids: ids})
+	m.changeSortedLocked(s, id, false)
+}
+
+// changeSortedLocked adds id to the sorted form s (join) or takes it out,
+// by publishing s with one more change, or rebuilt with every change in
+// it once they are too many to search or copy cheaply, or as a bitmap once
+// that is smaller.
+func (m *multiReach) changeSortedLocked(s *nodeSet, id uint32, join bool) {
+	var added, removed []uint32
+	if s.changes != nil {
+		added, removed = s.changes.added, s.changes.removed
+	}
+	if join {
+		if i, undo := slices.BinarySearch(removed, id); undo {
+			removed = deleteCopy(removed, i)
+		} else {
+			added = insertCopy(added, id)
+		}
+	} else {
+		if i, undo := slices.BinarySearch(added, id); undo {
+			added = deleteCopy(added, i)
+		} else {
+			removed = insertCopy(removed, id)
+		}
+	}
+	next := &nodeSet{ids: s.ids}
+	if len(added)+len(removed) > 0 {
+		next.changes = &idChanges{added: added, removed: removed}
+	}
+	top := max(last(s.ids), last(added)) // at least the highest member
+	if int(m.n) > 2*wordsFor(top) || (len(added)+len(removed))*(len(added)+len(removed)) > 2*len(s.ids) {
+		ids := make([]uint32, 0, m.n)
+		next.each(func(have uint32) { ids = append(ids, have) })
+		next = newNodeSet(ids)
+	}
+	m.publishLocked(next)
+}
+
+// insertCopy returns a copy of ids, sorted, with id inserted in order.
+func insertCopy(ids []uint32, id uint32) []uint32 {
+	i, _ := slices.BinarySearch(ids, id)
+	out := make([]uint32, len(ids)+1)
+	copy(out, ids[:i])
+	out[i] = id
+	copy(out[i+1:], ids[i:])
+	return out
+}
+
+// deleteCopy returns a copy of ids without ids[i]; nil when none is left.
+func deleteCopy(ids []uint32, i int) []uint32 {
+	if len(ids) == 1 {
+		return nil
+	}
+	return slices.Concat(ids[:i], ids[i+1:])
+}
+
+func last(ids []uint32) uint32 {
+	if len(ids) == 0 {
+		return 0
+	}
+	return ids[len(ids)-1]
 }
 
 // eachLocked calls f for every member with its path count, in id order.

@@ -79,13 +79,25 @@ func checkSet(t *testing.T, m *multiReach, want map[uint32]int32) {
 			t.Fatalf("pathsLocked(%d) = %d, want %d", id, p, want[id])
 		}
 	}
+	var added, removed []uint32
+	if s.changes != nil {
+		added, removed = s.changes.added, s.changes.removed
+		if len(added)+len(removed) == 0 {
+			t.Fatal("changes published empty")
+		}
+	}
+	changes := len(added) + len(removed)
 	switch {
-	case s.bits != nil && s.ids != nil:
+	case s.bits != nil && (s.ids != nil || s.changes != nil):
 		t.Fatal("both forms at once")
 	case s.bits != nil && len(s.bits) > int(m.n):
 		t.Fatalf("bitmap of %d words for %d members", len(s.bits), m.n)
-	case s.bits == nil && len(s.ids) != int(m.n):
-		t.Fatalf("sorted form of %d ids for %d members", len(s.ids), m.n)
+	case s.bits == nil && len(s.ids)+len(added)-len(removed) != int(m.n):
+		t.Fatalf("sorted form of %d ids, %d added and %d removed for %d members", len(s.ids), len(added), len(removed), m.n)
+	case s.bits == nil && changes*changes > 2*len(s.ids):
+		t.Fatalf("%d changes kept beside %d sorted ids", changes, len(s.ids))
+	case !slices.IsSorted(added) || !slices.IsSorted(removed):
+		t.Fatalf("changes not sorted: added %v, removed %v", added, removed)
 	}
 	extra := 0
 	for _, p := range want {
@@ -148,7 +160,7 @@ func TestSharedSetAgreesWithAMap(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(ids), 37))
 			m := newMultiReach(0, ids-1)
 			want := map[uint32]int32{0: 1, ids - 1: 1}
-			forms := map[bool]int{}
+			forms := map[string]int{}
 			for i := range 3_000 {
 				// Phases of joining and leaving, so the set both fills and
 				// empties; a set of one is what the graph turns back into
@@ -170,11 +182,18 @@ func TestSharedSetAgreesWithAMap(t *testing.T) {
 				if i%50 == 0 || ids == 256 {
 					checkSet(t, m, want)
 				}
-				forms[m.set.Load().bits != nil]++
+				switch s := m.set.Load(); {
+				case s.bits != nil:
+					forms["bitmap"]++
+				case s.changes != nil:
+					forms["sorted with changes"]++
+				default:
+					forms["sorted"]++
+				}
 			}
 			checkSet(t, m, want)
-			if ids < 100_000 && (forms[true] == 0 || forms[false] == 0) {
-				t.Fatalf("the writes never crossed forms: %v", forms)
+			if forms["sorted with changes"] == 0 || (ids < 100_000 && forms["bitmap"] == 0) {
+				t.Fatalf("the writes did not go through every form: %v", forms)
 			}
 		})
 	}
