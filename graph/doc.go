@@ -64,8 +64,11 @@
 // bitset up to the highest id. The set has two forms (nodeset.go), the
 // smaller one taken:
 //
-//	sorted   immutable sorted []uint32, published by atomic pointer;
-//	         a reader bisects it; the writer publishes a changed copy
+//	sorted   an immutable sorted []uint32, published by atomic pointer,
+//	         with the changes since it was built beside it (ids added,
+//	         ids removed, each sorted); a reader bisects the changes,
+//	         then the set; the writer publishes the changes anew, and
+//	         rebuilds the set once they outnumber sqrt(2k)
 //	bitmap   a bit per id up to the highest member, once that is smaller
 //	         (over 2 members per 64 ids); the writer flips bits in place
 //
@@ -73,17 +76,19 @@
 // boundary does not change form on every write. Path counts are the
 // writer's alone and kept only where a node has more than one path.
 //
-// Why two forms: a sorted slice alone costs the writer a copy of the
-// whole set per change, and an object every node reaches is common (a
-// kube-system secret a DaemonSet mounts: 400 KB copied per pod replaced at
-// 100,000 nodes); once a set is that dense a bitmap is no larger and a
-// change is one atomic bit. A roaring bitmap (containers per 65,536 ids)
-// adds nothing at these sizes (100,000 ids are two containers, so the
-// same copies), and its library cannot be read while a writer changes it:
-// it would need a clone per change. What the sorted form still costs, a
-// copy of up to an eighth of a byte per node id when a mid-sized set
-// changes, is measured beside the rest in docs/benchmarks.md ("The
-// graph's shared sets").
+// Why this and not one of the simpler forms: a sorted slice alone costs
+// the writer a copy of the whole set per change, and an object every node
+// reaches is common (a kube-system secret a DaemonSet mounts: 400 KB
+// copied per pod replaced at 100,000 nodes); once a set is that dense a
+// bitmap is no larger and a change is one atomic bit. A mid-sized set
+// (a Deployment's configmap on 1,000 of 100,000 nodes) is too sparse for
+// the bitmap and too large to copy per change, hence the changes beside
+// it: O(sqrt k) bytes a change instead of O(k). A roaring bitmap
+// (containers per 65,536 ids) adds nothing at these sizes (100,000 ids
+// are two containers, each copied whole on a change), and its library
+// cannot be read while a writer changes it: it would need a clone per
+// change. The figures are in docs/benchmarks.md ("The graph's shared
+// sets").
 //
 // A writer moving a set between forms builds the new form whole and
 // publishes it with one atomic store; a reader that loaded the old one

@@ -22,10 +22,10 @@ type multiReach struct {
 // smaller, so that a set of k members costs O(k) whatever the highest id:
 //
 //   - sorted: an immutable sorted slice of ids, 4 bytes a member, searched
-//     by bisection, with the changes made since it was built beside it
-//     (idChanges): a change copies those, not the set, and the set is
-//     rebuilt once they outnumber the square root of twice its size. A
-//     change then costs O(sqrt k) rather than O(k).
+//     by bisection, with the changes made since it was built beside it:
+//     a change copies those, not the set, and the set is rebuilt once they
+//     outnumber the square root of twice its size. A change then costs
+//     O(sqrt k) rather than O(k).
 //   - bitmap: a bit per id up to the highest member, 1/8 byte per id. The
 //     writer flips bits in place with atomic operations, and publishes a
 //     copy only to grow it or to change form.
@@ -33,24 +33,28 @@ type multiReach struct {
 // The bitmap is taken once the sorted form would be larger (more than two
 // members per 64 ids) and left once it is less than half full of what the
 // sorted form would cost (fewer than one member per 64 ids), so that a
-// set at the boundary does not change form on every write. Either way a
-// set costs at most 8 bytes a member (docs/benchmarks.md, "The graph's
-// shared sets").
+// set at the boundary does not change form on every write. Either way
+// the ids cost at most about 8 bytes a member, beside a hundred-odd bytes
+// of structure (docs/benchmarks.md, "The graph's shared sets").
 //
 // Readers take no lock: they load the set once and answer from it. A
 // published sorted form never changes; a bitmap changes only through its
 // words' atomics, one bit per write.
 type nodeSet struct {
 	ids     []uint32        // sorted form: the members when it was built
-	changes *idChanges      // sorted form: changes since; nil when none
+	changes []uint64        // sorted form: changes since, as change(id, removed); sorted
 	bits    []atomic.Uint64 // bitmap form; nil in sorted form
 }
 
-// idChanges are the changes to a sorted form since it was built: ids
-// added (none of them in it) and ids removed (all of them in it), each
-// sorted. Immutable once published.
-type idChanges struct {
-	added, removed []uint32
+// change encodes a change to a sorted form: id added (not in it) or
+// removed (in it). Sorting the encoded changes sorts them by id, so one
+// bisection finds an id's change.
+func change(id uint32, removed bool) uint64 {
+	c := uint64(id) << 1
+	if removed {
+		c |= 1
+	}
+	return c
 }
 
 // has reports whether id is in the set. Lock-free, allocation-free.
@@ -59,29 +63,27 @@ func (s *nodeSet) has(id uint32) bool {
 		w := int(id / 64)
 		return w < len(s.bits) && s.bits[w].Load()&(1<<(id%64)) != 0
 	}
-	if c := s.changes; c != nil {
-		if contains(c.added, id) {
-			return true
-		}
-		if contains(c.removed, id) {
-			return false
-		}
+	if i := search(s.changes, change(id, false)); i < len(s.changes) && s.changes[i]>>1 == uint64(id) {
+		return s.changes[i]&1 == 0
 	}
-	return contains(s.ids, id)
+	i := search(s.ids, id)
+	return i < len(s.ids) && s.ids[i] == id
 }
 
-// contains bisects ids, sorted, for id.
-func contains(ids []uint32, id uint32) bool {
-	lo, hi := 0, len(ids)
+// search returns the index of the first element of sorted that is not
+// less than x: slices.BinarySearch without its comparison of the result,
+// which the callers make themselves.
+func search[T uint32 | uint64](sorted []T, x T) int {
+	lo, hi := 0, len(sorted)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		if ids[mid] < id {
+		if sorted[mid] < x {
 			lo = mid + 1
 		} else {
 			hi = mid
 		}
 	}
-	return lo < len(ids) && ids[lo] == id
+	return lo
 }
 
 // each calls f for every member in id order. Writer only for a bitmap,
@@ -95,23 +97,20 @@ func (s *nodeSet) each(f func(id uint32)) {
 		}
 		return
 	}
-	var added, removed []uint32
-	if s.changes != nil {
-		added, removed = s.changes.added, s.changes.removed
-	}
+	changes := s.changes
 	for _, id := range s.ids {
-		for len(added) > 0 && added[0] < id {
-			f(added[0])
-			added = added[1:]
+		for len(changes) > 0 && changes[0]>>1 < uint64(id) {
+			f(uint32(changes[0] >> 1)) // an id added
+			changes = changes[1:]
 		}
-		if len(removed) > 0 && removed[0] == id {
-			removed = removed[1:]
+		if len(changes) > 0 && changes[0] == change(id, true) {
+			changes = changes[1:]
 			continue
 		}
 		f(id)
 	}
-	for _, id := range added {
-		f(id)
+	for _, c := range changes {
+		f(uint32(c >> 1))
 	}
 }
 
@@ -273,52 +272,27 @@ func (m *multiReach) removeLocked(s *nodeSet, id uint32) {
 // it once they are too many to search or copy cheaply, or as a bitmap once
 // that is smaller.
 func (m *multiReach) changeSortedLocked(s *nodeSet, id uint32, join bool) {
-	var added, removed []uint32
-	if s.changes != nil {
-		added, removed = s.changes.added, s.changes.removed
-	}
-	if join {
-		if i, undo := slices.BinarySearch(removed, id); undo {
-			removed = deleteCopy(removed, i)
-		} else {
-			added = insertCopy(added, id)
-		}
-	} else {
-		if i, undo := slices.BinarySearch(added, id); undo {
-			added = deleteCopy(added, i)
-		} else {
-			removed = insertCopy(removed, id)
-		}
-	}
 	next := &nodeSet{ids: s.ids}
-	if len(added)+len(removed) > 0 {
-		next.changes = &idChanges{added: added, removed: removed}
+	// A join of an id whose removal is pending undoes that removal, and a
+	// leave of an id whose addition is pending undoes that addition.
+	if i := search(s.changes, change(id, false)); i < len(s.changes) && s.changes[i]>>1 == uint64(id) {
+		next.changes = slices.Concat(s.changes[:i], s.changes[i+1:])
+	} else {
+		next.changes = slices.Insert(slices.Clip(s.changes), i, change(id, !join))
 	}
-	top := max(last(s.ids), last(added)) // at least the highest member
-	if int(m.n) > 2*wordsFor(top) || (len(added)+len(removed))*(len(added)+len(removed)) > 2*len(s.ids) {
+	if len(next.changes) == 0 {
+		next.changes = nil
+	}
+	top := last(s.ids) // at least the highest member, with the additions
+	if n := len(next.changes); n > 0 {
+		top = max(top, uint32(next.changes[n-1]>>1))
+	}
+	if c := len(next.changes); int(m.n) > 2*wordsFor(top) || c*c > 2*len(s.ids) {
 		ids := make([]uint32, 0, m.n)
 		next.each(func(have uint32) { ids = append(ids, have) })
 		next = newNodeSet(ids)
 	}
 	m.publishLocked(next)
-}
-
-// insertCopy returns a copy of ids, sorted, with id inserted in order.
-func insertCopy(ids []uint32, id uint32) []uint32 {
-	i, _ := slices.BinarySearch(ids, id)
-	out := make([]uint32, len(ids)+1)
-	copy(out, ids[:i])
-	out[i] = id
-	copy(out[i+1:], ids[i:])
-	return out
-}
-
-// deleteCopy returns a copy of ids without ids[i]; nil when none is left.
-func deleteCopy(ids []uint32, i int) []uint32 {
-	if len(ids) == 1 {
-		return nil
-	}
-	return slices.Concat(ids[:i], ids[i+1:])
 }
 
 func last(ids []uint32) uint32 {

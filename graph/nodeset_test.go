@@ -80,13 +80,17 @@ func checkSet(t *testing.T, m *multiReach, want map[uint32]int32) {
 		}
 	}
 	var added, removed []uint32
-	if s.changes != nil {
-		added, removed = s.changes.added, s.changes.removed
-		if len(added)+len(removed) == 0 {
-			t.Fatal("changes published empty")
+	if s.changes != nil && len(s.changes) == 0 {
+		t.Fatal("changes published empty")
+	}
+	for _, c := range s.changes {
+		if id := uint32(c >> 1); c&1 == 0 {
+			added = append(added, id)
+		} else {
+			removed = append(removed, id)
 		}
 	}
-	changes := len(added) + len(removed)
+	changes := len(s.changes)
 	switch {
 	case s.bits != nil && (s.ids != nil || s.changes != nil):
 		t.Fatal("both forms at once")
@@ -96,8 +100,18 @@ func checkSet(t *testing.T, m *multiReach, want map[uint32]int32) {
 		t.Fatalf("sorted form of %d ids, %d added and %d removed for %d members", len(s.ids), len(added), len(removed), m.n)
 	case s.bits == nil && changes*changes > 2*len(s.ids):
 		t.Fatalf("%d changes kept beside %d sorted ids", changes, len(s.ids))
-	case !slices.IsSorted(added) || !slices.IsSorted(removed):
-		t.Fatalf("changes not sorted: added %v, removed %v", added, removed)
+	case !slices.IsSorted(s.changes):
+		t.Fatalf("changes not sorted: %v", s.changes)
+	}
+	for _, id := range removed {
+		if !slices.Contains(s.ids, id) {
+			t.Fatalf("%d removed but not in the sorted ids", id)
+		}
+	}
+	for _, id := range added {
+		if slices.Contains(s.ids, id) {
+			t.Fatalf("%d added but already in the sorted ids", id)
+		}
 	}
 	extra := 0
 	for _, p := range want {
