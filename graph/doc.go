@@ -65,10 +65,10 @@
 // smaller one taken:
 //
 //	sorted   an immutable sorted []uint32, published by atomic pointer,
-//	         with the changes since it was built beside it (ids added,
-//	         ids removed, each sorted); a reader bisects the changes,
-//	         then the set; the writer publishes the changes anew, and
-//	         rebuilds the set once they outnumber sqrt(2k)
+//	         with the changes since it was built beside it (one sorted
+//	         list of ids added and removed); a reader bisects the
+//	         changes, then the set; the writer publishes the changes
+//	         anew, and rebuilds the set once they outnumber sqrt(2k)
 //	bitmap   a bit per id up to the highest member, once that is smaller
 //	         (over 2 members per 64 ids); the writer flips bits in place
 //
