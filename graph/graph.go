@@ -99,7 +99,11 @@ func (g *Graph) Reachable(node string, ref ObjectRef) bool {
 			return false
 		case manyNodes:
 			if m := g.multi.get(e); m != nil {
-				return m.set.Load().has(n.id)
+				s := m.set.Load()
+				if s.bits != nil {
+					return s.bitmapHas(n.id)
+				}
+				return s.sortedHas(n.id)
 			}
 		default:
 			return r == n.id+1

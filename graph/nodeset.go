@@ -60,9 +60,20 @@ func change(id uint32, removed bool) uint64 {
 // has reports whether id is in the set. Lock-free, allocation-free.
 func (s *nodeSet) has(id uint32) bool {
 	if s.bits != nil {
-		w := int(id / 64)
-		return w < len(s.bits) && s.bits[w].Load()&(1<<(id%64)) != 0
+		return s.bitmapHas(id)
 	}
+	return s.sortedHas(id)
+}
+
+// bitmapHas is has for the bitmap form, small enough for Reachable to
+// inline: the sets every node reaches are bitmaps, and the most asked
+// about.
+func (s *nodeSet) bitmapHas(id uint32) bool {
+	w := int(id / 64)
+	return w < len(s.bits) && s.bits[w].Load()&(1<<(id%64)) != 0
+}
+
+func (s *nodeSet) sortedHas(id uint32) bool {
 	if i := search(s.changes, change(id, false)); i < len(s.changes) && s.changes[i]>>1 == uint64(id) {
 		return s.changes[i]&1 == 0
 	}
