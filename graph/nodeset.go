@@ -289,7 +289,10 @@ func (m *multiReach) changeSortedLocked(s *nodeSet, id uint32, join bool) {
 	if i := search(s.changes, change(id, false)); i < len(s.changes) && s.changes[i]>>1 == uint64(id) {
 		next.changes = slices.Concat(s.changes[:i], s.changes[i+1:])
 	} else {
-		next.changes = slices.Insert(slices.Clip(s.changes), i, change(id, !join))
+		next.changes = make([]uint64, len(s.changes)+1) // exact: append's growth would double it
+		copy(next.changes, s.changes[:i])
+		next.changes[i] = change(id, !join)
+		copy(next.changes[i+1:], s.changes[i:])
 	}
 	if len(next.changes) == 0 {
 		next.changes = nil
