@@ -60,7 +60,7 @@
 //
 // An object that k nodes reach (k > 1) keeps the set of their ids, and
 // costs O(k) whatever the highest node id in the cluster: a secret two
-// nodes share costs about a hundred bytes at 100,000 node ids, not a
+// nodes share costs about 140 bytes at 100,000 node ids, not a
 // bitset up to the highest id. The set has two forms (nodeset.go), the
 // smaller one taken:
 //
