@@ -29,9 +29,9 @@ type Graph struct {
 
 // entry is one object and its reachability. reach is what readers look
 // at: 0 when no node reaches the object, id+1 when exactly node id does
-// (with count paths), manyNodes when several do (see Graph.multi). The
-// layout keeps an entry at 48 bytes; there is one per object in the
-// cluster that a pod or PV refers to.
+// (with count paths), manyNodes when several do (see Graph.multi and
+// multiReach). The layout keeps an entry at 48 bytes; there is one per
+// object in the cluster that a pod or PV refers to.
 type entry struct {
 	ns, name string
 	reach    atomic.Uint32
@@ -43,14 +43,6 @@ type entry struct {
 const manyNodes = ^uint32(0)
 
 func (e *entry) ref() ObjectRef { return ObjectRef{Kind: e.kind, Namespace: e.ns, Name: e.name} }
-
-// multiReach is the reachability of an object several nodes reach: a bit
-// per node id for readers, path counts for the writer.
-type multiReach struct {
-	e      *entry
-	bits   atomic.Pointer[[]atomic.Uint64]
-	counts map[uint32]int32 // writer only
-}
 
 type nodeEntry struct {
 	name string
@@ -107,7 +99,11 @@ func (g *Graph) Reachable(node string, ref ObjectRef) bool {
 			return false
 		case manyNodes:
 			if m := g.multi.get(e); m != nil {
-				return m.has(n.id)
+				s := m.set.Load()
+				if s.bits != nil {
+					return s.bitmapHas(n.id)
+				}
+				return s.sortedHas(n.id)
 			}
 		default:
 			return r == n.id+1
@@ -118,40 +114,3 @@ func (g *Graph) Reachable(node string, ref ObjectRef) bool {
 
 // Len returns the number of objects of kind in the graph.
 func (g *Graph) Len(kind Kind) int { return int(g.sizes[kind].Load()) }
-
-func (m *multiReach) has(id uint32) bool {
-	bits := m.bits.Load()
-	w := int(id / 64)
-	return bits != nil && w < len(*bits) && (*bits)[w].Load()&(1<<(id%64)) != 0
-}
-
-// set and clear change one node's bit. Writer only: growing copies the
-// words and publishes the copy, which is safe with one writer.
-func (m *multiReach) set(id uint32) {
-	w := int(id / 64)
-	bits := m.bits.Load()
-	if bits == nil || w >= len(*bits) {
-		grown := make([]atomic.Uint64, max(w+1, 2*lenOf(bits)))
-		if bits != nil {
-			for i := range *bits {
-				grown[i].Store((*bits)[i].Load())
-			}
-		}
-		bits = &grown
-		m.bits.Store(bits)
-	}
-	(*bits)[w].Or(1 << (id % 64))
-}
-
-func (m *multiReach) clear(id uint32) {
-	if bits := m.bits.Load(); bits != nil && int(id/64) < len(*bits) {
-		(*bits)[id/64].And(^(uint64(1) << (id % 64)))
-	}
-}
-
-func lenOf(b *[]atomic.Uint64) int {
-	if b == nil {
-		return 0
-	}
-	return len(*b)
-}

@@ -1,10 +1,5 @@
 package graph
 
-import (
-	"maps"
-	"slices"
-)
-
 // nodeIDLocked returns the dense id of node, assigning the next one on
 // first sight. Ids are never reused, so a reader holding an id can never
 // be answered for another node; the table grows with every node name ever
@@ -42,7 +37,9 @@ func (g *Graph) releaseLocked(e *entry) {
 		return
 	}
 	if e.reach.Load() == manyNodes { // cannot happen when paths were balanced
-		g.multi.remove(g.multi.get(e))
+		m := g.multi.get(e)
+		g.multi.remove(m)
+		m.dropLocked()
 	}
 	e.reach.Store(0)
 	g.objects.remove(e)
@@ -59,7 +56,7 @@ func (g *Graph) pathsLocked(e *entry, id uint32) int32 {
 	case 0:
 		return 0
 	case manyNodes:
-		return g.multi.get(e).counts[id]
+		return g.multi.get(e).pathsLocked(id)
 	default:
 		if r == id+1 {
 			return e.count
@@ -74,10 +71,7 @@ func (g *Graph) eachNodeLocked(e *entry, f func(id uint32, paths int32)) {
 	switch r := e.reach.Load(); r {
 	case 0:
 	case manyNodes:
-		counts := g.multi.get(e).counts
-		for _, id := range slices.Sorted(maps.Keys(counts)) {
-			f(id, counts[id])
-		}
+		g.multi.get(e).eachLocked(f)
 	default:
 		f(r-1, e.count)
 	}
@@ -120,19 +114,13 @@ func (g *Graph) setPathsLocked(e *entry, id uint32, paths int32) {
 	switch r := e.reach.Load(); {
 	case r == manyNodes:
 		m := g.multi.get(e)
-		if paths > 0 {
-			m.counts[id] = paths
-			m.set(id)
-			return
-		}
-		delete(m.counts, id)
-		m.clear(id)
-		if len(m.counts) == 1 {
-			for only, c := range m.counts {
-				e.count = c
-				e.reach.Store(only + 1)
-			}
+		m.setPathsLocked(id, paths)
+		if m.n == 1 {
+			only, c := m.onlyLocked()
+			e.count = c
+			e.reach.Store(only + 1)
 			g.multi.remove(m)
+			m.dropLocked()
 		}
 	case r == 0:
 		if paths > 0 {
@@ -148,9 +136,7 @@ func (g *Graph) setPathsLocked(e *entry, id uint32, paths int32) {
 		}
 	default: // one other node reaches e
 		if paths > 0 {
-			m := &multiReach{e: e, counts: map[uint32]int32{r - 1: e.count, id: paths}}
-			m.set(r - 1)
-			m.set(id)
+			m := newMultiReachLocked(e, r-1, id, e.count, paths)
 			g.multi.insert(m)
 			e.reach.Store(manyNodes)
 			e.count = 0
