@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,8 +35,10 @@ const reviewBenchWindow = 3 * time.Minute
 
 // BenchmarkReviewsPerMinuteAt1000Connections: 1,000 bulk watch
 // connections on one hub with its default flags, each with a
-// ServiceAccount token of its own bound to system:node-proxier (a
-// kube-proxy's on each of 1,000 nodes), each with kube-proxy's channels
+// ServiceAccount token of its own bound to system:node-proxier and to a
+// pod of its own on a node of its own (a kube-proxy DaemonSet's pod's
+// projected token on each of 1,000 nodes: kubeProxyPodToken), each with
+// kube-proxy's channels
 // (Services, EndpointSlices, ServiceCIDRs, its Node). Nothing changes
 // meanwhile. It counts, from kube-apiserver's apiserver_request_total,
 // the TokenReviews and SubjectAccessReviews the hub sends a minute to
@@ -96,7 +99,8 @@ func BenchmarkReviewsPerMinuteAt1000Connections(b *testing.B) {
 }
 
 // openKubeProxyConnections opens reviewBenchConnections connections to
-// srv, each with a token of its own, each with kube-proxy's channels.
+// srv, each with a token of its own (kubeProxyPodToken), each with
+// kube-proxy's channels.
 func openKubeProxyConnections(b *testing.B, srv *testserver.Server) []*watchmux.Client {
 	b.Helper()
 	ctx := context.Background()
@@ -104,6 +108,7 @@ func openKubeProxyConnections(b *testing.B, srv *testserver.Server) []*watchmux.
 	gvr := func(group, resource string) metav1.GroupVersionResource {
 		return metav1.GroupVersionResource{Group: group, Version: "v1", Resource: resource}
 	}
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	conns := make([]*watchmux.Client, reviewBenchConnections)
 	var wg sync.WaitGroup
 	errs := make(chan error, reviewBenchConnections)
@@ -112,7 +117,7 @@ func openKubeProxyConnections(b *testing.B, srv *testserver.Server) []*watchmux.
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			token, err := cp.ServiceAccountToken(ctx, "review-bench", "kube-proxy", time.Hour)
+			token, err := kubeProxyPodToken(ctx, admin, i)
 			if err != nil {
 				errs <- err
 				return
@@ -183,4 +188,25 @@ func gathered(b *testing.B, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// kubeProxyPodToken is the projected token of kube-proxy's pod on node
+// bench-node-i, as the kubelet would ask for it: pod review-bench/
+// kube-proxy-i (created if missing, spec.nodeName set, as the DaemonSet
+// controller creates it; no scheduler or kubelet runs here, so it stays
+// pending) and a TokenRequest bound to it. The user kube-apiserver
+// authenticates with it carries the pod's and the node's names in its
+// extra, as a real kube-proxy's does.
+func kubeProxyPodToken(ctx context.Context, admin kubernetes.Interface, i int) (string, error) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("kube-proxy-%d", i), Namespace: "review-bench"},
+		Spec: corev1.PodSpec{NodeName: fmt.Sprintf("bench-node-%d", i), ServiceAccountName: "kube-proxy",
+			Containers: []corev1.Container{{Name: "kube-proxy", Image: "registry.k8s.io/kube-proxy:v1.36.3"}}}}
+	created, err := admin.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = admin.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return "", fmt.Errorf("kube-proxy's pod on bench-node-%d: %w", i, err)
+	}
+	return cp.PodBoundToken(ctx, pod.Namespace, "kube-proxy", created)
 }
