@@ -12,6 +12,21 @@ const (
 	entryDelegated      = "delegated"
 )
 
+// How a re-authentication was decided, and its result
+// (nodeproxy_hub_reauthentications_total).
+const (
+	decidedByLocal  = "local"
+	decidedByReview = "review"
+	decidedByCanary = "canary"
+	decidedByAge    = "age"
+
+	resultOK           = "ok"
+	resultUnauthorized = "unauthorized"
+	resultRevoked      = "revoked"
+	resultError        = "error"
+	resultMaxAge       = "max_age"
+)
+
 var (
 	bulkEntries = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy",
@@ -26,12 +41,17 @@ var (
 		Namespace: "nodeproxy",
 		Subsystem: "hub",
 		Name:      "reauthentications_total",
-		Help: "Open bulk watch connections (bulk watch channels and node views) authenticated again, by result: ok; " +
-			"unauthorized (the credential no longer authenticates, or names someone else: every channel ended with 401 and the connection closed); " +
+		Help: "Open bulk watch connections (bulk watch channels and node views) authenticated again, by how it was decided " +
+			"(local: a bound ServiceAccount token decided from its claims and the hub's cache, no request to kube-apiserver; " +
+			"review: the hub's authenticator, a TokenReview through its shared cache or a client certificate against the client CA; " +
+			"canary: the one TokenReview a re-check interval of a token class, standing for every token of it checked locally; " +
+			"age: --watch-max-connection-age) and result: ok; " +
+			"unauthorized (the credential no longer authenticates, or names someone else: every channel ended with 401 and the connection closed; " +
+			"a refused canary has every token of its class reviewed at once); " +
 			"revoked (the token's ServiceAccount, or the Secret, Pod or Node it is bound to, deleted: every channel ended with 401 and the connection closed at once); " +
 			"error (the check could not be made: kept, checked again in 10 s); max_age (the connection reached --watch-max-connection-age and ended with 503, for the client to resume elsewhere).",
 		StabilityLevel: metrics.ALPHA,
-	}, []string{"result"})
+	}, []string{"decided_by", "result"})
 
 	registerOnce sync.Once
 )
