@@ -129,29 +129,7 @@ func TestExpiredClientCertificateEndsItsChannelsWith401(t *testing.T) {
 	defer c.Close()
 	ch := chs[0]
 
-	deadline := time.After(time.Until(leaf.NotAfter) + time.Minute)
-	for ended := false; !ended; {
-		select {
-		case ev, ok := <-ch.Events:
-			if !ok {
-				t.Fatal("the channel closed without an ERROR")
-			}
-			if ev.Type != watch.Error {
-				continue
-			}
-			at := time.Now()
-			if st := ev.Status; st == nil || st.Code != http.StatusUnauthorized || st.Reason != metav1.StatusReasonUnauthorized || st.Message != "Unauthorized" {
-				t.Fatalf("the channel ended with %+v, want kube-apiserver's 401 Unauthorized", st)
-			}
-			if at.Before(leaf.NotAfter) {
-				t.Fatalf("the channel ended with 401 %s before the certificate's NotAfter", leaf.NotAfter.Sub(at))
-			}
-			t.Logf("the channel ended with 401 %s after the certificate's NotAfter", at.Sub(leaf.NotAfter).Round(time.Millisecond))
-			ended = true
-		case <-deadline:
-			t.Fatalf("the channel is open a minute past the certificate's NotAfter (%s)", leaf.NotAfter)
-		}
-	}
+	endsWith401NotBefore(t, ch, leaf.NotAfter, time.Minute, "the certificate's NotAfter")
 	select {
 	case <-c.Done():
 	case <-time.After(30 * time.Second):
@@ -225,29 +203,7 @@ func TestPodBoundTokenEndsWith401AtItsPodsDeletionTimestampPlusLeeway(t *testing
 		}
 	}
 
-	deadline := time.After(time.Until(refusedFrom) + 30*time.Second)
-	for ended := false; !ended; {
-		select {
-		case ev, ok := <-ch.Events:
-			if !ok {
-				t.Fatal("the channel closed without an ERROR")
-			}
-			if ev.Type != watch.Error {
-				continue
-			}
-			at := time.Now()
-			if st := ev.Status; st == nil || st.Code != http.StatusUnauthorized || st.Message != "Unauthorized" {
-				t.Fatalf("the channel ended with %+v, want kube-apiserver's 401 Unauthorized", st)
-			}
-			if at.Before(refusedFrom) {
-				t.Fatalf("the channel ended %s before the deletionTimestamp plus the leeway", refusedFrom.Sub(at))
-			}
-			t.Logf("the channel ended with 401 %s after the deletionTimestamp plus the leeway", at.Sub(refusedFrom).Round(time.Millisecond))
-			ended = true
-		case <-deadline:
-			t.Fatalf("the channel is open 30 s past the deletionTimestamp plus the leeway (%s)", refusedFrom)
-		}
-	}
+	endsWith401NotBefore(t, ch, refusedFrom, 30*time.Second, "the deletionTimestamp plus the leeway")
 	if got := reauthentications(t, "local", "unauthorized") - localRefusals; got != 1 {
 		t.Errorf("%v connections ended by the hub's local check, want this one", got)
 	}
@@ -259,6 +215,36 @@ func TestPodBoundTokenEndsWith401AtItsPodsDeletionTimestampPlusLeeway(t *testing
 	})
 	if _, err := watchmux.Dial(ctx, cfg); !apierrors.IsUnauthorized(err) {
 		t.Errorf("a new connection with the token: %v, want 401", err)
+	}
+}
+
+// endsWith401NotBefore reads ch until it ends with ERROR 401 in
+// kube-apiserver's words, failing if that comes before notBefore (what
+// names it), or not within grace after it.
+func endsWith401NotBefore(t *testing.T, ch *watchmux.Channel, notBefore time.Time, grace time.Duration, what string) {
+	t.Helper()
+	deadline := time.After(time.Until(notBefore) + grace)
+	for {
+		select {
+		case ev, ok := <-ch.Events:
+			if !ok {
+				t.Fatal("the channel closed without an ERROR")
+			}
+			if ev.Type != watch.Error {
+				continue
+			}
+			at := time.Now()
+			if st := ev.Status; st == nil || st.Code != http.StatusUnauthorized || st.Reason != metav1.StatusReasonUnauthorized || st.Message != "Unauthorized" {
+				t.Fatalf("the channel ended with %+v, want kube-apiserver's 401 Unauthorized", st)
+			}
+			if at.Before(notBefore) {
+				t.Fatalf("the channel ended with 401 %s before %s", notBefore.Sub(at), what)
+			}
+			t.Logf("the channel ended with 401 %s after %s", at.Sub(notBefore).Round(time.Millisecond), what)
+			return
+		case <-deadline:
+			t.Fatalf("the channel is open %s past %s (%s)", grace, what, notBefore)
+		}
 	}
 }
 
