@@ -88,8 +88,18 @@ func (m *member) sameAs(resp *authenticator.Response) bool {
 func (m *member) refuse() { m.once.Do(func() { close(m.refused) }) }
 
 // local reports whether m may be checked locally now.
-func (m *member) local() bool {
-	return !m.distrusted.Load() && authenticatedAs(m.first.Load(), m.claims)
+func (m *member) local() bool { return m.whyNotLocal() == "" }
+
+// whyNotLocal is why m may not be checked locally now, in a word
+// (nodeproxy_hub_reauthentication_local_fallbacks_total), or "".
+func (m *member) whyNotLocal() string {
+	switch {
+	case m.distrusted.Load():
+		return fallbackDistrusted
+	case !authenticatedAs(m.first.Load(), m.claims):
+		return fallbackUnconfirmed
+	}
+	return ""
 }
 
 func newCanaries(check func(context.Context, *credential) (*authenticator.Response, bool, error), interval, retry time.Duration, jitter func(time.Duration) time.Duration) *canaries {

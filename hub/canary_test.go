@@ -17,6 +17,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/component-base/metrics/testutil"
 )
 
 // tokenReviews is kube-apiserver's service account authenticator as a
@@ -89,18 +90,30 @@ func kubeProxyToken(objs *fakeObjects, kid string, i int) string {
 // cache at every interval, without a review; its canary is kept out of
 // the way here (an hour). When the cache cannot vouch for its objects
 // (the pods' cache not fresh, its pod missing), each check is a review
-// again.
+// again, counted by why.
 func TestBoundTokensAreCheckedLocallyBetweenReviews(t *testing.T) {
+	registerMetrics()
 	for _, tc := range []struct {
-		name        string
-		cache       func(*fakeObjects)
-		wantReviews bool
+		name     string
+		cache    func(*fakeObjects)
+		fallback string // "": no reviews between
 	}{
-		{"everything in the cache, fresh", nil, false},
-		{"the pods' cache not fresh", func(f *fakeObjects) { f.mu.Lock(); f.stale["pods"] = true; f.mu.Unlock() }, true},
-		{"its pod missing from the cache", func(f *fakeObjects) { f.mu.Lock(); delete(f.objects, "pods/kube-system/kube-proxy-1"); f.mu.Unlock() }, true},
+		{"everything in the cache, fresh", nil, ""},
+		{"the pods' cache not fresh", func(f *fakeObjects) { f.mu.Lock(); f.stale["pods"] = true; f.mu.Unlock() }, fallbackStale},
+		{"its pod missing from the cache", func(f *fakeObjects) { f.mu.Lock(); delete(f.objects, "pods/kube-system/kube-proxy-1"); f.mu.Unlock() }, fallbackMissing},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			fallbacks := func() float64 {
+				if tc.fallback == "" {
+					return 0
+				}
+				v, err := testutil.GetCounterMetricValue(localFallbacks.WithLabelValues(tc.fallback))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+			before := fallbacks()
 			objs, reviews := cluster(), newTokenReviews()
 			token := kubeProxyToken(objs, "key-1", 1)
 			a := newReauthenticator(reviews, nil, objs, 5*time.Millisecond, time.Hour)
@@ -120,8 +133,11 @@ func TestBoundTokensAreCheckedLocallyBetweenReviews(t *testing.T) {
 				case <-time.After(time.Millisecond):
 				}
 			}
-			if got := reviews.count(token); tc.wantReviews != (got > 1) {
-				t.Errorf("%d reviews of the token (one when it opened), want reviews between: %v", got, tc.wantReviews)
+			if got := reviews.count(token); (tc.fallback != "") != (got > 1) {
+				t.Errorf("%d reviews of the token (one when it opened), want reviews between: %v", got, tc.fallback != "")
+			}
+			if tc.fallback != "" && fallbacks() == before {
+				t.Errorf("no review counted as %s", tc.fallback)
 			}
 		})
 	}

@@ -36,6 +36,9 @@ type localDecision struct {
 	verdict verdict
 	// reason says why it refused or could not decide; for logs.
 	reason string
+	// fallback, when it could not decide, is why in a word
+	// (nodeproxy_hub_reauthentication_local_fallbacks_total).
+	fallback string
 	// until, when allowed, is the first instant at which time alone (the
 	// token's exp, an object's deletionTimestamp, each plus the leeway)
 	// makes the same state refused; zero when none does.
@@ -115,7 +118,7 @@ type namedRef struct {
 // object the hub cannot vouch for asks for a review.
 func decideLocally(claims tokenClaims, objs objectLookup, now time.Time) localDecision {
 	if !isBoundToken(claims) {
-		return localDecision{verdict: verdictReview, reason: "not a bound service account token"}
+		return localDecision{verdict: verdictReview, reason: "not a bound service account token", fallback: fallbackUnbound}
 	}
 	var until time.Time
 	sooner := func(t time.Time) {
@@ -149,7 +152,7 @@ func decideLocally(claims tokenClaims, objs objectLookup, now time.Time) localDe
 	// An object is taken as deleted once its deletionTimestamp is before
 	// deletedBefore.
 	deletedBefore := now.Add(-serviceAccountLeeway)
-	review := ""
+	review, fallback := "", ""
 	for _, r := range refs {
 		if r.ref == nil {
 			continue
@@ -157,10 +160,10 @@ func decideLocally(claims tokenClaims, objs objectLookup, now time.Time) localDe
 		obj, found := objs.lookup(r.resource, r.namespace, r.ref.Name)
 		switch found {
 		case lookupStale:
-			review = fmt.Sprintf("the cache of %s is not fresh", r.resource)
+			review, fallback = fmt.Sprintf("the cache of %s is not fresh", r.resource), fallbackStale
 			continue
 		case lookupMissing:
-			review = fmt.Sprintf("%s %s/%s is not in the cache", r.resource, r.namespace, r.ref.Name)
+			review, fallback = fmt.Sprintf("%s %s/%s is not in the cache", r.resource, r.namespace, r.ref.Name), fallbackMissing
 			continue
 		}
 		if obj.GetUID() != r.ref.UID {
@@ -176,7 +179,7 @@ func decideLocally(claims tokenClaims, objs objectLookup, now time.Time) localDe
 		}
 	}
 	if review != "" {
-		return localDecision{verdict: verdictReview, reason: review}
+		return localDecision{verdict: verdictReview, reason: review, fallback: fallback}
 	}
 	return localDecision{verdict: verdictAllow, until: until}
 }

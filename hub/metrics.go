@@ -27,6 +27,18 @@ const (
 	resultMaxAge       = "max_age"
 )
 
+// Why a bound token's check was a review
+// (nodeproxy_hub_reauthentication_local_fallbacks_total).
+const (
+	fallbackStale       = "stale"
+	fallbackMissing     = "missing"
+	fallbackDistrusted  = "distrusted"
+	fallbackUnconfirmed = "unconfirmed"
+	// fallbackUnbound is never counted: only bound tokens are decided
+	// locally.
+	fallbackUnbound = "unbound"
+)
+
 var (
 	bulkEntries = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy",
@@ -53,11 +65,23 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"decided_by", "result"})
 
+	localFallbacks = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy",
+		Subsystem: "hub",
+		Name:      "reauthentication_local_fallbacks_total",
+		Help: "Checks of open connections' bound ServiceAccount tokens made by TokenReview because the local check could not stand in, by reason: " +
+			"stale (the cache of a type the check needs not heard from kube-apiserver within --node-view-heard-within, or its watch failing); " +
+			"missing (an object the token names not in the cache: kube-apiserver would look it up live); " +
+			"distrusted (its class's canary was refused, and no review has accepted the token since); " +
+			"unconfirmed (no review yet showed kube-apiserver's service account authenticator accepting it as its claims' user).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
+
 	registerOnce sync.Once
 )
 
 // registerMetrics registers the hub's metrics with the legacy registry
 // that /metrics serves.
 func registerMetrics() {
-	registerOnce.Do(func() { legacyregistry.MustRegister(bulkEntries, reauthentications) })
+	registerOnce.Do(func() { legacyregistry.MustRegister(bulkEntries, reauthentications, localFallbacks) })
 }

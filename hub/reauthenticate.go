@@ -134,7 +134,9 @@ func (a *reauthenticator) follow(ctx context.Context, r *http.Request) <-chan *m
 	claims, _ := claimsOf(cred)
 	m := newMember(cred, claims, first)
 	leave := func() {}
-	if a.objects != nil && isBoundToken(claims) {
+	// Only a bound ServiceAccount token may be checked locally.
+	local := a.objects != nil && isBoundToken(claims)
+	if local {
 		leave = a.canaries.join(m)
 	}
 	revocation, stopRevoked := a.bound.follow(boundUIDs(cred))
@@ -175,25 +177,17 @@ func (a *reauthenticator) follow(ctx context.Context, r *http.Request) <-chan *m
 				t.Stop()
 			case <-t.C:
 			}
-			if a.objects != nil && m.local() {
-				d := decideLocally(claims, a.objects, a.now())
-				switch d.verdict {
-				case verdictAllow:
-					m.passed.Store(true)
-					reauthentications.WithLabelValues(decidedByLocal, resultOK).Inc()
+			if local {
+				if d, decided := a.checkLocally(m); decided && d.verdict == verdictRefuse {
+					end <- unauthorized()
+					return
+				} else if decided {
 					next = a.jitter(a.interval)
 					if !d.until.IsZero() {
 						next = min(next, max(d.until.Sub(a.now()), time.Millisecond))
 					}
 					continue
-				case verdictRefuse:
-					reauthentications.WithLabelValues(decidedByLocal, resultUnauthorized).Inc()
-					klog.V(2).InfoS("Bulk watch connection's token is no longer valid by its claims and the objects they name; ending its channels with 401", "reason", d.reason)
-					end <- unauthorized()
-					return
 				}
-				m.passed.Store(false)
-				klog.V(4).InfoS("Reviewing a bound token the local check cannot decide", "reason", d.reason)
 			}
 			resp, ok, err := a.check(ctx, cred)
 			switch {
@@ -216,6 +210,30 @@ func (a *reauthenticator) follow(ctx context.Context, r *http.Request) <-chan *m
 		}
 	}()
 	return end
+}
+
+// checkLocally decides m from its claims and the cache, if it may, and
+// counts how; false: the check is to be a review.
+func (a *reauthenticator) checkLocally(m *member) (localDecision, bool) {
+	if why := m.whyNotLocal(); why != "" {
+		localFallbacks.WithLabelValues(why).Inc()
+		return localDecision{}, false
+	}
+	d := decideLocally(m.claims, a.objects, a.now())
+	switch d.verdict {
+	case verdictAllow:
+		m.passed.Store(true)
+		reauthentications.WithLabelValues(decidedByLocal, resultOK).Inc()
+		return d, true
+	case verdictRefuse:
+		reauthentications.WithLabelValues(decidedByLocal, resultUnauthorized).Inc()
+		klog.V(2).InfoS("Bulk watch connection's token is no longer valid by its claims and the objects they name; ending its channels with 401", "reason", d.reason)
+		return d, true
+	}
+	m.passed.Store(false)
+	localFallbacks.WithLabelValues(d.fallback).Inc()
+	klog.V(4).InfoS("Reviewing a bound token the local check cannot decide", "reason", d.reason)
+	return d, false
 }
 
 // check authenticates cred as the hub's authentication filter would.
