@@ -29,6 +29,9 @@ type tokenReviews struct {
 	refused map[string]error // by kid; nil error: refused without a reason
 	failing map[string]error // by kid: the review cannot be made
 	reviews map[string]int   // by token
+	// refuseFrom, if set, refuses every token from then on (the pod's
+	// deletionTimestamp plus the leeway).
+	refuseFrom time.Time
 }
 
 func newTokenReviews() *tokenReviews {
@@ -47,6 +50,9 @@ func (r *tokenReviews) AuthenticateRequest(req *http.Request) (*authenticator.Re
 	}
 	if err, ok := r.refused[claims.keyID]; ok {
 		return nil, false, err
+	}
+	if !r.refuseFrom.IsZero() && !time.Now().Before(r.refuseFrom) {
+		return nil, false, errors.New("service account token has been invalidated")
 	}
 	k := claims.Kubernetes
 	return &authenticator.Response{User: &user.DefaultInfo{Name: serviceaccount.MakeUsername(k.Namespace, k.ServiceAccount.Name), UID: string(k.ServiceAccount.UID),
@@ -146,35 +152,55 @@ func TestBoundTokensAreCheckedLocallyBetweenReviews(t *testing.T) {
 // TestPodInGracefulDeletionEndsItsTokensConnectionAtDeletionTimestampPlusLeeway:
 // the cache sees the token's pod marked for deletion; the connection
 // ends with 401 once the deletionTimestamp is more than the leeway ago,
-// as kube-apiserver then refuses the token, not before, with no review
-// and no periodic check (an hour) to end it.
+// as kube-apiserver then refuses the token, not before, with no periodic
+// check (an hour) to end it. With everything in the cache fresh, no
+// review is made; with the ServiceAccounts' cache not fresh, the checks
+// are reviews, and one is made at that instant, when kube-apiserver
+// refuses.
 func TestPodInGracefulDeletionEndsItsTokensConnectionAtDeletionTimestampPlusLeeway(t *testing.T) {
-	objs, reviews, bound := cluster(), newTokenReviews(), newBoundObjects()
-	token := kubeProxyToken(objs, "key-1", 1)
-	a := newReauthenticator(reviews, bound, objs, time.Hour, time.Hour)
-	a.canaries.interval = time.Hour
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	end := a.follow(ctx, upgrade(token))
+	for _, tc := range []struct {
+		name       string
+		stale      bool
+		maxReviews int
+	}{
+		{"everything in the cache, fresh", false, 1},
+		{"the ServiceAccounts' cache not fresh", true, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, reviews, bound := cluster(), newTokenReviews(), newBoundObjects()
+			token := kubeProxyToken(objs, "key-1", 1)
+			a := newReauthenticator(reviews, bound, objs, time.Hour, time.Hour)
+			a.canaries.interval = time.Hour
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			end := a.follow(ctx, upgrade(token))
 
-	// deletionTimestamp is in whole seconds: a second or two from now,
-	// minus the leeway.
-	deletionTimestamp := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(-serviceAccountLeeway)
-	refusedFrom := deletionTimestamp.Add(serviceAccountLeeway)
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-proxy-1", UID: "pod-1"}}
-	marked := deleting(pod.DeepCopy(), deletionTimestamp)
-	objs.put("pods", marked)
-	bound.handler().OnUpdate(pod, marked)
+			// deletionTimestamp is in whole seconds: a second or two
+			// from now, minus the leeway.
+			deletionTimestamp := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(-serviceAccountLeeway)
+			refusedFrom := deletionTimestamp.Add(serviceAccountLeeway)
+			reviews.mu.Lock()
+			reviews.refuseFrom = refusedFrom
+			reviews.mu.Unlock()
+			objs.mu.Lock()
+			objs.stale["serviceaccounts"] = tc.stale
+			objs.mu.Unlock()
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-proxy-1", UID: "pod-1"}}
+			marked := deleting(pod.DeepCopy(), deletionTimestamp)
+			objs.put("pods", marked)
+			bound.handler().OnUpdate(pod, marked)
 
-	st := ended(t, end)
-	if at := time.Now(); at.Before(refusedFrom) {
-		t.Errorf("ended %s before kube-apiserver's rule refuses the token", refusedFrom.Sub(at))
-	}
-	if st.Code != http.StatusUnauthorized || st.Message != "Unauthorized" {
-		t.Errorf("ended with %+v, want kube-apiserver's 401", st)
-	}
-	if got := reviews.count(token); got != 1 {
-		t.Errorf("%d reviews, want the one when it opened", got)
+			st := ended(t, end)
+			if at := time.Now(); at.Before(refusedFrom) {
+				t.Errorf("ended %s before kube-apiserver's rule refuses the token", refusedFrom.Sub(at))
+			}
+			if st.Code != http.StatusUnauthorized || st.Message != "Unauthorized" {
+				t.Errorf("ended with %+v, want kube-apiserver's 401", st)
+			}
+			if got := reviews.count(token); got > tc.maxReviews {
+				t.Errorf("%d reviews, want at most %d", got, tc.maxReviews)
+			}
+		})
 	}
 }
 

@@ -39,9 +39,10 @@ type localDecision struct {
 	// fallback, when it could not decide, is why in a word
 	// (nodeproxy_hub_reauthentication_local_fallbacks_total).
 	fallback string
-	// until, when allowed, is the first instant at which time alone (the
-	// token's exp, an object's deletionTimestamp, each plus the leeway)
-	// makes the same state refused; zero when none does.
+	// until, when allowed or reviewed, is the first instant at which
+	// time alone (the token's exp, an object's deletionTimestamp, each
+	// plus the leeway) makes what the cache holds refused; zero when
+	// nothing does.
 	until time.Time
 }
 
@@ -179,7 +180,9 @@ func decideLocally(claims tokenClaims, objs objectLookup, now time.Time) localDe
 		}
 	}
 	if review != "" {
-		return localDecision{verdict: verdictReview, reason: review, fallback: fallback}
+		// until still says when time alone refuses what the cache
+		// does show: the review now cannot see that instant coming.
+		return localDecision{verdict: verdictReview, reason: review, fallback: fallback, until: until}
 	}
 	return localDecision{verdict: verdictAllow, until: until}
 }

@@ -177,15 +177,15 @@ func (a *reauthenticator) follow(ctx context.Context, r *http.Request) <-chan *m
 				t.Stop()
 			case <-t.C:
 			}
+			var until time.Time // when time alone refuses it, as the cache shows it
 			if local {
-				if d, decided := a.checkLocally(m); decided && d.verdict == verdictRefuse {
+				d, decided := a.checkLocally(m)
+				if decided && d.verdict == verdictRefuse {
 					end <- unauthorized()
 					return
-				} else if decided {
-					next = a.jitter(a.interval)
-					if !d.until.IsZero() {
-						next = min(next, max(d.until.Sub(a.now()), time.Millisecond))
-					}
+				}
+				if until = d.until; decided {
+					next = a.until(a.jitter(a.interval), until)
 					continue
 				}
 			}
@@ -206,20 +206,31 @@ func (a *reauthenticator) follow(ctx context.Context, r *http.Request) <-chan *m
 			}
 			m.distrusted.Store(false)
 			reauthentications.WithLabelValues(decidedByReview, resultOK).Inc()
-			next = a.nextCheck(cred, a.interval)
+			// A pod in graceful deletion whose other objects the cache
+			// could not vouch for is still checked when its time comes.
+			next = a.until(a.nextCheck(cred, a.interval), until)
 		}
 	}()
 	return end
 }
 
+// until is the wait d, or until the instant at if that comes sooner.
+func (a *reauthenticator) until(d time.Duration, at time.Time) time.Duration {
+	if at.IsZero() {
+		return d
+	}
+	return min(d, max(at.Sub(a.now()), time.Millisecond))
+}
+
 // checkLocally decides m from its claims and the cache, if it may, and
-// counts how; false: the check is to be a review.
+// counts how; false: the check is to be a review, before the decision's
+// until, if any.
 func (a *reauthenticator) checkLocally(m *member) (localDecision, bool) {
+	d := decideLocally(m.claims, a.objects, a.now())
 	if why := m.whyNotLocal(); why != "" {
 		localFallbacks.WithLabelValues(why).Inc()
-		return localDecision{}, false
+		return localDecision{verdict: verdictReview, until: d.until}, false
 	}
-	d := decideLocally(m.claims, a.objects, a.now())
 	switch d.verdict {
 	case verdictAllow:
 		m.passed.Store(true)

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -175,6 +176,11 @@ func TestPodBoundTokenEndsWith401AtItsPodsDeletionTimestampPlusLeeway(t *testing
 	defer c.Close()
 	ch := chs[0]
 	localRefusals := reauthentications(t, "local", "unauthorized")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the hub's re-authentications: %s", counters(t, "nodeproxy_hub_reauthentications_total", "nodeproxy_hub_reauthentication_local_fallbacks_total"))
+		}
+	})
 
 	if err := admin.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](5)}); err != nil {
 		t.Fatal(err)
@@ -246,6 +252,30 @@ func endsWith401NotBefore(t *testing.T, ch *watchmux.Channel, notBefore time.Tim
 			t.Fatalf("the channel is open %s past %s (%s)", grace, what, notBefore)
 		}
 	}
+}
+
+// counters are the samples of the hub's counter families names, labels
+// and values: what a failure shows of how the hub decided.
+func counters(t *testing.T, names ...string) string {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, f := range families {
+		if !slices.Contains(names, f.GetName()) {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			out = append(out, fmt.Sprintf("%s{%s} %v", f.GetName(), strings.Join(labels, ","), m.GetCounter().GetValue()))
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // reauthentications is the hub's count of re-authentications decided
