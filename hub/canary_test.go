@@ -162,9 +162,14 @@ func TestPodInGracefulDeletionEndsItsTokensConnectionAtDeletionTimestampPlusLeew
 		name       string
 		stale      bool
 		maxReviews int
+		// publishLate: the cache publishes the marked pod only after its
+		// handlers ran, as the store does, so the check they wake reads
+		// the pod unmarked.
+		publishLate bool
 	}{
-		{"everything in the cache, fresh", false, 1},
-		{"the ServiceAccounts' cache not fresh", true, 3},
+		{"everything in the cache, fresh", false, 1, false},
+		{"the ServiceAccounts' cache not fresh", true, 3, false},
+		{"the cache publishing after its handlers", false, 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs, reviews, bound := cluster(), newTokenReviews(), newBoundObjects()
@@ -187,8 +192,14 @@ func TestPodInGracefulDeletionEndsItsTokensConnectionAtDeletionTimestampPlusLeew
 			objs.mu.Unlock()
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-proxy-1", UID: "pod-1"}}
 			marked := deleting(pod.DeepCopy(), deletionTimestamp)
-			objs.put("pods", marked)
+			if !tc.publishLate {
+				objs.put("pods", marked)
+			}
 			bound.handler().OnUpdate(pod, marked)
+			if tc.publishLate {
+				time.Sleep(100 * time.Millisecond)
+				objs.put("pods", marked)
+			}
 
 			st := ended(t, end)
 			if at := time.Now(); at.Before(refusedFrom) {

@@ -98,6 +98,24 @@ func authenticatedAs(resp *authenticator.Response, claims tokenClaims) bool {
 	return true
 }
 
+// deletedAfterLeeway is the first instant at which an object whose
+// deletionTimestamp is at counts as deleted: once at is more than the
+// leeway ago. Zero for zero.
+func deletedAfterLeeway(at time.Time) time.Time {
+	if at.IsZero() {
+		return at
+	}
+	return at.Add(serviceAccountLeeway).Add(time.Nanosecond)
+}
+
+// sooner is the earlier of a and b, a zero one standing for never.
+func sooner(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
+}
+
 // namedRef is an object a token's claims name, with where to find it.
 type namedRef struct {
 	resource, namespace string
@@ -122,11 +140,6 @@ func decideLocally(claims tokenClaims, objs objectLookup, now time.Time) localDe
 		return localDecision{verdict: verdictReview, reason: "not a bound service account token", fallback: fallbackUnbound}
 	}
 	var until time.Time
-	sooner := func(t time.Time) {
-		if until.IsZero() || t.Before(until) {
-			until = t
-		}
-	}
 	// The times first, as go-jose's validation of the claims does.
 	switch {
 	case claims.Nbf != nil && now.Add(serviceAccountLeeway).Before(time.Unix(*claims.Nbf, 0)):
@@ -138,7 +151,7 @@ func decideLocally(claims tokenClaims, objs objectLookup, now time.Time) localDe
 		if now.After(expired) {
 			return localDecision{verdict: verdictRefuse, reason: "service account token has expired"}
 		}
-		sooner(expired.Add(time.Nanosecond))
+		until = sooner(until, expired.Add(time.Nanosecond))
 	}
 
 	k := claims.Kubernetes
@@ -174,9 +187,7 @@ func decideLocally(claims tokenClaims, objs objectLookup, now time.Time) localDe
 			if dt.Time.Before(deletedBefore) {
 				return localDecision{verdict: verdictRefuse, reason: fmt.Sprintf("%s %s/%s was deleted at %s", r.resource, r.namespace, r.ref.Name, dt.UTC().Format(time.RFC3339))}
 			}
-			// Refused from the first instant its deletionTimestamp is
-			// more than the leeway ago.
-			sooner(dt.Time.Add(serviceAccountLeeway).Add(time.Nanosecond))
+			until = sooner(until, deletedAfterLeeway(dt.Time))
 		}
 	}
 	if review != "" {

@@ -177,14 +177,16 @@ func (a *reauthenticator) follow(ctx context.Context, r *http.Request) <-chan *m
 				t.Stop()
 			case <-t.C:
 			}
-			var until time.Time // when time alone refuses it, as the cache shows it
+			// until is when time alone refuses the token: as the cache
+			// shows its objects, or as the deletion marks seen say.
+			until := deletedAfterLeeway(revocation.deletingAt())
 			if local {
 				d, decided := a.checkLocally(m)
 				if decided && d.verdict == verdictRefuse {
 					end <- unauthorized()
 					return
 				}
-				if until = d.until; decided {
+				if until = sooner(until, d.until); decided {
 					next = a.until(a.jitter(a.interval), until)
 					continue
 				}

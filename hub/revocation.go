@@ -2,6 +2,8 @@ package hub
 
 import (
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
@@ -39,15 +41,37 @@ type revocation struct {
 	done    chan struct{}
 	once    sync.Once
 	changed chan struct{} // buffered 1: a signal not yet taken stands for any later one
+	// deleting is the earliest deletionTimestamp seen of an object the
+	// token names (unix nanoseconds; 0: none). The store runs its
+	// handlers before it publishes the change, so the check the signal
+	// wakes may read the object unmarked; this tells it when to check
+	// again all the same.
+	deleting atomic.Int64
 }
 
 func (r *revocation) revoke() { r.once.Do(func() { close(r.done) }) }
 
-func (r *revocation) poke() {
+// mark records that an object the token names is to be deleted at at,
+// and signals changed.
+func (r *revocation) mark(at time.Time) {
+	for {
+		old := r.deleting.Load()
+		if old != 0 && old <= at.UnixNano() || r.deleting.CompareAndSwap(old, at.UnixNano()) {
+			break
+		}
+	}
 	select {
 	case r.changed <- struct{}{}:
 	default:
 	}
+}
+
+// deletingAt is the earliest deletionTimestamp marked; zero if none.
+func (r *revocation) deletingAt() time.Time {
+	if at := r.deleting.Load(); at != 0 {
+		return time.Unix(0, at)
+	}
+	return time.Time{}
 }
 
 // boundResources are the types whose deletion revokes the tokens that
@@ -97,12 +121,13 @@ func (b *boundObjects) deleted(uid types.UID) {
 	}
 }
 
-// marked signals every connection whose token names uid.
-func (b *boundObjects) marked(uid types.UID) {
+// marked tells every connection whose token names uid that it is to be
+// deleted at at.
+func (b *boundObjects) marked(uid types.UID, at time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for r := range b.byUID[uid] {
-		r.poke()
+		r.mark(at)
 	}
 }
 
@@ -121,7 +146,7 @@ func (b *boundObjects) handler() toolscache.ResourceEventHandler {
 		},
 		UpdateFunc: func(_, obj interface{}) {
 			if m, err := meta.Accessor(obj); err == nil && m.GetDeletionTimestamp() != nil {
-				b.marked(m.GetUID())
+				b.marked(m.GetUID(), m.GetDeletionTimestamp().Time)
 			}
 		},
 	}
