@@ -38,9 +38,11 @@ type canaries struct {
 	classes map[tokenClass]*classMembers // guarded by mu
 }
 
-// classReviewConcurrency bounds the reviews of a class whose canary was
-// refused: a thousand kube-proxies' tokens are reviewed in a few seconds
-// without a thousand requests in flight at kube-apiserver at once.
+// classReviewConcurrency bounds the reviews in flight of a class whose
+// canary was refused: every token of the class is reviewed at once, but
+// kube-apiserver sees a few requests at a time, not a burst of one per
+// token, and the class takes its number of tokens divided by this many
+// round trips. Not measured: a choice between the two.
 const classReviewConcurrency = 4
 
 // classMembers are the connections of one class and the loop that

@@ -52,8 +52,9 @@ import (
 // the instant time alone would refuse it (a pod in graceful deletion: its
 // deletionTimestamp plus the leeway). What no object shows, the
 // authenticator's configuration, one canary review a class a re-check
-// interval answers for (canaries). One TokenReview a minute then stands
-// for a thousand kube-proxies instead of a thousand.
+// interval answers for (canaries). So the TokenReviews a minute no longer
+// grow with the number of connections (docs/benchmarks.md,
+// "Re-authenticating open connections").
 type reauthenticator struct {
 	authn authenticator.Request
 	// bound ends a connection at once when an object its token names is
@@ -198,7 +199,7 @@ func (a *reauthenticator) follow(ctx context.Context, r *http.Request) <-chan *m
 			case !ok && transient(err):
 				reauthentications.WithLabelValues(decidedByReview, resultError).Inc()
 				klog.ErrorS(err, "Authenticating an open bulk watch connection again; keeping it until the next check")
-				next = a.retry
+				next = a.until(a.retry, until)
 				continue
 			case !ok, !m.sameAs(resp):
 				reauthentications.WithLabelValues(decidedByReview, resultUnauthorized).Inc()
