@@ -101,6 +101,19 @@ func (s *Store) Await(ctx context.Context, rv uint64) (*Snapshot, error) {
 // Freshness says how current the store is, as of now.
 func (s *Store) Freshness(now time.Time) Freshness { return s.fresh.at(s.Resource.Resource, now) }
 
+// HeardWithin reports whether the store is current enough to stand in
+// for kube-apiserver at now: it has taken in its first list, its lists
+// and watches succeed, and it heard from kube-apiserver (an event, a
+// bookmark: a working watch gets one about every minute) within d. d 0
+// (or less) trusts it never.
+func (s *Store) HeardWithin(now time.Time, d time.Duration) bool {
+	if d <= 0 || !s.HasSynced() {
+		return false
+	}
+	f := s.Freshness(now)
+	return f.Outage == 0 && f.Heard && f.SinceHeard <= d
+}
+
 // HasSynced reports whether the store has taken in its first list.
 func (s *Store) HasSynced() bool { return s.synced.Load() }
 

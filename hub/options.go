@@ -79,7 +79,9 @@ type Options struct {
 	// NodeViewHeardWithin: a progress request of a node view is answered
 	// at the cache's versions of each type whose watch works and heard
 	// from kube-apiserver within it; other types are shown fresh by
-	// asking kube-apiserver. 0 asks at every request.
+	// asking kube-apiserver. 0 asks at every request. The same bound
+	// says which types' cache the local re-authentication of bound
+	// ServiceAccount tokens may read (0: every check is a TokenReview).
 	NodeViewHeardWithin time.Duration
 	// NodeViewVersions are the versions of the node view served; empty:
 	// every version this release has.
@@ -214,7 +216,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"A node view's progress request (a node's consistent read of its copy) is answered at the cache's version of each type whose watch of kube-apiserver works and "+
 			"heard from it (an event, a bookmark: about every minute) within this; any other type is first shown as fresh as kube-apiserver by asking it "+
 			"(its resourceVersion, a probe), and a type that cannot be shown so in 4 s leaves the request unanswered, the node then reading elsewhere. "+
-			"0 asks kube-apiserver at every request, which costs it a question and a probe a type each time (docs/operations.md, \"Freshness\").")
+			"0 asks kube-apiserver at every request, which costs it a question and a probe a type each time (docs/operations.md, \"Freshness\"). "+
+			"The same bound says which types' cache stands in for kube-apiserver when a bound ServiceAccount token on an open connection is authenticated again locally; 0 reviews every such token at every check.")
 	fs.StringSliceVar(&o.NodeViewVersions, "node-view-versions", o.NodeViewVersions,
 		"Versions of the node view this replica serves (of v1alpha1, v1alpha2); empty: every one. A node endpoint asks for the "+
 			"newest and, refused, opens v1alpha1 until its connection comes up again. While replicas of two releases serve side by side, "+
@@ -228,7 +231,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 			"Each round costs a SubjectAccessReview per distinct caller and selection (docs/operations.md, \"Re-authorization\").")
 	fs.DurationVar(&o.ReauthenticateInterval, "watch-reauthenticate-interval", o.ReauthenticateInterval,
 		"How often, at most (jittered down by up to a quarter), the caller of each open bulk watch connection (channels and node views) is authenticated again, "+
-			"as kube-apiserver would authenticate it now (a token through the delegated TokenReview and its cache, a client certificate against the client CA and its NotAfter); "+
+			"as kube-apiserver would authenticate it now (a token through the delegated TokenReview and its cache; a ServiceAccount token bound to a Pod, Secret or Node, between reviews, locally from its claims and the cache, "+
+			"with one TokenReview of a token of each class an interval; a client certificate against the client CA and its NotAfter); "+
 			"it is also checked when its certificate or token expires. A credential that no longer authenticates ends every channel with ERROR 401 and closes the connection.")
 	fs.DurationVar(&o.MaxConnectionAge, "watch-max-connection-age", o.MaxConnectionAge,
 		"How long a bulk watch connection lives at most (jittered down by up to a quarter): then every channel ends with ERROR 503 and the client resumes them on a new connection, "+

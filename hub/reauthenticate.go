@@ -42,11 +42,28 @@ import (
 // hub's cache sees deleted the ServiceAccount, or the Secret, Pod or Node
 // the token is bound to (boundObjects): kube-apiserver refuses the token
 // from then on, and the minute's check would see it late.
+//
+// A ServiceAccount token bound to an object (a pod's projected token:
+// every kube-proxy's) that kube-apiserver's service account authenticator
+// accepted is, between reviews, checked locally (decideLocally): as that
+// authenticator would decide it now from the objects in the hub's cache,
+// when the cache holds every one of them and each type's cache is fresh;
+// otherwise it is reviewed. A local check also schedules the next one at
+// the instant time alone would refuse it (a pod in graceful deletion: its
+// deletionTimestamp plus the leeway). What no object shows, the
+// authenticator's configuration, one canary review a class a re-check
+// interval answers for (canaries). So the TokenReviews a minute no longer
+// grow with the number of connections (docs/benchmarks.md,
+// "Re-authenticating open connections").
 type reauthenticator struct {
 	authn authenticator.Request
 	// bound ends a connection at once when an object its token names is
 	// deleted (nil: only the checks do).
-	bound    *boundObjects
+	bound *boundObjects
+	// objects are what the local check reads (nil: every check is a
+	// review).
+	objects  objectLookup
+	canaries *canaries
 	interval time.Duration
 	maxAge   time.Duration
 	retry    time.Duration // after a check that could not be made: reauthenticateRetry
@@ -62,11 +79,15 @@ const reauthenticateTimeout = 10 * time.Second
 // again.
 const reauthenticateRetry = 10 * time.Second
 
-func newReauthenticator(authn authenticator.Request, bound *boundObjects, interval, maxAge time.Duration) *reauthenticator {
-	return &reauthenticator{authn: authn, bound: bound, interval: interval, maxAge: maxAge, retry: reauthenticateRetry, now: time.Now,
+// newReauthenticator checks connections with authn, and, with objects,
+// bound tokens locally between reviews.
+func newReauthenticator(authn authenticator.Request, bound *boundObjects, objects objectLookup, interval, maxAge time.Duration) *reauthenticator {
+	a := &reauthenticator{authn: authn, bound: bound, objects: objects, interval: interval, maxAge: maxAge, retry: reauthenticateRetry, now: time.Now,
 		// Spread over the last quarter: a thousand connections opened
 		// together are not all checked in the same second.
 		jitter: func(d time.Duration) time.Duration { return d - time.Duration(rand.Int64N(int64(d/4)+1)) }}
+	a.canaries = newCanaries(a.check, interval, reauthenticateRetry, func(d time.Duration) time.Duration { return a.jitter(d) })
+	return a
 }
 
 // credential is what authenticated a connection: the upgrade request's
@@ -111,9 +132,18 @@ func (a *reauthenticator) follow(ctx context.Context, r *http.Request) <-chan *m
 		// It authenticated a moment ago: the next check decides.
 		first = nil
 	}
-	revoked, stopRevoked := a.bound.follow(boundUIDs(cred))
+	claims, _ := claimsOf(cred)
+	m := newMember(cred, claims, first)
+	leave := func() {}
+	// Only a bound ServiceAccount token may be checked locally.
+	local := a.objects != nil && isBoundToken(claims)
+	if local {
+		leave = a.canaries.join(m)
+	}
+	revocation, stopRevoked := a.bound.follow(boundUIDs(cred))
 	go func() {
 		defer stopRevoked()
+		defer leave()
 		opened := a.now()
 		age := time.NewTimer(a.jitter(a.maxAge))
 		defer age.Stop()
@@ -124,44 +154,100 @@ func (a *reauthenticator) follow(ctx context.Context, r *http.Request) <-chan *m
 			case <-ctx.Done():
 				t.Stop()
 				return
-			case <-revoked:
+			case <-revocation.done:
 				t.Stop()
-				reauthentications.WithLabelValues("revoked").Inc()
+				reauthentications.WithLabelValues(decidedByLocal, resultRevoked).Inc()
 				klog.V(2).InfoS("An object the bulk watch connection's token is bound to was deleted; ending its channels with 401")
+				end <- unauthorized()
+				return
+			case <-m.refused:
+				t.Stop()
+				klog.V(2).InfoS("kube-apiserver refused the bulk watch connection's token when its class was reviewed; ending its channels with 401")
 				end <- unauthorized()
 				return
 			case <-age.C:
 				t.Stop()
-				reauthentications.WithLabelValues("max_age").Inc()
+				reauthentications.WithLabelValues(decidedByAge, resultMaxAge).Inc()
 				klog.V(2).InfoS("Bulk watch connection at its maximum age; ending it so that the client resumes on a new one", "age", a.now().Sub(opened).Round(time.Second))
 				end <- &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusServiceUnavailable, Reason: metav1.StatusReasonServiceUnavailable,
 					Message: "the connection reached its maximum age; resubscribe"}
 				return
+			case <-revocation.changed:
+				// An object it names is marked for deletion: decide now,
+				// which times the refusal to come.
+				t.Stop()
 			case <-t.C:
+			}
+			// until is when time alone refuses the token: as the cache
+			// shows its objects, or as the deletion marks seen say.
+			until := deletedAfterLeeway(revocation.deletingAt())
+			if local {
+				d, decided := a.checkLocally(m)
+				if decided && d.verdict == verdictRefuse {
+					end <- unauthorized()
+					return
+				}
+				if until = sooner(until, d.until); decided {
+					next = a.until(a.jitter(a.interval), until)
+					continue
+				}
 			}
 			resp, ok, err := a.check(ctx, cred)
 			switch {
 			case ctx.Err() != nil:
 				return
 			case !ok && transient(err):
-				reauthentications.WithLabelValues("error").Inc()
+				reauthentications.WithLabelValues(decidedByReview, resultError).Inc()
 				klog.ErrorS(err, "Authenticating an open bulk watch connection again; keeping it until the next check")
-				next = a.retry
+				next = a.until(a.retry, until)
 				continue
-			case !ok, first != nil && !sameUser(first, resp):
-				reauthentications.WithLabelValues("unauthorized").Inc()
+			case !ok, !m.sameAs(resp):
+				reauthentications.WithLabelValues(decidedByReview, resultUnauthorized).Inc()
 				klog.V(2).InfoS("Bulk watch connection's credential no longer authenticates; ending its channels with 401", "err", err)
 				end <- unauthorized()
 				return
 			}
-			if first == nil {
-				first = resp
-			}
-			reauthentications.WithLabelValues("ok").Inc()
-			next = a.nextCheck(cred, a.interval)
+			m.distrusted.Store(false)
+			reauthentications.WithLabelValues(decidedByReview, resultOK).Inc()
+			// A pod in graceful deletion whose other objects the cache
+			// could not vouch for is still checked when its time comes.
+			next = a.until(a.nextCheck(cred, a.interval), until)
 		}
 	}()
 	return end
+}
+
+// until is the wait d, or until the instant at if that comes sooner.
+func (a *reauthenticator) until(d time.Duration, at time.Time) time.Duration {
+	if at.IsZero() {
+		return d
+	}
+	return min(d, max(at.Sub(a.now()), time.Millisecond))
+}
+
+// checkLocally decides m from its claims and the cache, if it may, and
+// counts how; false: the check is to be a review, before the decision's
+// until, if any.
+func (a *reauthenticator) checkLocally(m *member) (localDecision, bool) {
+	d := decideLocally(m.claims, a.objects, a.now())
+	if why := m.whyNotLocal(); why != "" {
+		localFallbacks.WithLabelValues(why).Inc()
+		return localDecision{verdict: verdictReview, until: d.until}, false
+	}
+	switch d.verdict {
+	case verdictAllow:
+		m.passed.Store(true)
+		reauthentications.WithLabelValues(decidedByLocal, resultOK).Inc()
+		return d, true
+	case verdictRefuse:
+		reauthentications.WithLabelValues(decidedByLocal, resultUnauthorized).Inc()
+		klog.V(2).InfoS("Bulk watch connection's token is no longer valid by its claims and the objects they name; ending its channels with 401", "reason", d.reason)
+		return d, true
+	}
+	m.passed.Store(false)
+	localFallbacks.WithLabelValues(d.fallback).Inc()
+	klog.V(4).InfoS("Reviewing a bound token the local check cannot decide", "reason", d.reason)
+	return d, false
 }
 
 // check authenticates cred as the hub's authentication filter would.

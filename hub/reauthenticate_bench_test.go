@@ -3,10 +3,12 @@ package hub_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +17,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/utils/ptr"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/test/controlplane"
@@ -34,8 +38,10 @@ const reviewBenchWindow = 3 * time.Minute
 
 // BenchmarkReviewsPerMinuteAt1000Connections: 1,000 bulk watch
 // connections on one hub with its default flags, each with a
-// ServiceAccount token of its own bound to system:node-proxier (a
-// kube-proxy's on each of 1,000 nodes), each with kube-proxy's channels
+// ServiceAccount token of its own bound to system:node-proxier and to a
+// pod of its own on a node of its own (a kube-proxy DaemonSet's pod's
+// projected token on each of 1,000 nodes: kubeProxyPodToken), each with
+// kube-proxy's channels
 // (Services, EndpointSlices, ServiceCIDRs, its Node). Nothing changes
 // meanwhile. It counts, from kube-apiserver's apiserver_request_total,
 // the TokenReviews and SubjectAccessReviews the hub sends a minute to
@@ -68,27 +74,29 @@ func BenchmarkReviewsPerMinuteAt1000Connections(b *testing.B) {
 
 	for b.Loop() {
 		conns := openKubeProxyConnections(b, srv)
-		scrape := func() (tokenReviews, accessReviews, checks float64) {
+		scrape := func() (tokenReviews, accessReviews, checks, local float64) {
 			m, err := controlplane.ScrapeAPIServer(ctx, admin.CoreV1().RESTClient())
 			if err != nil {
 				b.Fatal(err)
 			}
-			checks = gathered(b, "nodeproxy_hub_reauthentications_total")
+			checks = gathered(b, "nodeproxy_hub_reauthentications_total", "")
+			local = gathered(b, "nodeproxy_hub_reauthentications_total", "local")
 			return m.Sum("apiserver_request_total", "resource", "tokenreviews"),
-				m.Sum("apiserver_request_total", "resource", "subjectaccessreviews"), checks
+				m.Sum("apiserver_request_total", "resource", "subjectaccessreviews"), checks, local
 		}
 		// Every connection checked once: the first checks come 45 to 60 s
 		// after it opened.
 		time.Sleep(70 * time.Second)
-		tr0, sar0, checks0 := scrape()
+		tr0, sar0, checks0, local0 := scrape()
 		time.Sleep(reviewBenchWindow)
-		tr1, sar1, checks1 := scrape()
+		tr1, sar1, checks1, local1 := scrape()
 		minutes := reviewBenchWindow.Minutes()
 		b.ReportMetric((tr1-tr0)/minutes, "tokenreviews/min")
 		b.ReportMetric((sar1-sar0)/minutes, "subjectaccessreviews/min")
 		b.ReportMetric((checks1-checks0)/minutes, "reauthentications/min")
-		b.Logf("%d connections over %s: %.0f TokenReviews, %.0f SubjectAccessReviews on kube-apiserver; %.0f re-authentications by the hub",
-			len(conns), reviewBenchWindow, tr1-tr0, sar1-sar0, checks1-checks0)
+		b.ReportMetric((local1-local0)/minutes, "local-reauthentications/min")
+		b.Logf("%d connections over %s: %.0f TokenReviews, %.0f SubjectAccessReviews on kube-apiserver; %.0f re-authentications by the hub, %.0f of them local",
+			len(conns), reviewBenchWindow, tr1-tr0, sar1-sar0, checks1-checks0, local1-local0)
 		for _, c := range conns {
 			_ = c.Close()
 		}
@@ -96,7 +104,8 @@ func BenchmarkReviewsPerMinuteAt1000Connections(b *testing.B) {
 }
 
 // openKubeProxyConnections opens reviewBenchConnections connections to
-// srv, each with a token of its own, each with kube-proxy's channels.
+// srv, each with a token of its own (kubeProxyPodToken), each with
+// kube-proxy's channels.
 func openKubeProxyConnections(b *testing.B, srv *testserver.Server) []*watchmux.Client {
 	b.Helper()
 	ctx := context.Background()
@@ -104,6 +113,7 @@ func openKubeProxyConnections(b *testing.B, srv *testserver.Server) []*watchmux.
 	gvr := func(group, resource string) metav1.GroupVersionResource {
 		return metav1.GroupVersionResource{Group: group, Version: "v1", Resource: resource}
 	}
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	conns := make([]*watchmux.Client, reviewBenchConnections)
 	var wg sync.WaitGroup
 	errs := make(chan error, reviewBenchConnections)
@@ -112,7 +122,7 @@ func openKubeProxyConnections(b *testing.B, srv *testserver.Server) []*watchmux.
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			token, err := cp.ServiceAccountToken(ctx, "review-bench", "kube-proxy", time.Hour)
+			token, err := kubeProxyPodToken(ctx, admin, i)
 			if err != nil {
 				errs <- err
 				return
@@ -165,9 +175,10 @@ func openKubeProxyConnections(b *testing.B, srv *testserver.Server) []*watchmux.
 	return conns
 }
 
-// gathered sums the in-process registry's samples of family name: the
-// hub runs in this process.
-func gathered(b *testing.B, name string) float64 {
+// gathered sums the in-process registry's samples of family name, of
+// those whose decided_by label is decidedBy if it is not "": the hub
+// runs in this process.
+func gathered(b *testing.B, name, decidedBy string) float64 {
 	b.Helper()
 	families, err := legacyregistry.DefaultGatherer.Gather()
 	if err != nil {
@@ -179,8 +190,34 @@ func gathered(b *testing.B, name string) float64 {
 			continue
 		}
 		for _, m := range f.GetMetric() {
+			if decidedBy != "" && !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+				return l.GetName() == "decided_by" && l.GetValue() == decidedBy
+			}) {
+				continue
+			}
 			sum += m.GetCounter().GetValue()
 		}
 	}
 	return sum
+}
+
+// kubeProxyPodToken is the projected token of kube-proxy's pod on node
+// bench-node-i, as the kubelet would ask for it: pod review-bench/
+// kube-proxy-i (created if missing, spec.nodeName set, as the DaemonSet
+// controller creates it; no scheduler or kubelet runs here, so it stays
+// pending) and a TokenRequest bound to it. The user kube-apiserver
+// authenticates with it carries the pod's and the node's names in its
+// extra, as a real kube-proxy's does.
+func kubeProxyPodToken(ctx context.Context, admin kubernetes.Interface, i int) (string, error) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("kube-proxy-%d", i), Namespace: "review-bench"},
+		Spec: corev1.PodSpec{NodeName: fmt.Sprintf("bench-node-%d", i), ServiceAccountName: "kube-proxy",
+			Containers: []corev1.Container{{Name: "kube-proxy", Image: "registry.k8s.io/kube-proxy:v1.36.3"}}}}
+	created, err := admin.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = admin.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return "", fmt.Errorf("kube-proxy's pod on bench-node-%d: %w", i, err)
+	}
+	return cp.PodBoundToken(ctx, pod.Namespace, "kube-proxy", created)
 }

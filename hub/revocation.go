@@ -1,10 +1,8 @@
 package hub
 
 import (
-	"encoding/base64"
-	"encoding/json"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -35,14 +33,46 @@ type boundObjects struct {
 	byUID map[types.UID]map[*revocation]struct{} // guarded by mu
 }
 
-// revocation is one connection's: closed once an object its token names
-// is deleted.
+// revocation is one connection's: done is closed once an object its
+// token names is deleted; changed is signalled when one is marked for
+// deletion (a deletionTimestamp: a pod in graceful deletion), from when
+// the local check refuses it once the leeway has passed (localauthn.go).
 type revocation struct {
-	done chan struct{}
-	once sync.Once
+	done    chan struct{}
+	once    sync.Once
+	changed chan struct{} // buffered 1: a signal not yet taken stands for any later one
+	// deleting is the earliest deletionTimestamp seen of an object the
+	// token names (unix nanoseconds; 0: none). The store runs its
+	// handlers before it publishes the change, so the check the signal
+	// wakes may read the object unmarked; this tells it when to check
+	// again all the same.
+	deleting atomic.Int64
 }
 
 func (r *revocation) revoke() { r.once.Do(func() { close(r.done) }) }
+
+// mark records that an object the token names is to be deleted at at,
+// and signals changed.
+func (r *revocation) mark(at time.Time) {
+	for {
+		old := r.deleting.Load()
+		if old != 0 && old <= at.UnixNano() || r.deleting.CompareAndSwap(old, at.UnixNano()) {
+			break
+		}
+	}
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
+// deletingAt is the earliest deletionTimestamp marked; zero if none.
+func (r *revocation) deletingAt() time.Time {
+	if at := r.deleting.Load(); at != 0 {
+		return time.Unix(0, at)
+	}
+	return time.Time{}
+}
 
 // boundResources are the types whose deletion revokes the tokens that
 // name an object of them; each is cached.
@@ -52,12 +82,13 @@ func newBoundObjects() *boundObjects {
 	return &boundObjects{byUID: map[types.UID]map[*revocation]struct{}{}}
 }
 
-// follow returns a channel closed when one of uids is deleted, and a
-// stop to call when the connection ends. No uids: a channel never closed.
-func (b *boundObjects) follow(uids []types.UID) (<-chan struct{}, func()) {
-	r := &revocation{done: make(chan struct{})}
+// follow returns the revocation of a connection whose token names uids,
+// and a stop to call when the connection ends. No uids: one never
+// signalled.
+func (b *boundObjects) follow(uids []types.UID) (*revocation, func()) {
+	r := &revocation{done: make(chan struct{}), changed: make(chan struct{}, 1)}
 	if b == nil || len(uids) == 0 {
-		return r.done, func() {}
+		return r, func() {}
 	}
 	b.mu.Lock()
 	for _, uid := range uids {
@@ -67,7 +98,7 @@ func (b *boundObjects) follow(uids []types.UID) (<-chan struct{}, func()) {
 		b.byUID[uid][r] = struct{}{}
 	}
 	b.mu.Unlock()
-	return r.done, func() {
+	return r, func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		for _, uid := range uids {
@@ -90,79 +121,33 @@ func (b *boundObjects) deleted(uid types.UID) {
 	}
 }
 
-// handler hears the deletions of one of boundResources. The store calls
-// it under its lock: it only closes channels.
+// marked tells every connection whose token names uid that it is to be
+// deleted at at.
+func (b *boundObjects) marked(uid types.UID, at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for r := range b.byUID[uid] {
+		r.mark(at)
+	}
+}
+
+// handler hears the deletions of one of boundResources, and the updates
+// that mark one for deletion. The store calls it under its lock: it only
+// closes and signals channels.
 func (b *boundObjects) handler() toolscache.ResourceEventHandler {
-	return toolscache.ResourceEventHandlerFuncs{DeleteFunc: func(obj interface{}) {
-		if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		if m, err := meta.Accessor(obj); err == nil {
-			b.deleted(m.GetUID())
-		}
-	}}
-}
-
-// tokenClaims is what the hub reads of a JWT bearer token: when it
-// expires, and the objects it is bound to.
-type tokenClaims struct {
-	Exp        *int64 `json:"exp"`
-	Kubernetes *struct {
-		Secret         *boundRef `json:"secret"`
-		Pod            *boundRef `json:"pod"`
-		Node           *boundRef `json:"node"`
-		ServiceAccount *boundRef `json:"serviceaccount"`
-	} `json:"kubernetes.io"`
-}
-
-type boundRef struct {
-	UID types.UID `json:"uid"`
-}
-
-// claimsOf reads cred's bearer token's claims, unverified; false if it
-// has no JWT bearer token.
-func claimsOf(cred *credential) (tokenClaims, bool) {
-	var claims tokenClaims
-	auth := cred.header.Get("Authorization")
-	scheme, token, ok := strings.Cut(strings.TrimSpace(auth), " ")
-	if !ok || !strings.EqualFold(scheme, "bearer") {
-		return claims, false
+	return toolscache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj interface{}) {
+			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if m, err := meta.Accessor(obj); err == nil {
+				b.deleted(m.GetUID())
+			}
+		},
+		UpdateFunc: func(_, obj interface{}) {
+			if m, err := meta.Accessor(obj); err == nil && m.GetDeletionTimestamp() != nil {
+				b.marked(m.GetUID(), m.GetDeletionTimestamp().Time)
+			}
+		},
 	}
-	parts := strings.Split(strings.TrimSpace(token), ".")
-	if len(parts) != 3 {
-		return claims, false
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		return claims, false
-	}
-	if json.Unmarshal(payload, &claims) != nil {
-		return claims, false
-	}
-	return claims, true
-}
-
-// boundUIDs are the objects cred's token names: its ServiceAccount and
-// the object it is bound to.
-func boundUIDs(cred *credential) []types.UID {
-	claims, ok := claimsOf(cred)
-	if !ok || claims.Kubernetes == nil {
-		return nil
-	}
-	var uids []types.UID
-	for _, ref := range []*boundRef{claims.Kubernetes.Secret, claims.Kubernetes.Pod, claims.Kubernetes.Node, claims.Kubernetes.ServiceAccount} {
-		if ref != nil && ref.UID != "" {
-			uids = append(uids, ref.UID)
-		}
-	}
-	return uids
-}
-
-// tokenExpiry is cred's bearer token's exp claim.
-func tokenExpiry(cred *credential) (time.Time, bool) {
-	claims, ok := claimsOf(cred)
-	if !ok || claims.Exp == nil {
-		return time.Time{}, false
-	}
-	return time.Unix(*claims.Exp, 0), true
 }

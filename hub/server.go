@@ -128,7 +128,9 @@ func (c *Config) New() (*Server, error) {
 			objects.Store(gvr).AddHandler(bound.handler())
 		}
 	}
-	c.router.reauth.Store(newReauthenticator(c.Generic.Authentication.Authenticator, bound, c.ReauthenticateInterval, c.MaxConnectionAge))
+	// Bound tokens are checked locally against the cache as far as the
+	// node views trust it (--node-view-heard-within).
+	c.router.reauth.Store(newReauthenticator(c.Generic.Authentication.Authenticator, bound, newCachedObjects(objects, c.NodeViewHeardWithin), c.ReauthenticateInterval, c.MaxConnectionAge))
 
 	// Ready only once every type has been listed into the cache and the
 	// graph: before that the cache would answer "not found" for objects

@@ -58,11 +58,7 @@ func (m *Views) ProveFreshness(f Freshness, heardWithin time.Duration) {
 // heard reports whether s's watch works and has heard from kube-apiserver
 // within m.heardWithin at now.
 func (m *Views) heard(s *cache.Store, now time.Time) bool {
-	if m.heardWithin <= 0 || !s.HasSynced() {
-		return false
-	}
-	f := s.Freshness(now)
-	return f.Outage == 0 && f.Heard && f.SinceHeard <= m.heardWithin
+	return s.HeardWithin(now, m.heardWithin)
 }
 
 // proving holds the progress requests whose freshness is being shown, in

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
@@ -128,8 +130,113 @@ func TestExpiredClientCertificateEndsItsChannelsWith401(t *testing.T) {
 	defer c.Close()
 	ch := chs[0]
 
-	deadline := time.After(time.Until(leaf.NotAfter) + time.Minute)
-	for ended := false; !ended; {
+	endsWith401NotBefore(t, ch, leaf.NotAfter, time.Minute, "the certificate's NotAfter")
+	select {
+	case <-c.Done():
+	case <-time.After(30 * time.Second):
+		t.Error("the connection is open 30 s after its channel ended with 401")
+	}
+	if _, err := watchmux.Dial(context.Background(), cfg); !apierrors.IsUnauthorized(err) {
+		t.Errorf("a new connection with the expired certificate: %v, want 401", err)
+	}
+}
+
+// TestPodBoundTokenEndsWith401AtItsPodsDeletionTimestampPlusLeeway: a
+// kube-proxy's projected token (a TokenRequest bound to its pod, on a
+// node; no kubelet runs here, so the pod stays in graceful deletion)
+// watches Services directly on the hub. The pod is deleted with a grace
+// period: kube-apiserver goes on accepting the token until the pod's
+// deletionTimestamp is a minute past (its leeway), and so must the hub;
+// then the channel ends with ERROR 401 in kube-apiserver's words. The
+// hub's periodic check is set to 10 minutes and the channel ends well
+// before, by a check refusing it (counted so: the local check's, or a
+// review's if the cache of a type it needs was not fresh then): only the
+// check timed at the deletionTimestamp plus the leeway can have ended
+// it. The order asserted: kube-apiserver accepted the token past the
+// deletionTimestamp with the channel open, the channel ended no earlier
+// than the deletionTimestamp plus the leeway, and kube-apiserver then
+// refuses the token, as the hub does a new connection.
+func TestPodBoundTokenEndsWith401AtItsPodsDeletionTimestampPlusLeeway(t *testing.T) {
+	srv, admin, ns := startKubeProxyHub(t, "graceful", "--watch-reauthenticate-interval=10m")
+	ctx := context.Background()
+	pod, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "kube-proxy-graceful"},
+		Spec: corev1.PodSpec{NodeName: "graceful-node", ServiceAccountName: "kube-proxy",
+			Containers: []corev1.Container{{Name: "kube-proxy", Image: "registry.k8s.io/kube-proxy:v1.36.3"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.CoreV1().Pods(ns).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	})
+	token, err := cp.PodBoundToken(ctx, ns, "kube-proxy", pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &rest.Config{Host: srv.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAFile: cp.ServingCA.CertPath}}
+	c, chs := dialWatching(t, cfg, servicesFromNow)
+	defer c.Close()
+	ch := chs[0]
+	refusals := func() (local, review float64) {
+		return reauthentications(t, "local", "unauthorized"), reauthentications(t, "review", "unauthorized")
+	}
+	local0, review0 := refusals()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the hub's re-authentications: %s", counters(t, "nodeproxy_hub_reauthentications_total", "nodeproxy_hub_reauthentication_local_fallbacks_total"))
+		}
+	})
+
+	if err := admin.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](5)}); err != nil {
+		t.Fatal(err)
+	}
+	marked, err := admin.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil || marked.DeletionTimestamp == nil {
+		t.Fatalf("the pod in graceful deletion: %v, %v", marked, err)
+	}
+	refusedFrom := marked.DeletionTimestamp.Add(time.Minute)
+
+	// Past the deletionTimestamp, within the leeway: kube-apiserver
+	// accepts the token, and the channel is open.
+	time.Sleep(time.Until(marked.DeletionTimestamp.Add(time.Second)))
+	direct := kubernetes.NewForConfigOrDie(&rest.Config{Host: cp.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAFile: cp.ServingCA.CertPath}})
+	if _, err := direct.CoreV1().Services(ns).List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatalf("kube-apiserver refuses the token within the leeway: %v", err)
+	}
+	for open := true; open; {
+		select {
+		case ev := <-ch.Events:
+			if ev.Type == watch.Error {
+				t.Fatalf("the channel ended with %+v within the leeway, while kube-apiserver accepts the token", ev.Status)
+			}
+		default:
+			open = false
+		}
+	}
+
+	endsWith401NotBefore(t, ch, refusedFrom, 30*time.Second, "the deletionTimestamp plus the leeway")
+	if local, review := refusals(); local-local0+review-review0 != 1 {
+		t.Errorf("%v connections ended by the hub's local check and %v by a review, want this one", local-local0, review-review0)
+	} else {
+		t.Logf("refused by the hub's local check: %v, by a review: %v", local-local0, review-review0)
+	}
+	testserver.Eventually(t, 30*time.Second, "kube-apiserver refusing the token", func(ctx context.Context) error {
+		if _, err := direct.CoreV1().Services(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsUnauthorized(err) {
+			return fmt.Errorf("kube-apiserver answers the token: %v", err)
+		}
+		return nil
+	})
+	if _, err := watchmux.Dial(ctx, cfg); !apierrors.IsUnauthorized(err) {
+		t.Errorf("a new connection with the token: %v, want 401", err)
+	}
+}
+
+// endsWith401NotBefore reads ch until it ends with ERROR 401 in
+// kube-apiserver's words, failing if that comes before notBefore (what
+// names it), or not within grace after it.
+func endsWith401NotBefore(t *testing.T, ch *watchmux.Channel, notBefore time.Time, grace time.Duration, what string) {
+	t.Helper()
+	deadline := time.After(time.Until(notBefore) + grace)
+	for {
 		select {
 		case ev, ok := <-ch.Events:
 			if !ok {
@@ -142,21 +249,62 @@ func TestExpiredClientCertificateEndsItsChannelsWith401(t *testing.T) {
 			if st := ev.Status; st == nil || st.Code != http.StatusUnauthorized || st.Reason != metav1.StatusReasonUnauthorized || st.Message != "Unauthorized" {
 				t.Fatalf("the channel ended with %+v, want kube-apiserver's 401 Unauthorized", st)
 			}
-			if at.Before(leaf.NotAfter) {
-				t.Fatalf("the channel ended with 401 %s before the certificate's NotAfter", leaf.NotAfter.Sub(at))
+			if at.Before(notBefore) {
+				t.Fatalf("the channel ended with 401 %s before %s", notBefore.Sub(at), what)
 			}
-			t.Logf("the channel ended with 401 %s after the certificate's NotAfter", at.Sub(leaf.NotAfter).Round(time.Millisecond))
-			ended = true
+			t.Logf("the channel ended with 401 %s after %s", at.Sub(notBefore).Round(time.Millisecond), what)
+			return
 		case <-deadline:
-			t.Fatalf("the channel is open a minute past the certificate's NotAfter (%s)", leaf.NotAfter)
+			t.Fatalf("the channel is open %s past %s (%s)", grace, what, notBefore)
 		}
 	}
-	select {
-	case <-c.Done():
-	case <-time.After(30 * time.Second):
-		t.Error("the connection is open 30 s after its channel ended with 401")
+}
+
+// counters are the samples of the hub's counter families names, labels
+// and values: what a failure shows of how the hub decided.
+func counters(t *testing.T, names ...string) string {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := watchmux.Dial(context.Background(), cfg); !apierrors.IsUnauthorized(err) {
-		t.Errorf("a new connection with the expired certificate: %v, want 401", err)
+	var out []string
+	for _, f := range families {
+		if !slices.Contains(names, f.GetName()) {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			out = append(out, fmt.Sprintf("%s{%s} %v", f.GetName(), strings.Join(labels, ","), m.GetCounter().GetValue()))
+		}
 	}
+	return strings.Join(out, "; ")
+}
+
+// reauthentications is the hub's count of re-authentications decided
+// so, with such a result: the hub runs in this process.
+func reauthentications(t *testing.T, decidedBy, result string) float64 {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "nodeproxy_hub_reauthentications_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["decided_by"] == decidedBy && labels["result"] == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }

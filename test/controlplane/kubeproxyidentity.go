@@ -122,6 +122,37 @@ func (cp *ControlPlane) SecretBoundToken(ctx context.Context, ns, name, secret s
 	return tr.Status.Token, holder, nil
 }
 
+// projectedTokenExpirySeconds is what the ServiceAccount admission plugin
+// writes into every pod's projected token volume, and so what the kubelet
+// asks a TokenRequest for (serviceaccount.WarnOnlyBoundTokenExpirationSeconds
+// in k8s.io/kubernetes): kube-apiserver extends such a pod-bound token's
+// exp to a year (--service-account-extend-token-expiration, on by
+// default) and marks when the hour is past with a warnafter claim.
+const projectedTokenExpirySeconds = 60*60 + 7
+
+// PodBoundToken asks kube-apiserver for a token of ServiceAccount
+// ns/name bound to pod, as the kubelet asks for the projected token of a
+// pod it runs (a kube-proxy's, of a DaemonSet): the pod's name and UID,
+// and the node of its spec.nodeName, are in the token's claims, and the
+// user kube-apiserver authenticates carries them in its extra. Deleting
+// the pod revokes the token (once its deletionTimestamp is a minute
+// past: kube-apiserver's leeway).
+func (cp *ControlPlane) PodBoundToken(ctx context.Context, ns, name string, pod *corev1.Pod) (string, error) {
+	admin, err := kubernetes.NewForConfig(cp.admin)
+	if err != nil {
+		return "", fmt.Errorf("admin client: %w", err)
+	}
+	seconds := int64(projectedTokenExpirySeconds)
+	tr, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: &seconds,
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token for serviceaccount %s/%s bound to pod %s: %w", ns, name, pod.Name, err)
+	}
+	return tr.Status.Token, nil
+}
+
 // ProxyServer is where a kube-proxy's kubeconfig points: kube-apiserver
 // (cp.APIServerTarget) or a node endpoint in front of it, and the CA its
 // serving certificate is verified with.
