@@ -234,7 +234,7 @@ func (e *Endpoint) serveClient(w http.ResponseWriter, req *http.Request) {
 	key := keyOf(req)
 	if hubServed {
 		hub, release := e.clients.acquire(req.Context(), key)
-		if hub != nil {
+		if hub != nil && e.tokens.asks(key) {
 			if refused, err := e.tokens.refuses(req.Context(), key); refused {
 				// kube-apiserver refuses the token now: it answers the
 				// read, below, as it would directly.

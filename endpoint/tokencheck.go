@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeproxy/nodeproxy/satoken"
 )
 
 // tokenCheck asks kube-apiserver whether it accepts a client's bearer
@@ -36,6 +38,20 @@ import (
 // client's open watches are the hub's to end. Reads of one token asked at
 // the same moment (kube-proxy's informers starting together) share one
 // question.
+//
+// A ServiceAccount token bound to a Pod, Secret or Node (kube-proxy's,
+// every hour's) is not asked about: the hub decides it from the same
+// objects kube-apiserver looks up, and ends its connection the moment
+// they refuse it (at once on a deletion, at deletionTimestamp or exp
+// plus kube-apiserver's leeway by the clock), no later than
+// kube-apiserver, whose token cache accepts it up to 10 s longer. Asking
+// at every new read would cost kube-apiserver a request at each of
+// kube-proxy's watch renewals, every 5 to 10 minutes for each of its
+// informers on every node. The claims are read unverified: another
+// authenticator's JWT dressed with such claims is not asked about
+// either, and reaches the hub only through its TokenReview, which then
+// reviews it every --watch-reauthenticate-interval, as any token it
+// cannot check locally (docs/api.md, "Authentication lifetime").
 //
 // A question kube-apiserver does not answer (unreachable, 5xx, 429, past
 // tokenCheckTimeout) serves the read on the connection: the hub, which
@@ -80,6 +96,13 @@ func newTokenCheck(cfg *rest.Config) (*tokenCheck, error) {
 		return nil, err
 	}
 	return &tokenCheck{api: c}, nil
+}
+
+// asks reports whether a new read of key's token is asked about first:
+// every token but a bound ServiceAccount token.
+func (t *tokenCheck) asks(key clientKey) bool {
+	claims, ok := satoken.Parse(key.token)
+	return !ok || !claims.Bound()
 }
 
 // refuses reports whether kube-apiserver refuses key's token now (401),

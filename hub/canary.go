@@ -111,7 +111,7 @@ func newCanaries(check func(context.Context, *credential) (*authenticator.Respon
 // join adds m to its class, starting the class's canary if it is the
 // first; the returned leave removes it.
 func (c *canaries) join(m *member) (leave func()) {
-	class := m.claims.class()
+	class := classOf(m.claims)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cm := c.classes[class]

@@ -45,10 +45,10 @@ func (r *tokenReviews) AuthenticateRequest(req *http.Request) (*authenticator.Re
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.reviews[token]++
-	if err, ok := r.failing[claims.keyID]; ok {
+	if err, ok := r.failing[claims.KeyID]; ok {
 		return nil, false, err
 	}
-	if err, ok := r.refused[claims.keyID]; ok {
+	if err, ok := r.refused[claims.KeyID]; ok {
 		return nil, false, err
 	}
 	if !r.refuseFrom.IsZero() && !time.Now().Before(r.refuseFrom) {
@@ -122,7 +122,7 @@ func TestBoundTokensAreCheckedLocallyBetweenReviews(t *testing.T) {
 			before := fallbacks()
 			objs, reviews := cluster(), newTokenReviews()
 			token := kubeProxyToken(objs, "key-1", 1)
-			a := newReauthenticator(reviews, nil, objs, 5*time.Millisecond, time.Hour)
+			a := newReauthenticator(reviews, nil, objs, 5*time.Millisecond, ages{direct: time.Hour})
 			a.canaries.interval = time.Hour
 			if tc.cache != nil {
 				tc.cache(objs)
@@ -174,7 +174,7 @@ func TestPodInGracefulDeletionEndsItsTokensConnectionAtDeletionTimestampPlusLeew
 		t.Run(tc.name, func(t *testing.T) {
 			objs, reviews, bound := cluster(), newTokenReviews(), newBoundObjects()
 			token := kubeProxyToken(objs, "key-1", 1)
-			a := newReauthenticator(reviews, bound, objs, time.Hour, time.Hour)
+			a := newReauthenticator(reviews, bound, objs, time.Hour, ages{direct: time.Hour})
 			a.canaries.interval = time.Hour
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -225,7 +225,7 @@ func TestPodInGracefulDeletionEndsItsTokensConnectionAtDeletionTimestampPlusLeew
 func TestRefusedCanaryHasItsClassReviewed(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
 		objs, reviews := cluster(), newTokenReviews()
-		a := newReauthenticator(reviews, nil, objs, time.Hour, time.Hour)
+		a := newReauthenticator(reviews, nil, objs, time.Hour, ages{direct: time.Hour})
 		a.canaries.interval = 5 * time.Millisecond
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -260,7 +260,7 @@ func TestRefusedCanaryHasItsClassReviewed(t *testing.T) {
 	})
 	t.Run("cannot be made", func(t *testing.T) {
 		objs, reviews := cluster(), newTokenReviews()
-		a := newReauthenticator(reviews, nil, objs, time.Hour, time.Hour)
+		a := newReauthenticator(reviews, nil, objs, time.Hour, ages{direct: time.Hour})
 		a.canaries.interval, a.canaries.retry = 5*time.Millisecond, 5*time.Millisecond
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()

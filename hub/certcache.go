@@ -3,13 +3,11 @@ package hub
 import (
 	"crypto/x509"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
-	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
 	"k8s.io/apiserver/pkg/authentication/user"
 )
 
@@ -72,27 +70,5 @@ func (a *certCachingAuthenticator) carriesOtherCredentials(req *http.Request) bo
 	if req.Header.Get("Authorization") != "" || req.Header.Get("Sec-WebSocket-Protocol") != "" {
 		return true
 	}
-	if a.headers == nil {
-		return false
-	}
-	for _, names := range []headerrequest.StringSliceProvider{a.headers.UsernameHeaders, a.headers.UIDHeaders, a.headers.GroupHeaders} {
-		if names == nil {
-			continue
-		}
-		for _, h := range names.Value() {
-			if req.Header.Get(h) != "" {
-				return true
-			}
-		}
-	}
-	if a.headers.ExtraHeaderPrefixes != nil {
-		for _, prefix := range a.headers.ExtraHeaderPrefixes.Value() {
-			for h := range req.Header {
-				if strings.HasPrefix(strings.ToLower(h), strings.ToLower(prefix)) {
-					return true
-				}
-			}
-		}
-	}
-	return false
+	return frontProxied(a.headers, req.Header)
 }

@@ -50,8 +50,9 @@ type Config struct {
 	NodeViewVersions []string
 	// NodeViewHeardWithin is Options'.
 	NodeViewHeardWithin time.Duration
-	// ReauthenticateInterval and MaxConnectionAge: see Options.
-	ReauthenticateInterval, MaxConnectionAge time.Duration
+	// ReauthenticateInterval, MaxConnectionAge and
+	// AggregatedMaxConnectionAge: see Options.
+	ReauthenticateInterval, MaxConnectionAge, AggregatedMaxConnectionAge time.Duration
 	// router hands bulk watch upgrades to the watch server New makes.
 	router *upgradeRouter
 	// ClientCASources counts the CA sources client certificates are
@@ -116,7 +117,7 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 		sources++
 	}
 	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, CacheMaxWatchOutage: o.CacheMaxWatchOutage, Watch: o.Watch, Watcher: o.Watcher, BulkGet: o.BulkGet, UncachedTypes: o.UncachedTypes, Refresh: o.Refresh, NodeViewVersions: o.NodeViewVersions, NodeViewHeardWithin: o.NodeViewHeardWithin, ClientCASources: sources, router: router,
-		ReauthenticateInterval: o.ReauthenticateInterval, MaxConnectionAge: o.MaxConnectionAge}, nil
+		ReauthenticateInterval: o.ReauthenticateInterval, MaxConnectionAge: o.MaxConnectionAge, AggregatedMaxConnectionAge: o.AggregatedMaxConnectionAge}, nil
 }
 
 func (o *Options) kubeConfig() (*rest.Config, error) {

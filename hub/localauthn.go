@@ -71,10 +71,7 @@ type objectLookup interface {
 // only tokens the local check decides. A legacy secret-based token has no
 // kubernetes.io claims, and an unbound token names nothing whose deletion
 // would end it; both are reviewed.
-func isBoundToken(claims tokenClaims) bool {
-	k := claims.Kubernetes
-	return k != nil && k.ServiceAccount != nil && (k.Pod != nil || k.Secret != nil || k.Node != nil)
-}
+func isBoundToken(claims tokenClaims) bool { return claims.Bound() }
 
 // authenticatedAs reports whether resp is the user kube-apiserver's
 // service account authenticator makes of claims: its ServiceAccount's

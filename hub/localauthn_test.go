@@ -264,7 +264,7 @@ func TestTokenClasses(t *testing.T) {
 			change(p)
 		}
 		c, _ := claimsOf(&credential{header: http.Header{"Authorization": {"Bearer " + jwtOf(kid, p)}}})
-		return c.class()
+		return classOf(c)
 	}
 	base := class("key-1", nil)
 	if got := class("key-1", func(p map[string]any) {

@@ -64,9 +64,12 @@ type Options struct {
 	// ReauthenticateInterval is how often, at most, the caller of each
 	// open bulk watch connection is authenticated again;
 	// MaxConnectionAge how long a connection lives at most (jittered
-	// down by up to a quarter).
-	ReauthenticateInterval time.Duration
-	MaxConnectionAge       time.Duration
+	// down by up to a quarter), AggregatedMaxConnectionAge one through
+	// kube-apiserver's aggregator, whose caller the hub cannot
+	// authenticate again.
+	ReauthenticateInterval     time.Duration
+	MaxConnectionAge           time.Duration
+	AggregatedMaxConnectionAge time.Duration
 	// BulkGet bounds each bulk get.
 	BulkGet bulkget.Limits
 	// UncachedTypes has bulk operations on types nodeproxy does not cache
@@ -128,9 +131,18 @@ func NewOptions() *Options {
 		// minute; half a minute more allows for its jitter and a busy
 		// replica, and bounds how stale a cut-off watch can be served.
 		NodeViewHeardWithin: 90 * time.Second,
-		MaxConnectionAge:    time.Hour,
-		BulkGet:             bulkget.DefaultLimits(),
-		Refresh:             authorizer.DefaultRefreshOptions(),
+		// A direct connection's caller is authenticated again every
+		// minute, and its channels authorized again on RBAC's changes:
+		// its age bounds only what neither sees (an authorization
+		// webhook's change of mind), and every reconnection costs
+		// kube-apiserver a TokenReview and a SubjectAccessReview per
+		// channel (docs/operations.md, "Re-authorization"). Through the
+		// aggregator the age is the only re-check of the caller: an
+		// hour, the longest kube-apiserver keeps one of its own watches.
+		MaxConnectionAge:           6 * time.Hour,
+		AggregatedMaxConnectionAge: time.Hour,
+		BulkGet:                    bulkget.DefaultLimits(),
+		Refresh:                    authorizer.DefaultRefreshOptions(),
 	}
 	o.SecureServing.BindPort = DefaultSecurePort
 	// No default directory: without --cert-dir or --tls-cert-file the
@@ -235,8 +247,12 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 			"with one TokenReview of a token of each class an interval; a client certificate against the client CA and its NotAfter); "+
 			"it is also checked when its certificate or token expires. A credential that no longer authenticates ends every channel with ERROR 401 and closes the connection.")
 	fs.DurationVar(&o.MaxConnectionAge, "watch-max-connection-age", o.MaxConnectionAge,
-		"How long a bulk watch connection lives at most (jittered down by up to a quarter): then every channel ends with ERROR 503 and the client resumes them on a new connection, "+
-			"authenticated afresh. It bounds what a re-check cannot see (a caller through kube-apiserver's aggregator is known by the front proxy's certificate).")
+		"How long a bulk watch connection made directly to the hub lives at most (jittered down by up to a quarter): then every channel ends with ERROR 503 and the client resumes them on a new connection, "+
+			"authenticated and authorized afresh. Its caller is authenticated again every --watch-reauthenticate-interval and its channels authorized again on RBAC's changes; "+
+			"the age bounds what neither sees (an authorization webhook's or ABAC's change). Each reconnection costs a TokenReview (for a token) and a SubjectAccessReview per channel kube-apiserver decides.")
+	fs.DurationVar(&o.AggregatedMaxConnectionAge, "watch-max-aggregated-connection-age", o.AggregatedMaxConnectionAge,
+		"How long a bulk watch connection through kube-apiserver's aggregator lives at most (jittered likewise). The hub knows its caller only by the front proxy's certificate and headers, "+
+			"so this age is when the caller's own credential is checked again (by kube-apiserver, as the client reconnects): the default is the longest kube-apiserver keeps a watch of its own.")
 
 	fs = fss.FlagSet("lifecycle")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay-duration", o.ShutdownDelay,
@@ -340,6 +356,7 @@ func (o *Options) Validate() error {
 		{"--watch-bookmark-interval", int64(o.Watcher.BookmarkInterval)},
 		{"--watch-reauthenticate-interval", int64(o.ReauthenticateInterval)},
 		{"--watch-max-connection-age", int64(o.MaxConnectionAge)},
+		{"--watch-max-aggregated-connection-age", int64(o.AggregatedMaxConnectionAge)},
 	} {
 		if f.value <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", f.flag))

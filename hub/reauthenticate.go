@@ -65,7 +65,7 @@ type reauthenticator struct {
 	objects  objectLookup
 	canaries *canaries
 	interval time.Duration
-	maxAge   time.Duration
+	maxAge   ages
 	retry    time.Duration // after a check that could not be made: reauthenticateRetry
 	now      func() time.Time
 	jitter   func(time.Duration) time.Duration
@@ -81,7 +81,7 @@ const reauthenticateRetry = 10 * time.Second
 
 // newReauthenticator checks connections with authn, and, with objects,
 // bound tokens locally between reviews.
-func newReauthenticator(authn authenticator.Request, bound *boundObjects, objects objectLookup, interval, maxAge time.Duration) *reauthenticator {
+func newReauthenticator(authn authenticator.Request, bound *boundObjects, objects objectLookup, interval time.Duration, maxAge ages) *reauthenticator {
 	a := &reauthenticator{authn: authn, bound: bound, objects: objects, interval: interval, maxAge: maxAge, retry: reauthenticateRetry, now: time.Now,
 		// Spread over the last quarter: a thousand connections opened
 		// together are not all checked in the same second.
@@ -145,7 +145,7 @@ func (a *reauthenticator) follow(ctx context.Context, r *http.Request) <-chan *m
 		defer stopRevoked()
 		defer leave()
 		opened := a.now()
-		age := time.NewTimer(a.jitter(a.maxAge))
+		age := time.NewTimer(a.jitter(a.maxAge.of(cred)))
 		defer age.Stop()
 		next := a.nextCheck(cred, a.interval)
 		for {

@@ -87,7 +87,7 @@ func TestReauthenticationEndsAConnectionWhoseTokenNoLongerAuthenticatesWith401(t
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			authn := &answers{name: "system:serviceaccount:kube-system:kube-proxy", ok: true}
-			a := newReauthenticator(authn, nil, nil, 10*time.Millisecond, time.Hour)
+			a := newReauthenticator(authn, nil, nil, 10*time.Millisecond, ages{direct: time.Hour})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			end := a.follow(ctx, upgrade("token"))
@@ -102,7 +102,7 @@ func TestReauthenticationEndsAConnectionWhoseTokenNoLongerAuthenticatesWith401(t
 
 func TestReauthenticationKeepsAConnectionWhoseCheckCannotBeMade(t *testing.T) {
 	authn := &answers{name: "kube-proxy", ok: true}
-	a := newReauthenticator(authn, nil, nil, 10*time.Millisecond, time.Hour)
+	a := newReauthenticator(authn, nil, nil, 10*time.Millisecond, ages{direct: time.Hour})
 	var mu sync.Mutex
 	calls := 0
 	counted := &countingAuthn{next: authn, count: func() { mu.Lock(); calls++; mu.Unlock() }}
@@ -126,7 +126,7 @@ func (c *countingAuthn) AuthenticateRequest(r *http.Request) (*authenticator.Res
 }
 
 func TestReauthenticationEndsAConnectionAtItsMaximumAgeWith503(t *testing.T) {
-	a := newReauthenticator(&answers{name: "kube-proxy", ok: true}, nil, nil, time.Hour, 10*time.Millisecond)
+	a := newReauthenticator(&answers{name: "kube-proxy", ok: true}, nil, nil, time.Hour, ages{direct: 10 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if st := ended(t, a.follow(ctx, upgrade("token"))); st.Code != http.StatusServiceUnavailable {

@@ -36,7 +36,7 @@ func TestDeletingWhatATokenIsBoundToEndsItsConnectionsWith401(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bound := newBoundObjects()
-			a := newReauthenticator(&answers{name: "system:serviceaccount:kube-system:kube-proxy", ok: true}, bound, nil, time.Hour, time.Hour)
+			a := newReauthenticator(&answers{name: "system:serviceaccount:kube-system:kube-proxy", ok: true}, bound, nil, time.Hour, ages{direct: time.Hour})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			first := a.follow(ctx, upgrade(boundToken("secret-1", "sa-1")))
@@ -62,7 +62,7 @@ func TestDeletingWhatATokenIsBoundToEndsItsConnectionsWith401(t *testing.T) {
 // holds nothing of a connection that has ended.
 func TestConnectionsStopFollowingTheirBoundObjectsWhenTheyEnd(t *testing.T) {
 	bound := newBoundObjects()
-	a := newReauthenticator(&answers{name: "kube-proxy", ok: true}, bound, nil, time.Hour, time.Hour)
+	a := newReauthenticator(&answers{name: "kube-proxy", ok: true}, bound, nil, time.Hour, ages{direct: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	a.follow(ctx, upgrade(boundToken("secret-1", "sa-1")))
 	cancel()

@@ -38,7 +38,7 @@ const ageTestMaxAge = 15 * time.Second
 // ServiceAccount and roles (startKubeProxyHub).
 func startAgingHub(t *testing.T, prefix string, maxAge time.Duration) (*testserver.Server, kubernetes.Interface, string) {
 	t.Helper()
-	srv, admin, ns := startKubeProxyHub(t, prefix, "--watch-max-connection-age="+maxAge.String(), "--watch-reauthenticate-interval=10m")
+	srv, admin, ns := startKubeProxyHub(t, prefix, "--watch-max-connection-age="+maxAge.String(), "--watch-max-aggregated-connection-age="+maxAge.String(), "--watch-reauthenticate-interval=10m")
 	if err := cp.RegisterAPIService(context.Background(), testserver.Manifest(t, "apiservice.yaml"), npPort); err != nil {
 		t.Fatal(err)
 	}

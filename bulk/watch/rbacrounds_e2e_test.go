@@ -27,7 +27,7 @@ import (
 // (kube-proxy's role, system:node-proxier, by a ClusterRoleBinding)
 // watches the Services of its namespace directly on the hub, with no
 // periodic re-authorization (--watch-reauthorize-interval=0) and the
-// connection's maximum age an hour away. The binding is deleted while
+// connection's maximum age hours away. The binding is deleted while
 // Services keep being created: the channel ends with ERROR 403 "access
 // lost", as kube-apiserver then refuses the same watch, by a round the
 // deletion caused (rounds of reason rbac_change, none periodic), and the
@@ -72,7 +72,7 @@ func TestDeletedClusterRoleBindingEndsTheChannelWith403(t *testing.T) {
 
 	added := 0
 	// A bound only so that a broken hub fails rather than hangs: the
-	// periodic round is off and the connection's maximum age an hour.
+	// periodic round is off and the connection's maximum age hours away.
 	guard := time.After(5 * time.Minute)
 	for ended := false; !ended; {
 		select {

@@ -49,8 +49,9 @@ const reauthorizeRetry = 10 * time.Second
 //
 // kube-apiserver authorizes a watch once, when it starts, and again only
 // when the client reopens it, after 30 to 60 minutes. nodeproxy's channels
-// live as long as their connection (--watch-max-connection-age, an hour
-// jittered down, after which the client reopens them and they are
+// live as long as their connection (the hub's --watch-max-connection-age,
+// hours, or --watch-max-aggregated-connection-age through the
+// aggregator, after which the client reopens them and they are
 // authorized afresh), so the reauthorizer asks in between, but only when
 // an answer may have changed:
 //   - after an RBAC change that names the channel's user (Recheck): once

@@ -44,6 +44,12 @@ var Rules = []Rule{
 		Within: []string{},
 	},
 	{
+		Name:   "a token's claims are read by both rooms",
+		Why:    "satoken reads a ServiceAccount token's claims for the hub's checks and the node endpoint's: it links nothing of either",
+		From:   []string{"satoken"},
+		Within: []string{},
+	},
+	{
 		Name:   "the authorizer reads only the graph",
 		Why:    "its decisions are the in-tree Node authorizer's, from the graph alone",
 		From:   []string{"authorizer"},
@@ -71,7 +77,7 @@ var Rules = []Rule{
 		Name:   "the hub links no harness and no node endpoint",
 		Why:    "the hub and the node endpoint are two rooms: the endpoint is the hub's client, and the hub does not know it exists",
 		From:   []string{"hub"},
-		Within: []string{"cache", "graph", "authorizer", "watchmux", "apis/...", "bulk/...", "passthrough", "nodeview"},
+		Within: []string{"cache", "graph", "authorizer", "watchmux", "apis/...", "bulk/...", "passthrough", "nodeview", "satoken"},
 	},
 	{
 		Name: "the node endpoint does not link the hub's internals",
@@ -79,7 +85,7 @@ var Rules = []Rule{
 			"apis/bulk), as the kubelet talks to kube-apiserver through client-go",
 		From: []string{"endpoint/...", "podapi/...", "nodeinstall", "nodecopy/...", "internal/nodecmd", "cmd/nodeproxy-node",
 			"cmd/nodeproxy-node-podadmit"},
-		Within: []string{"watchmux", "apis/...", "endpoint/...", "podapi/...", "nodeinstall", "nodecopy/...", "internal/..."},
+		Within: []string{"watchmux", "apis/...", "endpoint/...", "podapi/...", "nodeinstall", "nodecopy/...", "internal/...", "satoken"},
 	},
 	{
 		Name: "the node endpoint links no k8s.io/kubernetes",
