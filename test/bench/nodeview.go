@@ -31,6 +31,11 @@ type NodeViewLoad struct {
 	// come back to the copies only when they end, at the kubelet's
 	// watch timeout (5 to 10 minutes). 0 skips it.
 	Settle time.Duration
+	// Services and EndpointSlices are made in the cluster besides the
+	// scenario's own objects, 100 services to a namespace, the slices
+	// spread over them; each node gets a pod in two of those namespaces,
+	// so that its pods are in three. 0: none.
+	Services, EndpointSlices int
 	// Profiles, when set, is a directory the hub's heap profiles go to,
 	// before and after each side's nodes (hub-heap-<side>-<when>.pprof),
 	// for `go tool pprof -base`.
@@ -83,7 +88,7 @@ func runNodeView(ctx context.Context, env *Env, t Target) (_ *Result, err error)
 	side := func(way string, round int) *viewSide {
 		s := base
 		s.way, s.nodes = way, make([]*HollowNode, l.Nodes)
-		return &viewSide{sideRun: &s, round: round, kubemark: kubemark}
+		return &viewSide{sideRun: &s, round: round, kubemark: kubemark, load: l}
 	}
 	perObject, copied := side("per-object", 0), side("copy", 1)
 	hubMetrics, err := t.Nodeproxy.Metrics(ctx)
@@ -110,6 +115,9 @@ func runNodeView(ctx context.Context, env *Env, t Target) (_ *Result, err error)
 		return nil, err
 	}
 	if err := base.createObjects(ctx); err != nil {
+		return nil, err
+	}
+	if err := base.createServices(ctx, l); err != nil {
 		return nil, err
 	}
 	copied.secrets, perObject.secrets = base.secrets, base.secrets
