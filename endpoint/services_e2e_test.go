@@ -23,7 +23,9 @@ import (
 // namespace without a pod of the node; the namespace's service arrives
 // on the open watch, ADDED, when the node's first pod there is created
 // (the variables of a pod with enableServiceLinks), and is out of the
-// list once its last pod is gone. The hollow kubelet's containers run in
+// list once its last pod is gone. kube-proxy, with its token, lists
+// every service from the hub through the same endpoint, never from the
+// copy. The hollow kubelet's containers run in
 // a fake runtime that keeps no environment, so this reads what the
 // kubelet's getServiceEnvVarMap would read.
 func TestKubeletsServicesFromTheCopyAreThoseOfItsPodsNamespaces(t *testing.T) {
@@ -115,6 +117,31 @@ func TestKubeletsServicesFromTheCopyAreThoseOfItsPodsNamespaces(t *testing.T) {
 	got, _, err := list()
 	if err != nil || !slices.Contains(got, web+"/api") || slices.Contains(got, other+"/api") {
 		t.Fatalf("services with a pod in %s: %v, %v; want %s/api and none of %s", web, got, err, web, other)
+	}
+
+	// kube-proxy, with its own token, needs every service: through the
+	// same endpoint it lists them from the hub, never from the copy.
+	proxy := asClient(n, proxierToken(t, web, "kube-proxy", true))
+	copyServed := metric(t, n, fromCopy)
+	testserver.Eventually(t, 30*time.Second, "kube-proxy's services, every one, from the hub", func(ctx context.Context) error {
+		l, err := proxy.CoreV1().Services(metav1.NamespaceAll).List(ctx, notHeadless)
+		if err != nil {
+			return err
+		}
+		var names []string
+		for _, s := range l.Items {
+			names = append(names, s.Namespace+"/"+s.Name)
+		}
+		if !slices.Contains(names, web+"/api") || !slices.Contains(names, other+"/api") {
+			return fmt.Errorf("kube-proxy's services %v: want %s/api and %s/api", names, web, other)
+		}
+		if got := metric(t, n, `nodeproxy_node_client_requests_total{path="hub",resource="services",verb="list"}`); got == "0" {
+			return fmt.Errorf("kube-proxy's list did not come from the hub")
+		}
+		return nil
+	})
+	if got := metric(t, n, fromCopy); got != copyServed {
+		t.Errorf("the copy answered %s lists of services during kube-proxy's, want none (%s before)", got, copyServed)
 	}
 
 	if err := admin.CoreV1().Pods(web).Delete(ctx, "p", metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))}); err != nil {
