@@ -190,17 +190,18 @@ func viewJSON(obj runtime.Object) ([]byte, uint64, error) {
 // observe and observeItems take in what was served, and count and log
 // what the copy refused: an object no node may have.
 func (f *viewFollower) observe(obs []nodecopy.Observed) {
-	refused, n := f.copy.Observe(obs)
-	f.noteObserved(refused, n)
+	refused, n, passed := f.copy.Observe(obs)
+	f.noteObserved(refused, n, passed)
 }
 
 func (f *viewFollower) observeItems(r *copyRead, rv uint64, items [][]byte) {
-	refused, n := f.copy.ObserveList(r.typ, r.filter, rv, items)
-	f.noteObserved(refused, n)
+	refused, n, passed := f.copy.ObserveList(r.typ, r.filter, rv, items)
+	f.noteObserved(refused, n, passed)
 }
 
-func (f *viewFollower) noteObserved(refused []error, n int) {
+func (f *viewFollower) noteObserved(refused []error, n, passed int) {
 	observedChanges.Add(float64(n))
+	observedOutside.Add(float64(passed))
 	for _, err := range refused {
 		f.distrust(unobservedRefused, err)
 	}

@@ -92,6 +92,12 @@ var (
 			"a hub channel or bulk get): a state newer than the copy's, or a deletion, so that the copy never answers older than what the node was served.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	observedOutside = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_observed_outside_view_total",
+		Help: "States the kubelet was served by another way than the copy and the copy did not take in, because the node's view does not carry them though the node may read them: " +
+			"services of namespaces where the node has no pod (docs/api.md, \"The node view\").",
+		StabilityLevel: metrics.ALPHA,
+	})
 	unobserved = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_unobserved_total",
 		Help: "Answers the kubelet was served of its node's view that the copy could not take in, by reason: undecodable, too_large, refused (an object outside the node's view). " +

@@ -1,6 +1,10 @@
 package nodecopy
 
-import "k8s.io/apimachinery/pkg/watch"
+import (
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+)
 
 // maxLog is how many changes the copy keeps for watches to resume from,
 // of every type together. A node's view changes with its own pods and
@@ -55,13 +59,16 @@ func (l *changeLog) append(c change) {
 
 // since is the sequence number from which a watch of type i from
 // resourceVersion rv reads, false if the log no longer holds every change
-// after rv.
+// after rv. An object that entered the view at rv is read too: entering
+// leaves the type's version where it was when only pods moved (a
+// namespace's services come with its first pod), so a list at rv may
+// have been answered before it.
 func (l *changeLog) since(i int, rv uint64) (uint64, bool) {
 	if rv < l.from[i] {
 		return 0, false
 	}
 	for j, c := range l.changes {
-		if c.resource == i && c.rv > rv {
+		if c.resource == i && (c.rv > rv || c.rv == rv && c.typ == v1alpha1.NodeViewEntered) {
 			return l.base + uint64(j), true
 		}
 	}

@@ -36,24 +36,29 @@ type Observed struct {
 
 // Observe takes in what the node was served. It returns the
 // observations it refused (an object outside the node's view, one that
-// does not parse, a type the copy's view does not carry) and how many
-// changed the copy. A copy without a view takes in nothing: it answers
-// nothing either.
-func (c *Copy) Observe(obs []Observed) (refused []error, changed int) {
+// does not parse, a type the copy's view does not carry), how many
+// changed the copy, and how many states it passed over as outside the
+// view though the node may read them (unviewedLocked). A copy without a
+// view takes in nothing: it answers nothing either.
+func (c *Copy) Observe(obs []Observed) (refused []error, changed, passed int) {
 	parsed, refused := c.parseObserved(obs)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.whole {
-		return refused, 0
+		return refused, 0, 0
 	}
+	var in namespaces
 	for _, p := range parsed {
 		if !c.pos.Names(p.i) {
 			continue
 		}
 		var ok bool
-		if p.typ == watch.Deleted {
+		switch {
+		case p.typ == watch.Deleted:
 			ok = c.observeGoneLocked(p.i, p.o.key(), p.o.RV, p.o)
-		} else {
+		case c.unviewedLocked(p.i, p.o, &in):
+			passed++
+		default:
 			ok = c.observeStateLocked(p.i, p.o)
 		}
 		if ok {
@@ -63,7 +68,7 @@ func (c *Copy) Observe(obs []Observed) (refused []error, changed int) {
 	if changed > 0 {
 		c.changedLocked()
 	}
-	return refused, changed
+	return refused, changed, passed
 }
 
 // ObserveList takes in a list the node was served: its items, and the
@@ -71,8 +76,9 @@ func (c *Copy) Observe(obs []Observed) (refused []error, changed int) {
 // whole of what it selects at its version). The copy's objects that f
 // selects, that the list lacks and that are older than rv are deleted as
 // of rv. f must be a selection the copy evaluates exactly (copy reads
-// are made of such).
-func (c *Copy) ObserveList(i int, f Filter, rv uint64, items [][]byte) (refused []error, changed int) {
+// are made of such). Items outside the view though the node may read
+// them (unviewedLocked) are passed over, and counted.
+func (c *Copy) ObserveList(i int, f Filter, rv uint64, items [][]byte) (refused []error, changed, passed int) {
 	obs := make([]Observed, len(items))
 	for j, raw := range items {
 		obs[j] = Observed{Type: watch.Added, Object: raw}
@@ -81,15 +87,20 @@ func (c *Copy) ObserveList(i int, f Filter, rv uint64, items [][]byte) (refused 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.whole || !c.pos.Names(i) {
-		return refused, 0
+		return refused, 0, 0
 	}
 	listed := map[objKey]bool{}
+	var in namespaces
 	for _, p := range parsed {
 		if p.i != i {
 			refused = append(refused, fmt.Errorf("a %s in a list of %s", v1alpha1.NodeViewTypes[p.i].Kind, v1alpha1.NodeViewTypes[i].Resource))
 			continue
 		}
 		listed[p.o.key()] = true
+		if c.unviewedLocked(i, p.o, &in) {
+			passed++
+			continue
+		}
 		if c.observeStateLocked(i, p.o) {
 			changed++
 		}
@@ -110,7 +121,7 @@ func (c *Copy) ObserveList(i int, f Filter, rv uint64, items [][]byte) (refused 
 	if changed > 0 {
 		c.changedLocked()
 	}
-	return refused, changed
+	return refused, changed, passed
 }
 
 type observedObject struct {

@@ -26,7 +26,7 @@ func TestAStateServedElsewhereIsNeverTakenBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	// kube-apiserver served x@25 while the hub was away.
-	if refused, n := c.Observe([]Observed{{watch.Modified, secret("x", 25)}}); len(refused) > 0 || n != 1 {
+	if refused, n, _ := c.Observe([]Observed{{watch.Modified, secret("x", 25)}}); len(refused) > 0 || n != 1 {
 		t.Fatalf("observe: refused %v, %d changed", refused, n)
 	}
 	if got := next(t, w); got != "MODIFIED x@25" {
@@ -45,7 +45,7 @@ func TestAStateServedElsewhereIsNeverTakenBack(t *testing.T) {
 		t.Errorf("a watch of x after the hub's newer state: %q, want MODIFIED x@28", got)
 	}
 	// An observation older than the copy's changes nothing.
-	if _, n := c.Observe([]Observed{{watch.Modified, secret("x", 25)}}); n != 0 {
+	if _, n, _ := c.Observe([]Observed{{watch.Modified, secret("x", 25)}}); n != 0 {
 		t.Errorf("an older observation changed the copy")
 	}
 }
@@ -97,7 +97,7 @@ func TestAListServedElsewhereIsTheWholeOfWhatItSelects(t *testing.T) {
 		{watch.Added, pod("p", "node-a", 8)}, {watch.Added, pod("q", "node-a", 9)}, {watch.Added, secret("s", 4)},
 	}})
 	onNode := Filter{Fields: fields.OneTermEqualSelector("spec.nodeName", "node-a")}
-	refused, n := c.ObserveList(pods, onNode, 30, [][]byte{pod("q", "node-a", 9), pod("r", "node-a", 28)})
+	refused, n, _ := c.ObserveList(pods, onNode, 30, [][]byte{pod("q", "node-a", 9), pod("r", "node-a", 28)})
 	if len(refused) > 0 || n != 2 {
 		t.Fatalf("observe the list: refused %v, %d changed, want 2 (r added, p deleted)", refused, n)
 	}
@@ -118,7 +118,7 @@ func TestAListServedElsewhereIsTheWholeOfWhatItSelects(t *testing.T) {
 		t.Errorf("pods after the hub's older states: %q, want q@9 r@28", names(got))
 	}
 	// What the node may not have is refused, as from the hub.
-	if refused, _ := c.Observe([]Observed{{watch.Added, pod("o", "node-b", 40)}}); len(refused) != 1 {
+	if refused, _, _ := c.Observe([]Observed{{watch.Added, pod("o", "node-b", 40)}}); len(refused) != 1 {
 		t.Errorf("a pod of another node: refused %v", refused)
 	}
 }

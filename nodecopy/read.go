@@ -217,13 +217,26 @@ func (w *Watch) read() ([]Change, uint64, <-chan struct{}, error) {
 		}
 		switch ch.typ {
 		case v1alpha1.NodeViewEntered:
-			// Entering the view is no change of the object's: one at the
-			// watch's version or before it is what a client watching from
-			// there holds, or read elsewhere (the copy lacked it), and
-			// kube-apiserver sends nothing for it.
-			if ch.obj.RV > w.from {
+			switch {
+			case ch.obj.RV > w.from:
 				out = append(out, Change{Type: watch.Added, Object: ch.obj})
+			case w.filter.Name == "":
+				// A watch of many objects (the kubelet's of services)
+				// is the continuation of a list, from the copy or from
+				// elsewhere: from the copy, the list lacked the object,
+				// which was outside the view then, whatever its
+				// version. It comes at the version it entered at, so
+				// that the watch's versions never go back; a client
+				// that holds it already (it listed elsewhere) takes
+				// an ADDED of what it holds as an update, as
+				// client-go's informers do.
+				out = append(out, Change{Type: watch.Added, Object: asOf(ch.obj, max(ch.rv, w.from))})
 			}
+			// Otherwise a watch of one object by name: entering the
+			// view is no change of the object's, and one at the watch's
+			// version or before it is what a client watching from there
+			// holds, or read elsewhere (the copy lacked it, and a read
+			// by name it lacks is not the copy's to answer).
 		case v1alpha1.NodeViewLeft:
 			if w.filter.Name != "" {
 				return out, w.c.at[w.resource], w.c.changed, ErrLeft

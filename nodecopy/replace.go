@@ -14,11 +14,14 @@ import (
 // (types[j] the type of objects[j]) replace the copy's, and the copy's
 // watches see the difference, as a reflector's relist hands its store
 // the difference, rather than ending with 410: every object's last
-// state (ADDED, MODIFIED), and the ones gone. A gone object of a type the
-// graph decides may have left the view rather than been deleted: it is
-// LEFT (no state of it follows; a watch of it by name ends), any other is
-// DELETED with its last state at pos, the version the copy knows it gone
-// at. What enters goes in the view's order and what goes in the reverse,
+// state (ADDED, MODIFIED), and the ones gone. A gone object of a type
+// whose objects enter and leave the view (leaving) may have left it
+// rather than been deleted: it is LEFT (no state of it follows; a watch
+// of it by name ends), any other is DELETED with its last state at pos,
+// the version the copy knows it gone at. One of those types that the
+// copy lacked and that is no newer than the copy's version of its type
+// entered the view: ENTERED, which a watch of many objects sees whatever
+// its version (read.go). What enters goes in the view's order and what goes in the reverse,
 // so that a pod still has what it uses, as in a batch of the view.
 //
 // A replica behind the copy (its store of a type at a version before the
@@ -46,6 +49,8 @@ func (c *Copy) replaceLocked(pos v1alpha1.NodeViewPosition, types []int, objects
 	for i := range fresh {
 		for k, o := range fresh[i] {
 			switch old, ok := c.objects[i][k]; {
+			case !ok && leaving[i] && o.RV <= c.at[i]:
+				c.log.append(change{typ: v1alpha1.NodeViewEntered, resource: i, rv: max(pos.At[i], c.at[i]), obj: o})
 			case !ok:
 				c.log.append(change{typ: watch.Added, resource: i, rv: o.RV, obj: o})
 			case old.RV < o.RV:
@@ -73,7 +78,7 @@ func (c *Copy) replaceLocked(pos v1alpha1.NodeViewPosition, types []int, objects
 				fresh[i][k] = old
 				continue
 			}
-			if reachedTypes[i] {
+			if leaving[i] {
 				c.log.append(change{typ: v1alpha1.NodeViewLeft, resource: i, rv: pos.At[i], obj: old})
 				continue
 			}
@@ -83,12 +88,13 @@ func (c *Copy) replaceLocked(pos v1alpha1.NodeViewPosition, types []int, objects
 	}
 }
 
-// reachedTypes are the types whose objects are in the view because the
-// graph lets the node reach them: secrets, configmaps, service
-// accounts, volumes, claims.
-var reachedTypes = func() [numTypes]bool {
+// leaving are the types whose objects enter and leave the view without
+// being created or deleted: those the graph lets the node reach
+// (secrets, configmaps, service accounts, volumes, claims) and services,
+// in the view while the node has a pod in their namespace.
+var leaving = func() [numTypes]bool {
 	var r [numTypes]bool
-	for _, name := range []string{"secrets", "configmaps", "serviceaccounts", "persistentvolumes", "persistentvolumeclaims"} {
+	for _, name := range []string{"secrets", "configmaps", "serviceaccounts", "persistentvolumes", "persistentvolumeclaims", "services"} {
 		r[v1alpha1.NodeViewTypeIndex(name)] = true
 	}
 	return r
@@ -96,7 +102,14 @@ var reachedTypes = func() [numTypes]bool {
 
 // deletedAt is o's last state as the object of a DELETED event at rv,
 // as kube-apiserver's DELETED carries the version of the deletion.
-func deletedAt(o *Object, rv uint64) *Object {
+func deletedAt(o *Object, rv uint64) *Object { return asOf(o, rv) }
+
+// asOf is o with resourceVersion rv: its state, as of a later version
+// at which it did not change.
+func asOf(o *Object, rv uint64) *Object {
+	if o.RV == rv {
+		return o
+	}
 	var m map[string]any
 	if err := json.Unmarshal(o.Raw, &m); err != nil {
 		return o // parsed once already: unreachable

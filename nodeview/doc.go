@@ -2,8 +2,9 @@
 // that carries everything the node may read, its Node and (from view
 // version v1alpha2) its CSINode, its pods, every
 // object the authorization graph lets it reach (secrets, configmaps,
-// service accounts, claims, the volumes bound to those claims), and the
-// cluster-wide types the kubelet reads (services, runtime classes, CSI
+// service accounts, claims, the volumes bound to those claims), the
+// services of default and of the namespaces of its pods (services.go),
+// and the cluster-wide types the kubelet reads (runtime classes, CSI
 // drivers). Objects entering and leaving the view are events too. The
 // protocol, its ordering and the proof of its resume are in docs/api.md,
 // "The node view".
@@ -12,7 +13,8 @@
 //	     |  Snapshot.Changes(pos[type]), type by type in types order
 //	     v
 //	Views.Step (one goroutine) --route: pods and Nodes by node, graph kinds by object,
-//	     |                              volumes by their claim, cluster-wide to all
+//	     |                              volumes by their claim, services by namespace
+//	     |                              (default's to all), cluster-wide to all
 //	     v
 //	view (one per open channel, synchronous) --ADDED MODIFIED DELETED ENTERED LEFT, BOOKMARK--> watchmux.Sink
 //	     |   reaches by graph.PodUses / graph.PVSecrets (the graph's own rules) at its position
@@ -28,7 +30,8 @@
 // the hub's stores are per type. What a view holds at a position P is a
 // function of P alone: the objects of each type at P[type] that belong to
 // the node by the graph's rules applied to the pods and volumes at
-// P[pods] and P[persistentvolumes]. Every replica computes the same
+// P[pods] and P[persistentvolumes], and the services of default and of
+// the namespaces of those pods. Every replica computes the same
 // function from the same etcd revisions, which is what lets a view
 // resume on any of them.
 //
@@ -50,8 +53,9 @@
 //     have not changed since (bulk.Progress); otherwise ERROR 410, and
 //     the client opens the view again.
 //   - Order, within a batch: what a pod uses enters before the pod and
-//     leaves after it; a volume's secrets before the volume, the volume
-//     before its claim, and the reverse on the way out. The initial
+//     leaves after it; a namespace's services before the node's first pod
+//     in it, and after its last; a volume's secrets before the volume,
+//     the volume before its claim, and the reverse on the way out. The initial
 //     state is sent in types order, which is the same rule. A pod change
 //     that uses an object the cache lacks, in a type whose store has not
 //     reached the pod's version, waits for it (at most referenceWait):

@@ -200,8 +200,11 @@ func node(name, label string) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"l": label}}}
 }
 
-func service(name string) *corev1.Service {
-	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+// service is a service of default, which every view carries.
+func service(name string) *corev1.Service { return serviceIn(metav1.NamespaceDefault, name) }
+
+func serviceIn(namespace, name string) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
 }
 
 // recordingSink is a watchmux.Sink that keeps what it was sent.
@@ -275,6 +278,10 @@ type consumer struct {
 	exists func(i int, namespace, name string) bool
 	// live says whether the live graph lets the node reach an object now.
 	live func(graph.ObjectRef) bool
+	// services are the names of the services of a namespace the cache
+	// holds now: a pod arriving before one of its namespace's fails the
+	// test.
+	services func(namespace string) []string
 }
 
 var kindNames = map[graph.Kind]string{
@@ -321,6 +328,18 @@ func (c *consumer) checkOrder(object []byte, batch []string) {
 			c.t.Errorf("pod %s/%s arrived before the %s it uses; events: %s", p.Namespace, p.Name, r, strings.Join(append(c.log, batch...), " | "))
 		}
 	})
+}
+
+// checkServices fails the test if a pod of namespace ns arrives while
+// the cache holds a service of ns that the consumer does not: the kubelet
+// would compute the pod's environment without it.
+func (c *consumer) checkServices(ns, pod string, batch []string) {
+	c.t.Helper()
+	for _, name := range c.services(ns) {
+		if _, held := c.held["Service "+ns+"/"+name]; !held {
+			c.t.Errorf("%s arrived before service %s/%s of its namespace; events: %s", pod, ns, name, strings.Join(append(c.log, batch...), " | "))
+		}
+	}
 }
 
 type objectMeta struct {
@@ -409,6 +428,7 @@ func (c *consumer) read() []string {
 		}
 		if m.Kind == "Pod" && (e.typ == watch.Added || e.typ == watch.Modified) && c.exists != nil {
 			c.checkOrder(e.object, lines)
+			c.checkServices(m.Metadata.Namespace, k, lines)
 		}
 		lines = append(lines, string(e.typ)+" "+k)
 	}

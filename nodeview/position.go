@@ -24,8 +24,12 @@ const (
 	// CSINode.
 	ownNode
 	// clusterWide: every object of the type (what the system:node role
-	// lets every node read: services, runtime classes, CSI drivers).
+	// lets every node read: runtime classes, CSI drivers).
 	clusterWide
+	// podNamespaces: the objects of the namespaces where the node has a
+	// pod, and of default (services: the kubelet reads them only for
+	// its pods' environment variables, docs/api.md "The node view").
+	podNamespaces
 	// ownPods: the pods bound to the node.
 	ownPods
 )
@@ -34,7 +38,7 @@ const (
 type viewType struct {
 	gvr  schema.GroupVersionResource
 	role role
-	kind graph.Kind // reached and boundVolume only
+	kind graph.Kind // reached, boundVolume and podNamespaces only
 }
 
 // types are the types of a view, in the order a view takes in their
@@ -51,7 +55,7 @@ var types = [numTypes]viewType{
 	{gvr: corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims"), role: reached, kind: graph.PersistentVolumeClaim},
 	{gvr: corev1.SchemeGroupVersion.WithResource("nodes"), role: ownNode},
 	{gvr: storagev1.SchemeGroupVersion.WithResource("csinodes"), role: ownNode},
-	{gvr: corev1.SchemeGroupVersion.WithResource("services"), role: clusterWide},
+	{gvr: corev1.SchemeGroupVersion.WithResource("services"), role: podNamespaces, kind: namespaceKind},
 	{gvr: nodev1.SchemeGroupVersion.WithResource("runtimeclasses"), role: clusterWide},
 	{gvr: storagev1.SchemeGroupVersion.WithResource("csidrivers"), role: clusterWide},
 	{gvr: corev1.SchemeGroupVersion.WithResource("pods"), role: ownPods},
@@ -60,16 +64,26 @@ var types = [numTypes]viewType{
 // numTypes is len(types), the protocol's number of types.
 const numTypes = len(v1alpha1.NodeViewTypes)
 
-// typeOfKind maps the graph's kinds to their index in types; -1 for the
-// kinds a view does not carry (resource claims, attachments, slices:
-// nodeproxy does not cache them for reading).
-var typeOfKind = func() [16]int {
-	var m [16]int
+// namespaceKind is no kind of the graph's: a view's path to a namespace
+// (graph.ObjectRef{Kind: namespaceKind, Name: ns}) counts the node's pods
+// in it, as a path to a secret counts the pods that use it, so that the
+// namespace's services enter the view with its first pod and leave it
+// after its last, by the same counts, index and events as what the graph
+// decides (addPath). Above the graph's kinds, which it must never meet:
+// it stays inside nodeview.
+const namespaceKind graph.Kind = 15
+
+// typeOfKind maps the graph's kinds to their index in types, and
+// namespaceKind to the services'; -1 for the kinds a view does not carry
+// (resource claims, attachments, slices: nodeproxy does not cache them
+// for reading).
+var typeOfKind = func() [namespaceKind + 1]int {
+	var m [namespaceKind + 1]int
 	for i := range m {
 		m[i] = -1
 	}
 	for i, t := range types {
-		if t.role == reached || t.role == boundVolume {
+		if t.role == reached || t.role == boundVolume || t.role == podNamespaces {
 			m[t.kind] = i
 		}
 	}

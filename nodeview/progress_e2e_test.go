@@ -37,6 +37,9 @@ import (
 func TestProgressRequestAgainstKubeAPIServer(t *testing.T) {
 	ctx := context.Background()
 	admin := prepare(t)
+	// The view carries the services of the namespaces of its node's
+	// pods: a pod makes the test's namespace one.
+	createPod(t, admin, podOn("progress-pod", "nv-p"))
 	hub := testserver.Start(t, cp, testserver.Options{})
 	client, view, c := openViewOn(t, hub, "nv-p")
 	services, err := client.Watch(ctx, v1alpha1.GetOperation{
@@ -214,6 +217,7 @@ func TestProgressRequestIsNotAnsweredFromAStalledCache(t *testing.T) {
 		o.KubeTransportWrapper = stallWatches("services", &stalled)
 		o.NodeViewHeardWithin = heardWithin
 	}})
+	createPod(t, admin, podOn("stalled-pod", "nv-stalled"))
 	client, view, c := openViewOn(t, hub, "nv-stalled")
 
 	stalled.Store(true)

@@ -41,8 +41,8 @@ func TestProgressRequestGetsTheChangeBeforeItsAnswer(t *testing.T) {
 	r.write(k.put(secretsGVR, secret("s1", "b")))
 	r.write(k.put(servicesGVR, service("web")))
 	r.views.requestProgress(c.view, "t1")
-	expect(t, "the asking view", step(r, c), "MODIFIED Secret ns/s1", "ADDED Service ns/web", "BOOKMARK progress=t1")
-	expect(t, "the other view", other.read(), "ADDED Service ns/web", "BOOKMARK")
+	expect(t, "the asking view", step(r, c), "MODIFIED Secret ns/s1", "ADDED Service default/web", "BOOKMARK progress=t1")
+	expect(t, "the other view", other.read(), "ADDED Service default/web", "BOOKMARK")
 	if c.pos != other.pos {
 		t.Errorf("the answer is at %s, the step's bookmark at %s", c.pos, other.pos)
 	}
@@ -59,7 +59,7 @@ func TestProgressRequestsAreAnsweredInOrder(t *testing.T) {
 	r.views.requestProgress(c.view, "t1")
 	r.write(k.put(servicesGVR, service("web")))
 	r.views.requestProgress(c.view, "t2")
-	expect(t, "two requests, one step", step(r, c), "ADDED Service ns/web", "BOOKMARK progress=t2")
+	expect(t, "two requests, one step", step(r, c), "ADDED Service default/web", "BOOKMARK progress=t2")
 	r.views.requestProgress(c.view, "t3")
 	expect(t, "a third", step(r, c), "BOOKMARK progress=t3")
 
@@ -97,7 +97,7 @@ func TestJoiningViewAnswersAfterItsInitialState(t *testing.T) {
 	r.write(k.put(servicesGVR, service("web")))
 	c := r.open("n1", nil)
 	r.views.requestProgress(c.view, "t1")
-	expect(t, "initial state", step(r, c), "ADDED Service ns/web", "BOOKMARK initial-events-end", "BOOKMARK progress=t1")
+	expect(t, "initial state", step(r, c), "ADDED Service default/web", "BOOKMARK initial-events-end", "BOOKMARK progress=t1")
 
 	from := c.position()
 	r.write(k.put(servicesGVR, service("db")))
@@ -105,7 +105,7 @@ func TestJoiningViewAnswersAfterItsInitialState(t *testing.T) {
 	resumed := r.open("n1", &from)
 	r.views.requestProgress(resumed.view, "t2")
 	r.views.Step()
-	expect(t, "resumed", resumed.read(), "ADDED Service ns/db", "BOOKMARK progress=t2")
+	expect(t, "resumed", resumed.read(), "ADDED Service default/db", "BOOKMARK progress=t2")
 	if resumed.pos != c.pos {
 		t.Errorf("the resumed view's answer is at %s, the other view at %s", resumed.pos, c.pos)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/bulk"
+	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/graph"
 )
 
@@ -43,10 +44,28 @@ func (w *workload) put(gvr schema.GroupVersionResource, name string, obj runtime
 	return w.k.put(gvr, obj.DeepCopyObject())
 }
 
-// next is one write: a create, an update or a delete.
+// next is one write: a create, an update or a delete. Services come and
+// go in the pods' namespaces, in another that only pods using nothing
+// (q0, q1) bring into a view, and in default, which every view holds.
 func (w *workload) next() write {
 	for {
-		switch w.rng.IntN(9) {
+		switch w.rng.IntN(11) {
+		case 9:
+			ns := w.pick("ns", "other", metav1.NamespaceDefault)
+			name := w.pick("w0", "w1")
+			svc := serviceIn(ns, name)
+			svc.Labels = map[string]string{"v": fmt.Sprint(w.rng.IntN(100))}
+			return w.put(servicesGVR, ns+"/"+name, svc)
+		case 10:
+			name := w.pick("q0", "q1")
+			if old, ok := w.objects["pods other/"+name]; ok {
+				p := old.(*corev1.Pod).DeepCopy()
+				p.Labels = map[string]string{"v": fmt.Sprint(w.rng.IntN(100))}
+				return w.put(podsGVR, "other/"+name, p)
+			}
+			p := pod(name, w.pick("n1", "n2"))
+			p.Namespace = "other"
+			return w.put(podsGVR, "other/"+name, p)
 		case 0:
 			name := w.pick("s0", "s1", "s2", "s3")
 			return w.put(secretsGVR, name, secret(name, fmt.Sprint(w.rng.IntN(100))))
@@ -221,6 +240,14 @@ func (c *consumer) watchOrder(r *replica) {
 		return ok
 	}
 	c.live = func(ref graph.ObjectRef) bool { return r.graph.Reachable(c.node, ref) }
+	c.services = func(ns string) []string {
+		var names []string
+		r.cache.Store(servicesGVR).Snapshot().Ascend(ns, ns, "", func(o *cache.Object) bool {
+			names = append(names, o.Name)
+			return true
+		})
+		return names
+	}
 }
 
 // fakeProgress answers bulk.Progress as kube-apiserver would for a type

@@ -241,6 +241,7 @@ func (v *view) build(st *state) {
 	defer func() { v.quiet = false }()
 	st.snaps[podIndex].AscendNode(v.node, "", "", "", func(o *cache.Object) bool {
 		v.pods[objectKey{o.Namespace, o.Name}] = podEntry{obj: o, held: true}
+		v.addNamespacePath(o, 1, st)
 		for _, r := range podUses(o) {
 			v.addPath(r, 1, st)
 		}
@@ -292,6 +293,8 @@ func (v *view) sendAll(st *state, pos Position) {
 				v.emit(watch.Added, v.encode(st, i, o))
 				return !v.dead
 			})
+		case podNamespaces:
+			v.sendServices(i, st)
 		case ownPods:
 			st.snaps[i].AscendNode(v.node, "", "", "", func(o *cache.Object) bool {
 				key := objectKey{o.Namespace, o.Name}
@@ -349,6 +352,8 @@ func (v *view) apply(i int, e *cache.Event, st *state) {
 		}
 	case clusterWide:
 		v.emit(e.Type, v.encode(st, i, o))
+	case podNamespaces:
+		v.applyService(i, e, st)
 	case ownPods:
 		v.applyPod(e, st)
 	}
@@ -367,6 +372,9 @@ func (v *view) applyPod(e *cache.Event, st *state) {
 	is := e.Type != watch.Deleted && o.NodeName == v.node
 	switch {
 	case is:
+		if !was {
+			v.addNamespacePath(o, 1, st)
+		}
 		for _, r := range podUses(o) {
 			v.addPath(r, 1, st)
 		}
@@ -395,6 +403,7 @@ func (v *view) applyPod(e *cache.Event, st *state) {
 		for _, r := range old.uses() {
 			v.addPath(r, -1, st)
 		}
+		v.addNamespacePath(o, -1, st)
 	}
 }
 
@@ -464,6 +473,10 @@ func (v *view) addPath(ref graph.ObjectRef, delta int32, st *state) {
 	switch {
 	case before == 0 && after > 0:
 		v.ix.want(v, ref)
+		if ref.Kind == namespaceKind {
+			v.namespaceIn(ref.Name, st)
+			return
+		}
 		if ref.Kind == graph.PersistentVolumeClaim {
 			for _, pv := range st.volumesOf(ref) {
 				if _, in := v.volumes[pv.Name]; !in {
@@ -475,6 +488,9 @@ func (v *view) addPath(ref graph.ObjectRef, delta int32, st *state) {
 			v.show(i, ref, o, v1alpha1.NodeViewEntered, st)
 		}
 	case before > 0 && after == 0:
+		if ref.Kind == namespaceKind {
+			v.namespaceOut(ref.Name, st)
+		}
 		v.hide(i, ref, nil, v1alpha1.NodeViewLeft, st)
 		if ref.Kind == graph.PersistentVolumeClaim {
 			var gone []string
@@ -576,6 +592,8 @@ func (v *view) sharedObject(i int, o *cache.Object) bool {
 	case boundVolume:
 		c, ok := claimOf(o)
 		return ok && v.ix.shared(c)
+	case podNamespaces:
+		return v.sharedService(o)
 	}
 	return false
 }

@@ -59,7 +59,7 @@ func TestInitialStateSendsWhatAPodUsesBeforeThePod(t *testing.T) {
 		"ADDED PersistentVolume vol",
 		"ADDED PersistentVolumeClaim ns/data",
 		"ADDED Node n1",
-		"ADDED Service ns/web",
+		"ADDED Service default/web",
 		"ADDED RuntimeClass runc",
 		"ADDED Pod ns/p1",
 		"BOOKMARK initial-events-end",
@@ -180,7 +180,7 @@ func TestOwnNodeAndClusterWideTypes(t *testing.T) {
 	expect(t, "nodes", step(r, c, k.put(nodesGVR, node("n1", "a")), k.put(nodesGVR, node("n2", "a")), k.put(nodesGVR, node("n1", "b"))),
 		"ADDED Node n1", "MODIFIED Node n1", "BOOKMARK")
 	expect(t, "services", step(r, c, k.put(servicesGVR, service("a")), k.put(servicesGVR, service("a")), k.del(servicesGVR, service("a"))),
-		"ADDED Service ns/a", "MODIFIED Service ns/a", "DELETED Service ns/a", "BOOKMARK")
+		"ADDED Service default/a", "MODIFIED Service default/a", "DELETED Service default/a", "BOOKMARK")
 }
 
 func TestOnlyTheNodeItselfMayOpenItsView(t *testing.T) {

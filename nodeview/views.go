@@ -329,12 +329,25 @@ func (m *Views) routeLocked(i int, e *cache.Event) {
 			addAll(m.wants[c].all())
 		}
 		// Routed before the index moves: a view decides by what it
-		// holds and by the event, not by the index.
-		defer bindClaims(m.st.claims, prev, o)
+		// holds and by the event, not by the index. A deleted volume is
+		// bound to nothing: its last state still names its claim, and
+		// kept in the index it would bring a volume created again under
+		// its name, bound elsewhere, into the views of the old claim.
+		now := o
+		if e.Type == watch.Deleted {
+			now = nil
+		}
+		defer bindClaims(m.st.claims, prev, now)
 	case ownNode:
 		add(m.byNode[o.Name])
 	case clusterWide:
 		add(m.all)
+	case podNamespaces:
+		if ref, ok := namespaceOf(o); ok {
+			addAll(m.wants[ref].all())
+		} else {
+			add(m.all)
+		}
 	case ownPods:
 		add(m.byNode[o.NodeName])
 		if prev != nil && prev.NodeName != o.NodeName {

@@ -123,6 +123,9 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&v.Outage, "view-outage", v.Outage, "How long kube-apiserver and the hub are stopped in the nodeview scenario; a third of the kubelets restart meanwhile.")
 	fs.DurationVar(&v.Settle, "view-settle", v.Settle, "How long, after the nodeview scenario's outage and checks, the hub's channels are followed until they are one per node again "+
 		"(the kubelet's watches that went to hub channels come back to the copies when they end, at the kubelet's watch timeout of 5 to 10 minutes); 0 skips it.")
+	fs.IntVar(&v.Services, "view-services", v.Services, "Services made in the cluster in the nodeview scenario, 100 to a namespace; each node gets a pod in two of their namespaces (its pods in three).")
+	fs.IntVar(&v.EndpointSlices, "view-endpointslices", v.EndpointSlices, "EndpointSlices made in the cluster in the nodeview scenario, spread over --view-services' services.")
+	fs.BoolVar(&v.CopyOnly, "view-copy-only", v.CopyOnly, "Skip the nodeview scenario's side with a channel per object (its figures are 0): with --view-services in the thousands the kubelet's list of services over hub channels does not complete.")
 	fs.StringVar(&v.Profiles, "view-profiles", v.Profiles, "A directory to write the hub's heap profiles to in the nodeview scenario, before and after each side's nodes (hub-heap-<side>-<before|after>.pprof); none when empty.")
 
 	fs = fss.FlagSet("target")
@@ -166,6 +169,12 @@ func (o *benchOptions) validate() error {
 	}
 	if w.Updates > 1000 {
 		errs = append(errs, fmt.Errorf("--updates must be at most 1000, got %d: more would overflow a channel's queue and close it", w.Updates))
+	}
+	if o.nodeView.Services < 0 || o.nodeView.EndpointSlices < 0 {
+		errs = append(errs, fmt.Errorf("--view-services and --view-endpointslices may not be negative, got %d and %d", o.nodeView.Services, o.nodeView.EndpointSlices))
+	}
+	if o.nodeView.EndpointSlices > 0 && o.nodeView.Services == 0 {
+		errs = append(errs, fmt.Errorf("--view-endpointslices needs --view-services: the slices are spread over the services"))
 	}
 	if o.nodeView.Outage <= 0 {
 		errs = append(errs, fmt.Errorf("--view-outage must be positive, got %s", o.nodeView.Outage))

@@ -31,6 +31,16 @@ type NodeViewLoad struct {
 	// come back to the copies only when they end, at the kubelet's
 	// watch timeout (5 to 10 minutes). 0 skips it.
 	Settle time.Duration
+	// Services and EndpointSlices are made in the cluster besides the
+	// scenario's own objects, 100 services to a namespace, the slices
+	// spread over them; each node gets a pod in two of those namespaces,
+	// so that its pods are in three. 0: none.
+	Services, EndpointSlices int
+	// CopyOnly skips the side with a channel per object (its figures
+	// are 0), as a cluster of many services needs: the kubelet's list of
+	// them over hub channels does not complete there (docs/benchmarks.md,
+	// "The endpoint with many services in the cluster").
+	CopyOnly bool
 	// Profiles, when set, is a directory the hub's heap profiles go to,
 	// before and after each side's nodes (hub-heap-<side>-<when>.pprof),
 	// for `go tool pprof -base`.
@@ -83,7 +93,7 @@ func runNodeView(ctx context.Context, env *Env, t Target) (_ *Result, err error)
 	side := func(way string, round int) *viewSide {
 		s := base
 		s.way, s.nodes = way, make([]*HollowNode, l.Nodes)
-		return &viewSide{sideRun: &s, round: round, kubemark: kubemark}
+		return &viewSide{sideRun: &s, round: round, kubemark: kubemark, load: l}
 	}
 	perObject, copied := side("per-object", 0), side("copy", 1)
 	hubMetrics, err := t.Nodeproxy.Metrics(ctx)
@@ -112,21 +122,14 @@ func runNodeView(ctx context.Context, env *Env, t Target) (_ *Result, err error)
 	if err := base.createObjects(ctx); err != nil {
 		return nil, err
 	}
+	if err := base.createServices(ctx, l); err != nil {
+		return nil, err
+	}
 	copied.secrets, perObject.secrets = base.secrets, base.secrets
 
 	// 1. Channels and memory: today's one channel per object, then the
 	// copy, on the same objects.
-	if o.perObject, err = perObject.start(ctx, dir, []string{"--node-view=false"}); err != nil {
-		return interrupted(ctx, r, fmt.Errorf("nodeview, a channel per object: %w", err))
-	}
-	if err := perObject.stop(ctx); err != nil {
-		return interrupted(ctx, r, err)
-	}
-	// The bulk watch lets go of a closed channel at its type's next
-	// change or bookmark: for the secrets and configmaps, quiet now, up
-	// to a bookmark interval after the side stopped. Measured before
-	// that, what it lets go of later comes off the copy's figure.
-	if err := sleepUntil(ctx, time.Now().Add(bulkwatch.DefaultBookmarkInterval+5*time.Second)); err != nil {
+	if err := perObjectSide(ctx, l, perObject, dir, &o.perObject); err != nil {
 		return interrupted(ctx, r, err)
 	}
 	if o.copied, err = copied.start(ctx, dir, nil); err != nil {
@@ -197,4 +200,23 @@ func (o *nodeViewOutcome) footprintFigures() []Figure {
 		{"channels and memory: time to pods Running, a channel per object", p.upTook.Seconds(), "s"},
 		{"channels and memory: time to pods Running, the copy", c.upTook.Seconds(), "s"},
 	}...)
+}
+
+// perObjectSide runs part 1's side with a channel per object, unless
+// l.CopyOnly, into f, and waits for the hub to let go of its channels.
+func perObjectSide(ctx context.Context, l NodeViewLoad, side *viewSide, dir string, f *viewFootprint) (err error) {
+	if l.CopyOnly {
+		return nil
+	}
+	if *f, err = side.start(ctx, dir, []string{"--node-view=false"}); err != nil {
+		return fmt.Errorf("nodeview, a channel per object: %w", err)
+	}
+	if err := side.stop(ctx); err != nil {
+		return err
+	}
+	// The bulk watch lets go of a closed channel at its type's next
+	// change or bookmark: for the secrets and configmaps, quiet now, up
+	// to a bookmark interval after the side stopped. Measured before
+	// that, what it lets go of later comes off the copy's figure.
+	return sleepUntil(ctx, time.Now().Add(bulkwatch.DefaultBookmarkInterval+5*time.Second))
 }

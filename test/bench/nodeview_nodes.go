@@ -33,6 +33,8 @@ type viewSide struct {
 	// pods of its own over the same objects.
 	round    int
 	kubemark string
+	// load is the scenario's, for the services its nodes' pods bring.
+	load NodeViewLoad
 	// uids are the pods' UIDs, [node][pod].
 	uids [][]types.UID
 	// asNode reaches each node's endpoint with its kubelet's credentials;
@@ -100,6 +102,9 @@ func (s *viewSide) start(ctx context.Context, dir string, endpointArgs []string)
 	s.env.progressf("nodeview (%s): %d pods, each mounting %d secrets and configmaps", s.way, l.Nodes*l.PodsPerNode, l.ObjectsPerPod)
 	began := time.Now()
 	if _, err := s.createPods(ctx, s.round, true); err != nil {
+		return f, err
+	}
+	if err := s.createNamespacePods(ctx, s.load); err != nil {
 		return f, err
 	}
 	if err := s.waitPods(ctx, s.round, corev1.PodRunning); err != nil {
