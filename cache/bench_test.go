@@ -39,13 +39,28 @@ func liveHeap() uint64 {
 	return m.HeapAlloc
 }
 
-func newCache(b *testing.B) *cache.Cache {
-	c, err := cache.NewDetached(cache.Options{LogSize: cache.DefaultLogSize, EncodedEntries: cache.DefaultEncodedEntries})
+// newCache is a cache of the default sizes that keeps its objects as the
+// hub's does, or all decoded (kept).
+func newCache(b *testing.B, kept representation) *cache.Cache {
+	c, err := cache.NewDetached(cache.Options{LogSize: cache.DefaultLogSize, EncodedEntries: cache.DefaultEncodedEntries,
+		KeepDecoded: kept == decoded})
 	if err != nil {
 		b.Fatal(err)
 	}
 	return c
 }
+
+// representation is how a benchmark's cache keeps objects: as the hub
+// does (pods as bytes), or every one decoded, as before issue 37, to
+// give both figures from one run.
+type representation string
+
+const (
+	asTheHub representation = "hub"
+	decoded  representation = "decoded"
+)
+
+var representations = []representation{decoded, asTheHub}
 
 var (
 	podsGVR       = corev1.SchemeGroupVersion.WithResource("pods")
@@ -72,10 +87,17 @@ func decodeJSON[T any](b *testing.B, raw []byte) *T {
 // costs listed (the decoded object, and what the store adds: the Object
 // record, the tree, the snapshot), and what a 1 KiB secret with a 512 B
 // configmap (the pair) cost the hub when each arrives as a watch event,
-// as a workload's objects do: objects, store and change log.
+// as a workload's objects do: objects, store and change log. kept=hub is
+// the cache as the hub runs it, kept=decoded every object decoded.
 //
 //	go test ./cache -run '^$' -bench BytesPerSecret -benchtime 1x -count 3
 func BenchmarkBytesPerSecret(b *testing.B) {
+	for _, kept := range representations {
+		b.Run("kept="+string(kept), func(b *testing.B) { benchmarkBytesPerSecret(b, kept) })
+	}
+}
+
+func benchmarkBytesPerSecret(b *testing.B, kept representation) {
 	const n = 20000
 	secretTemplate := `{"metadata":{"name":"secret-%d","namespace":"ns%d","uid":"0b1a6c2e-4b8f-4a3e-9d6e-%012d",` +
 		`"resourceVersion":"%d","creationTimestamp":"2026-11-22T10:00:00Z","labels":{"app":"web"}},` +
@@ -92,7 +114,7 @@ func BenchmarkBytesPerSecret(b *testing.B) {
 	}
 	for b.Loop() {
 		// Listed secrets: the object, then what the store adds.
-		c := newCache(b)
+		c := newCache(b, kept)
 		base := liveHeap()
 		list := make([]interface{}, n)
 		for i := range list {
@@ -109,7 +131,7 @@ func BenchmarkBytesPerSecret(b *testing.B) {
 		c = nil
 
 		// The pair, each object a watch event.
-		c = newCache(b)
+		c = newCache(b, kept)
 		for _, s := range []*cache.Store{c.Store(secretsGVR), c.Store(configmapsGVR)} {
 			if err := s.Replace(nil, "1"); err != nil {
 				b.Fatal(err)
@@ -164,16 +186,18 @@ func BenchmarkBytesPerPod(b *testing.B) {
 		{"typical", typicalPodAt},
 	}
 	for _, shape := range shapes {
-		b.Run("shape="+shape.name, func(b *testing.B) {
-			pod := func(i int, stage workload.PodStage) *corev1.Pod {
-				return shape.pod(fmt.Sprintf("ns%d", i/100), fmt.Sprintf("app%d", i/10), i, workload.NodeName(i%(n/30)), stage)
-			}
-			benchmarkBytesPerPod(b, n, pod)
-		})
+		for _, kept := range representations {
+			b.Run("shape="+shape.name+"/kept="+string(kept), func(b *testing.B) {
+				pod := func(i int, stage workload.PodStage) *corev1.Pod {
+					return shape.pod(fmt.Sprintf("ns%d", i/100), fmt.Sprintf("app%d", i/10), i, workload.NodeName(i%(n/30)), stage)
+				}
+				benchmarkBytesPerPod(b, n, kept, pod)
+			})
+		}
 	}
 }
 
-func benchmarkBytesPerPod(b *testing.B, n int, pod func(i int, stage workload.PodStage) *corev1.Pod) {
+func benchmarkBytesPerPod(b *testing.B, n int, kept representation, pod func(i int, stage workload.PodStage) *corev1.Pod) {
 	encode := func(p *corev1.Pod, rv int) []byte {
 		p.ResourceVersion = strconv.Itoa(rv)
 		raw, err := json.Marshal(p)
@@ -207,7 +231,7 @@ func benchmarkBytesPerPod(b *testing.B, n int, pod func(i int, stage workload.Po
 	}
 	for b.Loop() {
 		// Listed, no graph: the object, then the store.
-		c := newCache(b)
+		c := newCache(b, kept)
 		base := liveHeap()
 		decoded := make([]*corev1.Pod, n)
 		for i := range decoded {
@@ -221,7 +245,7 @@ func benchmarkBytesPerPod(b *testing.B, n int, pod func(i int, stage workload.Po
 		runtime.KeepAlive(c)
 
 		// Listed, with the graph.
-		c = newCache(b)
+		c = newCache(b, kept)
 		withGraph(c)
 		base = liveHeap()
 		list(c)
@@ -229,7 +253,7 @@ func benchmarkBytesPerPod(b *testing.B, n int, pod func(i int, stage workload.Po
 		runtime.KeepAlive(c)
 
 		// Written four times each, with the graph and the log.
-		c = newCache(b)
+		c = newCache(b, kept)
 		withGraph(c)
 		store := c.Store(podsGVR)
 		if err := store.Replace(nil, "1"); err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	lru "github.com/hashicorp/golang-lru/v2"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/component-base/metrics"
 )
@@ -52,7 +51,13 @@ func (e *Encoder) Encode(s *Store, o *Object) ([]byte, error) {
 // protobuf: the "k8s\x00" magic, then a runtime.Unknown carrying
 // apiVersion, kind and the object. The bytes are shared: callers must not
 // modify them.
+//
+// An object kept as bytes is those bytes: no encoding, no entry; its
+// segments joined (one copy) where it has more than one.
 func (e *Encoder) EncodeProtobuf(s *Store, o *Object) ([]byte, error) {
+	if !o.raw.empty() {
+		return o.raw.join(), nil
+	}
 	return e.encode(s, o, true, true, encodeProtobuf)
 }
 
@@ -86,11 +91,16 @@ func (e *Encoder) encode(s *Store, o *Object, protobuf, keep bool, encode func(*
 	return b, nil
 }
 
-// encodeObject marshals o.Obj, whose type meta the store cleared, and
-// splices apiVersion and kind in front: setting them on the shared object
-// instead would race with every other reader.
+// encodeObject marshals o's typed object, whose type meta the store
+// cleared (an object kept as bytes is decoded for it, once per version
+// the LRU keeps), and splices apiVersion and kind in front: setting them
+// on the shared object instead would race with every other reader.
 func encodeObject(s *Store, o *Object) ([]byte, error) {
-	body, err := json.Marshal(o.Obj)
+	obj, err := o.Typed()
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", s.Kind, err)
+	}
+	body, err := json.Marshal(obj)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s %s/%s: %w", s.Kind, o.Namespace, o.Name, err)
 	}
@@ -108,27 +118,17 @@ func encodeObject(s *Store, o *Object) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// encodeProtobuf marshals o.Obj and wraps it in the runtime.Unknown that
+// encodeProtobuf wraps o's typed object in the runtime.Unknown that
 // carries its apiVersion and kind, as kube-apiserver's protobuf serializer
-// does for an object (its Unknown path writes the same bytes as its
-// typed one); the type meta goes on the envelope rather than on the shared
+// does for an object (its Unknown path writes the same bytes as its typed
+// one); the type meta goes on the envelope rather than on the shared
 // object, as in encodeObject.
 func encodeProtobuf(s *Store, o *Object) ([]byte, error) {
-	m, ok := o.Obj.(interface{ Marshal() ([]byte, error) })
-	if !ok {
-		return nil, fmt.Errorf("encode %s %s/%s: %T has no protobuf encoding", s.Kind, o.Namespace, o.Name, o.Obj)
-	}
-	raw, err := m.Marshal()
+	b, err := protobufOf(s.Resource.GroupVersion().String(), s.Kind, o.obj)
 	if err != nil {
-		return nil, fmt.Errorf("encode %s %s/%s as protobuf: %w", s.Kind, o.Namespace, o.Name, err)
+		return nil, fmt.Errorf("encode %s/%s: %w", o.Namespace, o.Name, err)
 	}
-	unk := &runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: s.Resource.GroupVersion().String(), Kind: s.Kind}, Raw: raw}
-	var b bytes.Buffer
-	b.Grow(unk.Size() + 8)
-	if err := protobufEnvelope.Encode(unk, &b); err != nil {
-		return nil, fmt.Errorf("encode %s %s/%s as protobuf: %w", s.Kind, o.Namespace, o.Name, err)
-	}
-	return b.Bytes(), nil
+	return b, nil
 }
 
 // protobufEnvelope writes a runtime.Unknown behind the magic; it needs no

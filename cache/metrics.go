@@ -62,6 +62,14 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	})
 
+	objectDecodes = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "cache",
+		Name:           "object_decodes_total",
+		Help:           "Object versions decoded from the bytes the cache keeps them as, by kind: for the graph's handlers (the version before a change), for JSON encoding, for node views.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind"})
+
 	cacheRelistsCarriedOver = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace:      "nodeproxy",
 		Subsystem:      "cache",
@@ -114,7 +122,7 @@ var (
 // that k8s.io/apiserver serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(cacheEvents, cacheWriteDuration, cacheObjects, cacheRelists, encodedLookups, encodedEntries, watchFailures, cacheRelistsCarriedOver, cacheRelistLogRestarts, cacheRelistDeletions)
+		legacyregistry.MustRegister(cacheEvents, cacheWriteDuration, cacheObjects, cacheRelists, encodedLookups, encodedEntries, objectDecodes, watchFailures, cacheRelistsCarriedOver, cacheRelistLogRestarts, cacheRelistDeletions)
 		legacyregistry.CustomMustRegister(&freshnessCollector{})
 	})
 }

@@ -167,8 +167,12 @@ func TestAVersionsListsAreCutToLength(t *testing.T) {
 // TestTheStoreSharesUnchangedPartsOfEveryVersion: updates, deletions
 // and relists of the store reuse the previous version's parts, and what
 // readers see is what was decoded.
+//
+// Pods are kept as bytes (TestPodsAreKeptAsBytes); this is the sharing
+// of every type kept decoded, on pods kept decoded.
 func TestTheStoreSharesUnchangedPartsOfEveryVersion(t *testing.T) {
 	s := newStore(served[0], 16)
+	s.asBytes = false
 	first := scenarioPod(0, 4, "Pending")
 	first.ResourceVersion = "2"
 	if err := s.Replace([]interface{}{decodePod(t, first)}, "2"); err != nil {
@@ -193,11 +197,11 @@ func TestTheStoreSharesUnchangedPartsOfEveryVersion(t *testing.T) {
 		t.Fatalf("events %v, want MODIFIED then DELETED", events)
 	}
 	for i, want := range []*corev1.Pod{decodePod(t, running), decodePod(t, gone)} {
-		got := events[i].Object.Obj.(*corev1.Pod)
+		got := events[i].Object.obj.(*corev1.Pod)
 		if !reflect.DeepEqual(got.Spec, want.Spec) || !reflect.DeepEqual(got.Status, want.Status) || got.ResourceVersion != want.ResourceVersion {
 			t.Errorf("event %d holds another object than was decoded", i)
 		}
-		if !sameSlice(got.Spec.Volumes, events[0].Prev.Obj.(*corev1.Pod).Spec.Volumes) {
+		if !sameSlice(got.Spec.Volumes, events[0].Prev.obj.(*corev1.Pod).Spec.Volumes) {
 			t.Errorf("event %d does not share the first version's volumes", i)
 		}
 	}

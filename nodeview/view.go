@@ -48,6 +48,36 @@ type state struct {
 	// once per view.
 	last      *cache.Object
 	lastBytes []byte
+	// usesOf is the pod whose references uses holds: the cache keeps pods
+	// as bytes, and a pod change is read by Views (holdLocked), then by its
+	// node's view, which would otherwise decode it twice.
+	usesOf *cache.Object
+	uses   []graph.ObjectRef
+}
+
+// podUses is what pod o adds a path to, once each: graph.PodUses,
+// without the kinds a view does not carry. The pod is decoded from the
+// cache's bytes for it, once per version while it is the last one read.
+func (st *state) podUses(o *cache.Object) ([]graph.ObjectRef, error) {
+	if o == st.usesOf {
+		return st.uses, nil
+	}
+	obj, err := o.Typed()
+	if err != nil {
+		return nil, err
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, fmt.Errorf("%s/%s is a %T, not a pod", o.Namespace, o.Name, obj)
+	}
+	var uses []graph.ObjectRef
+	graph.PodUses(pod, func(r graph.ObjectRef) {
+		if typeOfKind[r.Kind] >= 0 && !slices.Contains(uses, r) {
+			uses = append(uses, r)
+		}
+	})
+	st.usesOf, st.uses = o, uses
+	return uses, nil
 }
 
 // get returns the object ref names, at the state's snapshot of type i.
@@ -170,19 +200,13 @@ type reach struct {
 type objectKey struct{ namespace, name string }
 
 // podEntry is a pod of the node in the view: the version whose
-// references it added a path to (podUses), and whether the consumer
-// holds it.
+// references it added a path to, those references (kept, so that taking
+// them away needs no decode of the pod), and whether the consumer holds
+// it.
 type podEntry struct {
 	obj  *cache.Object
+	uses []graph.ObjectRef
 	held bool
-}
-
-// uses is what the pod added a path to.
-func (p podEntry) uses() []graph.ObjectRef {
-	if p.obj == nil {
-		return nil
-	}
-	return podUses(p.obj)
 }
 
 func newView(node string, types v1alpha1.NodeViewTypeSet, sink watchmux.Sink, live Reachability, ix index) *view {
@@ -240,8 +264,13 @@ func (v *view) build(st *state) {
 	v.quiet = true
 	defer func() { v.quiet = false }()
 	st.snaps[podIndex].AscendNode(v.node, "", "", "", func(o *cache.Object) bool {
-		v.pods[objectKey{o.Namespace, o.Name}] = podEntry{obj: o, held: true}
-		for _, r := range podUses(o) {
+		uses, err := st.podUses(o)
+		if err != nil {
+			v.fail(fmt.Errorf("read pod %s/%s: %w", o.Namespace, o.Name, err))
+			return false
+		}
+		v.pods[objectKey{o.Namespace, o.Name}] = podEntry{obj: o, uses: uses, held: true}
+		for _, r := range uses {
 			v.addPath(r, 1, st)
 		}
 		return true
@@ -299,7 +328,7 @@ func (v *view) sendAll(st *state, pos Position) {
 					v.emit(watch.Added, v.encode(st, i, o))
 				} else {
 					withheld.Inc()
-					v.pods[key] = podEntry{obj: v.pods[key].obj}
+					v.pods[key] = podEntry{obj: v.pods[key].obj, uses: v.pods[key].uses}
 				}
 				return !v.dead
 			})
@@ -367,7 +396,12 @@ func (v *view) applyPod(e *cache.Event, st *state) {
 	is := e.Type != watch.Deleted && o.NodeName == v.node
 	switch {
 	case is:
-		for _, r := range podUses(o) {
+		uses, err := st.podUses(o)
+		if err != nil {
+			v.fail(fmt.Errorf("read pod %s/%s: %w", o.Namespace, o.Name, err))
+			return
+		}
+		for _, r := range uses {
 			v.addPath(r, 1, st)
 		}
 		held := old.held
@@ -383,8 +417,8 @@ func (v *view) applyPod(e *cache.Event, st *state) {
 		} else {
 			withheld.Inc()
 		}
-		v.pods[key] = podEntry{obj: o, held: held}
-		for _, r := range old.uses() {
+		v.pods[key] = podEntry{obj: o, uses: uses, held: held}
+		for _, r := range old.uses {
 			v.addPath(r, -1, st)
 		}
 	case was:
@@ -392,7 +426,7 @@ func (v *view) applyPod(e *cache.Event, st *state) {
 		if old.held {
 			v.emit(watch.Deleted, v.encode(st, podIndex, o))
 		}
-		for _, r := range old.uses() {
+		for _, r := range old.uses {
 			v.addPath(r, -1, st)
 		}
 	}
@@ -606,28 +640,12 @@ func (v *view) fail(err error) {
 	v.sink.Close(&metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError, Message: err.Error()})
 }
 
-// podUses is what a pod adds a path to, once each: graph.PodUses,
-// without the kinds a view does not carry.
-func podUses(o *cache.Object) []graph.ObjectRef {
-	pod, ok := o.Obj.(*corev1.Pod)
-	if !ok {
-		return nil
-	}
-	var uses []graph.ObjectRef
-	graph.PodUses(pod, func(r graph.ObjectRef) {
-		if typeOfKind[r.Kind] >= 0 && !slices.Contains(uses, r) {
-			uses = append(uses, r)
-		}
-	})
-	return uses
-}
-
 // volumeSecrets is what a PV adds a path to, once each.
 func volumeSecrets(o *cache.Object) []graph.ObjectRef {
 	if o == nil {
 		return nil
 	}
-	pv, ok := o.Obj.(*corev1.PersistentVolume)
+	pv, ok := persistentVolume(o)
 	if !ok {
 		return nil
 	}
@@ -646,11 +664,23 @@ func claimOf(o *cache.Object) (graph.ObjectRef, bool) {
 	if o == nil {
 		return graph.ObjectRef{}, false
 	}
-	pv, ok := o.Obj.(*corev1.PersistentVolume)
+	pv, ok := persistentVolume(o)
 	if !ok || pv.Spec.ClaimRef == nil {
 		return graph.ObjectRef{}, false
 	}
 	return graph.ObjectRef{Kind: graph.PersistentVolumeClaim, Namespace: pv.Spec.ClaimRef.Namespace, Name: pv.Spec.ClaimRef.Name}, true
+}
+
+// persistentVolume is o's typed PV. The cache keeps PVs decoded, so
+// this never decodes; a PV that could not be read would add no path, so
+// that nothing is sent for it.
+func persistentVolume(o *cache.Object) (*corev1.PersistentVolume, bool) {
+	obj, err := o.Typed()
+	if err != nil {
+		return nil, false
+	}
+	pv, ok := obj.(*corev1.PersistentVolume)
+	return pv, ok
 }
 
 func compareRefs(a, b graph.ObjectRef) int {
