@@ -110,7 +110,7 @@ func (o *Object) shareBytes(prev *Object) {
 	if prev == nil {
 		return
 	}
-	o.raw.share(&prev.raw)
+	o.raw.share(prev.raw)
 	if o.Namespace == prev.Namespace {
 		o.Namespace = prev.Namespace
 	}

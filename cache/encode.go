@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/component-base/metrics"
 )
@@ -72,6 +73,13 @@ func (e *Encoder) EncodeUncached(s *Store, o *Object) ([]byte, error) {
 	return e.encode(s, o, false, false, encodeObject)
 }
 
+// EncodeUncachedTyped is EncodeUncached for a caller that holds o
+// decoded already (typed, from o.Typed), which spares a decode of an
+// object kept as bytes.
+func (e *Encoder) EncodeUncachedTyped(s *Store, o *Object, typed runtime.Object) ([]byte, error) {
+	return e.encode(s, o, false, false, func(s *Store, o *Object) ([]byte, error) { return marshalJSON(s, o, typed) })
+}
+
 // encode looks o up in the LRU, and encodes it on a miss, keeping the
 // bytes there if keep.
 func (e *Encoder) encode(s *Store, o *Object, protobuf, keep bool, encode func(*Store, *Object) ([]byte, error)) ([]byte, error) {
@@ -100,6 +108,11 @@ func encodeObject(s *Store, o *Object) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", s.Kind, err)
 	}
+	return marshalJSON(s, o, obj)
+}
+
+// marshalJSON is encodeObject for obj, o's typed object.
+func marshalJSON(s *Store, o *Object, obj runtime.Object) ([]byte, error) {
 	body, err := json.Marshal(obj)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s %s/%s: %w", s.Kind, o.Namespace, o.Name, err)

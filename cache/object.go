@@ -44,7 +44,7 @@ type Object struct {
 	// it ("k8s\x00", then a runtime.Unknown with apiVersion, kind and the
 	// object), without managedFields, in segments; empty for an object
 	// kept decoded.
-	raw segments
+	raw *segments
 }
 
 // newObject takes ownership of obj: it strips managedFields and the type

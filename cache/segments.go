@@ -18,17 +18,18 @@ import (
 // each (docs/benchmarks.md, "The hub's heap per cached object").
 //
 // Where the bytes do not have that shape (fewer than three fields, or
-// out of order) the first segment holds them whole.
+// out of order) the first segment holds them whole. An Object points at
+// its segments, so that one kept decoded pays a pointer for them.
 type segments [3][]byte
 
 // splitSegments cuts whole into segments, copying each so that sharing
 // one keeps nothing else of whole alive.
-func splitSegments(whole []byte) segments {
+func splitSegments(whole []byte) *segments {
 	at, ok := cutPoints(whole)
 	if !ok {
-		return segments{whole}
+		return &segments{whole}
 	}
-	var s segments
+	s := &segments{}
 	from := 0
 	for i, to := range []int{at[0], at[1], len(whole)} {
 		s[i] = bytes.Clone(whole[from:to])
@@ -72,8 +73,11 @@ func envelopeRaw(whole []byte) (protoField, bool) {
 }
 
 // join is the whole: the first segment itself when it is all, else a new
-// copy the caller owns.
+// copy the caller owns; nil for no segments.
 func (s *segments) join() []byte {
+	if s == nil {
+		return nil
+	}
 	if s[1] == nil && s[2] == nil {
 		return s[0]
 	}
@@ -81,11 +85,14 @@ func (s *segments) join() []byte {
 	return append(append(append(b, s[0]...), s[1]...), s[2]...)
 }
 
-// empty says whether the object is kept decoded.
-func (s *segments) empty() bool { return s[0] == nil }
+// empty says whether the object is kept decoded (it has no segments).
+func (s *segments) empty() bool { return s == nil || s[0] == nil }
 
-// share makes each segment equal to prev's be prev's.
+// share makes each segment equal to prev's (if any) be prev's.
 func (s *segments) share(prev *segments) {
+	if prev == nil {
+		return
+	}
 	for i := range s {
 		if s[i] != nil && bytes.Equal(s[i], prev[i]) {
 			s[i] = prev[i]

@@ -48,19 +48,35 @@ type state struct {
 	// once per view.
 	last      *cache.Object
 	lastBytes []byte
-	// usesOf is the pod whose references uses holds: the cache keeps pods
-	// as bytes, and a pod change is read by Views (holdLocked), then by its
-	// node's view, which would otherwise decode it twice.
-	usesOf *cache.Object
-	uses   []graph.ObjectRef
+	// decoded are the pod versions decoded last, in a ring. The cache
+	// keeps pods as bytes, and one goroutine reads a pod version in
+	// several places one after the other: Views (holdLocked), its view
+	// (applyPod, build), its JSON (encode), and a first sync reads a
+	// node's pods twice (build, then sendAll). Each reads it decoded once
+	// as long as fewer pods came between.
+	decoded     [decodedPods]decodedPod
+	nextDecoded int
 }
 
-// podUses is what pod o adds a path to, once each: graph.PodUses,
-// without the kinds a view does not carry. The pod is decoded from the
-// cache's bytes for it, once per version while it is the last one read.
-func (st *state) podUses(o *cache.Object) ([]graph.ObjectRef, error) {
-	if o == st.usesOf {
-		return st.uses, nil
+// decodedPods bounds the ring: a node's first sync decodes each of its
+// pods once where it has at most this many, twice where it has more, and
+// the ring holds that many decoded pods (about 13 KB each for a
+// Deployment's, docs/benchmarks.md) until the step ends.
+const decodedPods = 32
+
+// decodedPod is a pod version decoded, and what it adds a path to.
+type decodedPod struct {
+	o    *cache.Object
+	pod  *corev1.Pod
+	uses []graph.ObjectRef
+}
+
+// decodedPod is pod o decoded, from the ring or the cache's bytes.
+func (st *state) decodedPod(o *cache.Object) (*decodedPod, error) {
+	for i := range st.decoded {
+		if st.decoded[i].o == o {
+			return &st.decoded[i], nil
+		}
 	}
 	obj, err := o.Typed()
 	if err != nil {
@@ -72,12 +88,41 @@ func (st *state) podUses(o *cache.Object) ([]graph.ObjectRef, error) {
 	}
 	var uses []graph.ObjectRef
 	graph.PodUses(pod, func(r graph.ObjectRef) {
-		if typeOfKind[r.Kind] >= 0 && !slices.Contains(uses, r) {
-			uses = append(uses, r)
+		i := typeOfKind[r.Kind]
+		if i < 0 || slices.Contains(uses, r) {
+			return
 		}
+		// The names the cache holds, where it holds the object: the
+		// view keys its entries by them for as long as the pod stays,
+		// and the decoded pod's own copies would cost each view its own.
+		if held, ok := st.get(i, r.Namespace, r.Name); ok {
+			r.Namespace, r.Name = held.Namespace, held.Name
+		}
+		uses = append(uses, r)
 	})
-	st.usesOf, st.uses = o, uses
-	return uses, nil
+	d := &st.decoded[st.nextDecoded]
+	*d = decodedPod{o: o, pod: pod, uses: uses}
+	st.nextDecoded = (st.nextDecoded + 1) % decodedPods
+	return d, nil
+}
+
+// forgetDecoded empties the ring at the end of a step: the reads it
+// spares are those of one step, and its pods would otherwise stay
+// decoded in the heap until others push them out.
+func (st *state) forgetDecoded() { st.decoded, st.nextDecoded = [decodedPods]decodedPod{}, 0 }
+
+// podUses is what pod o adds a path to, once each: graph.PodUses,
+// without the kinds a view does not carry. An empty entry (a pod the
+// view never had) uses nothing.
+func (st *state) podUses(o *cache.Object) ([]graph.ObjectRef, error) {
+	if o == nil {
+		return nil, nil
+	}
+	d, err := st.decodedPod(o)
+	if err != nil {
+		return nil, err
+	}
+	return d.uses, nil
 }
 
 // get returns the object ref names, at the state's snapshot of type i.
@@ -200,12 +245,10 @@ type reach struct {
 type objectKey struct{ namespace, name string }
 
 // podEntry is a pod of the node in the view: the version whose
-// references it added a path to, those references (kept, so that taking
-// them away needs no decode of the pod), and whether the consumer holds
-// it.
+// references it added a path to (state.podUses), and whether the
+// consumer holds it.
 type podEntry struct {
 	obj  *cache.Object
-	uses []graph.ObjectRef
 	held bool
 }
 
@@ -269,7 +312,7 @@ func (v *view) build(st *state) {
 			v.fail(fmt.Errorf("read pod %s/%s: %w", o.Namespace, o.Name, err))
 			return false
 		}
-		v.pods[objectKey{o.Namespace, o.Name}] = podEntry{obj: o, uses: uses, held: true}
+		v.pods[objectKey{o.Namespace, o.Name}] = podEntry{obj: o, held: true}
 		for _, r := range uses {
 			v.addPath(r, 1, st)
 		}
@@ -328,7 +371,7 @@ func (v *view) sendAll(st *state, pos Position) {
 					v.emit(watch.Added, v.encode(st, i, o))
 				} else {
 					withheld.Inc()
-					v.pods[key] = podEntry{obj: v.pods[key].obj, uses: v.pods[key].uses}
+					v.pods[key] = podEntry{obj: v.pods[key].obj}
 				}
 				return !v.dead
 			})
@@ -417,8 +460,13 @@ func (v *view) applyPod(e *cache.Event, st *state) {
 		} else {
 			withheld.Inc()
 		}
-		v.pods[key] = podEntry{obj: o, uses: uses, held: held}
-		for _, r := range old.uses {
+		v.pods[key] = podEntry{obj: o, held: held}
+		oldUses, err := st.podUses(old.obj)
+		if err != nil {
+			v.fail(fmt.Errorf("read pod %s/%s: %w", o.Namespace, o.Name, err))
+			return
+		}
+		for _, r := range oldUses {
 			v.addPath(r, -1, st)
 		}
 	case was:
@@ -426,7 +474,12 @@ func (v *view) applyPod(e *cache.Event, st *state) {
 		if old.held {
 			v.emit(watch.Deleted, v.encode(st, podIndex, o))
 		}
-		for _, r := range old.uses {
+		oldUses, err := st.podUses(old.obj)
+		if err != nil {
+			v.fail(fmt.Errorf("read pod %s/%s: %w", o.Namespace, o.Name, err))
+			return
+		}
+		for _, r := range oldUses {
 			v.addPath(r, -1, st)
 		}
 	}
@@ -586,8 +639,18 @@ func (v *view) encode(st *state, i int, o *cache.Object) []byte {
 		return st.lastBytes
 	}
 	encode := st.encoder.EncodeUncached
-	if v.sharedObject(i, o) {
+	switch {
+	case v.sharedObject(i, o):
 		encode = st.encoder.Encode
+	case types[i].role == ownPods:
+		// Most likely decoded a moment ago for its references.
+		encode = func(s *cache.Store, o *cache.Object) ([]byte, error) {
+			d, err := st.decodedPod(o)
+			if err != nil {
+				return nil, err
+			}
+			return st.encoder.EncodeUncachedTyped(s, o, d.pod)
+		}
 	}
 	b, err := encode(st.stores[i], o)
 	if err != nil {

@@ -183,6 +183,7 @@ func (m *Views) remove(v *view) {
 func (m *Views) Step() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	defer m.st.forgetDecoded()
 	m.sweepLocked()
 	m.takeAskedLocked()
 	if !m.started {
