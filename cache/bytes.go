@@ -145,6 +145,7 @@ func (s *Store) keep(o, prev *Object) runtime.Object {
 			return typed
 		}
 		klog.ErrorS(err, "Keeping an object decoded", "resource", s.Resource.Resource, "namespace", o.Namespace, "name", o.Name)
+		bytesFallbacks.WithLabelValues(s.Resource.Resource, "encode").Inc()
 	}
 	o.slim(prev)
 	return o.obj
@@ -164,6 +165,7 @@ func (s *Store) typedLocked(prev *Object) runtime.Object {
 	}
 	klog.ErrorS(err, "Giving the handlers the key fields of an object that does not decode", "resource", s.Resource.Resource,
 		"namespace", prev.Namespace, "name", prev.Name)
+	bytesFallbacks.WithLabelValues(s.Resource.Resource, "decode").Inc()
 	return shellOf(s, prev)
 }
 
