@@ -110,31 +110,41 @@ var (
 )
 
 // fieldValue is field's value in o's field set, as the type's GetAttrs
-// makes it; "" for a field the set does not hold.
-func fieldValue(o *cache.Object, field string) string {
+// makes it; "" for a field the set does not hold. ok is false when o
+// cannot be read (Matches then selects nothing rather than guess). The
+// key fields are the cache's index; the others are read from the typed
+// object, which the types that have them (services, secrets, nodes) keep
+// decoded, so that a scan never decodes: a type kept as bytes selects on
+// its index alone (pods: name, namespace, spec.nodeName).
+func fieldValue(o *cache.Object, field string) (value string, ok bool) {
 	switch field {
 	case fieldName:
-		return o.Name
+		return o.Name, true
 	case fieldNamespace:
-		return o.Namespace // "" for a cluster-scoped object, as absent
+		return o.Namespace, true // "" for a cluster-scoped object, as absent
 	case fieldNodeName:
-		return o.NodeName
-	case fieldClusterIP:
-		if s, ok := o.Obj.(*corev1.Service); ok {
-			return s.Spec.ClusterIP
+		return o.NodeName, true
+	}
+	obj, err := o.Typed()
+	if err != nil {
+		return "", false
+	}
+	switch t := obj.(type) {
+	case *corev1.Service:
+		switch field {
+		case fieldClusterIP:
+			return t.Spec.ClusterIP, true
+		case fieldServiceType:
+			return string(t.Spec.Type), true
 		}
-	case fieldServiceType:
-		if s, ok := o.Obj.(*corev1.Service); ok {
-			return string(s.Spec.Type)
+	case *corev1.Secret:
+		if field == fieldSecretType {
+			return string(t.Type), true
 		}
-	case fieldSecretType:
-		if s, ok := o.Obj.(*corev1.Secret); ok {
-			return string(s.Type)
-		}
-	case fieldUnschedulable:
-		if n, ok := o.Obj.(*corev1.Node); ok {
-			return strconv.FormatBool(n.Spec.Unschedulable)
+	case *corev1.Node:
+		if field == fieldUnschedulable {
+			return strconv.FormatBool(t.Spec.Unschedulable), true
 		}
 	}
-	return ""
+	return "", true
 }

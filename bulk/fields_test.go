@@ -39,7 +39,12 @@ func TestServiceSelectorsOfKubeletAndKubeProxy(t *testing.T) {
 	store := c.Store(corev1.SchemeGroupVersion.WithResource("services"))
 	stores := func(metav1.GroupVersionResource) *cache.Store { return store }
 	svc := func(name, clusterIP string, labels map[string]string) *cache.Object {
-		return &cache.Object{Namespace: "ns", Name: name, Labels: labels, Obj: &corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: clusterIP, Type: corev1.ServiceTypeClusterIP}}}
+		o, err := cache.NewObject(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: labels, ResourceVersion: "1"},
+			Spec: corev1.ServiceSpec{ClusterIP: clusterIP, Type: corev1.ServiceTypeClusterIP}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
 	}
 	objects := []*cache.Object{
 		svc("plain", "10.0.0.1", nil),

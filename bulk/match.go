@@ -1,7 +1,6 @@
 package bulk
 
 import (
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 
 	"github.com/nodeproxy/nodeproxy/cache"
@@ -14,12 +13,13 @@ func (q *Query) Matches(o *cache.Object, g Reachability) bool {
 		return false
 	}
 	for _, r := range q.fields {
-		if (r.Operator == selection.NotEquals) == (fieldValue(o, r.Field) == r.Value) {
+		v, ok := fieldValue(o, r.Field)
+		if !ok || (r.Operator == selection.NotEquals) == (v == r.Value) {
 			return false
 		}
 	}
-	// labels.Set is a conversion of the map, not a copy.
-	if q.labels != nil && !q.labels.Empty() && !q.labels.Matches(labels.Set(o.Labels)) {
+	// The cache's Labels are read in place, without a map.
+	if q.labels != nil && !q.labels.Empty() && !q.labels.Matches(o.Labels) {
 		return false
 	}
 	if q.reachableFrom != "" {

@@ -1,4 +1,4 @@
-package cache
+package cache_test
 
 import (
 	"encoding/json"
@@ -15,95 +15,289 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodeproxy/nodeproxy/cache"
+	"github.com/nodeproxy/nodeproxy/graph"
+	"github.com/nodeproxy/nodeproxy/test/workload"
 )
 
-// BenchmarkBytesPerSecret measures the heap one cached secret of 1 KiB
-// costs: the decoded object (decoded from JSON, as the reflector decodes
-// it, so its strings and maps are allocated as they are in production)
-// and what the store adds (the Object record, both trees, the snapshot).
-//
-//	go test ./cache -run '^$' -bench BytesPerSecret -benchtime 1x
-func BenchmarkBytesPerSecret(b *testing.B) {
-	const n = 100000
-	template := `{"metadata":{"name":"secret-%d","namespace":"ns%d","uid":"0b1a6c2e-4b8f-4a3e-9d6e-%012d",` +
-		`"resourceVersion":"%d","creationTimestamp":"2026-11-22T10:00:00Z","labels":{"app":"web"}},` +
-		`"type":"Opaque","data":{"password":"%s"}}`
-	value := []byte(strings.Repeat("x", 1024))
-	encoded, _ := json.Marshal(value) // base64 of 1 KiB, quoted
-	for b.Loop() {
-		object, store := heapPerObject(b, served[1], n, func(i int) interface{} {
-			var s corev1.Secret
-			raw := fmt.Sprintf(template, i, i%200, i, i+2, strings.Trim(string(encoded), `"`))
-			if err := json.Unmarshal([]byte(raw), &s); err != nil {
-				b.Fatal(err)
-			}
-			return &s
-		})
-		b.ReportMetric(object+store, "cached-B/secret")
-		b.ReportMetric(object, "object-B/secret")
-		b.ReportMetric(store, "store-overhead-B/secret")
-	}
+// These benchmarks measure the hub's live heap per cached object, in
+// process: the heap after a forced collection, less the heap before, over
+// the number of objects. Objects are decoded from JSON, as the hub's
+// reflectors decode them, so that their strings, maps and slices are
+// allocated as they are in production. They live outside package cache
+// so that they can feed the authorization graph as the hub does
+// (hub.FeedGraph), which the cache must not import.
+
+// liveHeap is the heap still reachable: after a collection, HeapAlloc
+// counts nothing else.
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
 
-// heapPerObject decodes n objects with decode, caches them in a store of
-// r, and returns the heap each costs decoded and what the store adds.
-func heapPerObject(b *testing.B, r resource, n int, decode func(i int) interface{}) (object, store float64) {
-	heap := func() uint64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
-	base := heap()
-	objects := make([]interface{}, n)
-	for i := range n {
-		objects[i] = decode(i)
-	}
-	decoded := heap()
-	s := newStore(r, DefaultLogSize)
-	if err := s.Replace(objects, strconv.Itoa(n+2)); err != nil {
-		b.Fatal(err)
-	}
-	objects = nil
-	cached := heap()
-	runtime.KeepAlive(s)
-	return float64(decoded-base) / float64(n), float64(int64(cached)-int64(decoded)) / float64(n)
-}
-
-// BenchmarkBytesPerPod measures the heap one cached pod costs, as
-// BenchmarkBytesPerSecret does for secrets, for a pod shaped like a
-// typical Deployment's once running: one container with resources, probes,
-// five environment variables and three mounts (a secret, a configmap, the
-// projected service-account token), owner reference, labels, the
-// scheduler's tolerations and a status with conditions and one container
-// status. Its JSON is about 4.5 KB; pods with more containers, env and
-// annotations cost more, roughly in proportion to their JSON.
-//
-//	go test ./cache -run '^$' -bench BytesPerPod -benchtime 1x
-func BenchmarkBytesPerPod(b *testing.B) {
-	const n = 30000
-	raw, err := json.Marshal(typicalPod())
+// newCache is a cache of the default sizes that keeps its objects as the
+// hub's does, or all decoded (kept).
+func newCache(b *testing.B, kept representation) *cache.Cache {
+	c, err := cache.NewDetached(cache.Options{LogSize: cache.DefaultLogSize, EncodedEntries: cache.DefaultEncodedEntries,
+		KeepDecoded: kept == decoded})
 	if err != nil {
 		b.Fatal(err)
 	}
+	return c
+}
+
+// representation is how a benchmark's cache keeps objects: as the hub
+// does (pods as bytes), or every one decoded, as before issue 37, to
+// give both figures from one run.
+type representation string
+
+const (
+	asTheHub representation = "hub"
+	decoded  representation = "decoded"
+)
+
+var representations = []representation{decoded, asTheHub}
+
+var (
+	podsGVR       = corev1.SchemeGroupVersion.WithResource("pods")
+	secretsGVR    = corev1.SchemeGroupVersion.WithResource("secrets")
+	configmapsGVR = corev1.SchemeGroupVersion.WithResource("configmaps")
+)
+
+// perObject is the heap added since base, per object.
+func perObject(since uint64, n int) float64 {
+	return float64(int64(liveHeap())-int64(since)) / float64(n)
+}
+
+// decodeJSON decodes raw into a new object of example's type, as a
+// reflector's decoder does.
+func decodeJSON[T any](b *testing.B, raw []byte) *T {
+	var o T
+	if err := json.Unmarshal(raw, &o); err != nil {
+		b.Fatal(err)
+	}
+	return &o
+}
+
+// BenchmarkBytesPerSecret measures the heap one cached secret of 1 KiB
+// costs listed (the decoded object, and what the store adds: the Object
+// record, the tree, the snapshot), and what a 1 KiB secret with a 512 B
+// configmap (the pair) cost the hub when each arrives as a watch event,
+// as a workload's objects do: objects, store and change log. kept=hub is
+// the cache as the hub runs it, kept=decoded every object decoded.
+//
+//	go test ./cache -run '^$' -bench BytesPerSecret -benchtime 1x -count 3
+func BenchmarkBytesPerSecret(b *testing.B) {
+	for _, kept := range representations {
+		b.Run("kept="+string(kept), func(b *testing.B) { benchmarkBytesPerSecret(b, kept) })
+	}
+}
+
+func benchmarkBytesPerSecret(b *testing.B, kept representation) {
+	const n = 20000
+	secretTemplate := `{"metadata":{"name":"secret-%d","namespace":"ns%d","uid":"0b1a6c2e-4b8f-4a3e-9d6e-%012d",` +
+		`"resourceVersion":"%d","creationTimestamp":"2026-11-22T10:00:00Z","labels":{"app":"web"}},` +
+		`"type":"Opaque","data":{"password":"%s"}}`
+	configMapTemplate := `{"metadata":{"name":"config-%d","namespace":"ns%d","uid":"1c2b7d3f-5c9a-4b4f-8e7f-%012d",` +
+		`"resourceVersion":"%d","creationTimestamp":"2026-11-22T10:00:00Z","labels":{"app":"web"}},` +
+		`"data":{"config.yaml":"%s"}}`
+	secretData, _ := json.Marshal([]byte(strings.Repeat("x", 1024))) // base64 of 1 KiB, quoted
+	configData := strings.Repeat("y", 512)
+	secrets, configMaps := make([][]byte, n), make([][]byte, n)
+	for i := range n {
+		secrets[i] = fmt.Appendf(nil, secretTemplate, i, i%200, i, 2+2*i, strings.Trim(string(secretData), `"`))
+		configMaps[i] = fmt.Appendf(nil, configMapTemplate, i, i%200, i, 3+2*i, configData)
+	}
 	for b.Loop() {
-		object, store := heapPerObject(b, served[0], n, func(i int) interface{} {
-			var p corev1.Pod
-			if err := json.Unmarshal(raw, &p); err != nil {
+		// Listed secrets: the object, then what the store adds.
+		c := newCache(b, kept)
+		base := liveHeap()
+		list := make([]interface{}, n)
+		for i := range list {
+			list[i] = decodeJSON[corev1.Secret](b, secrets[i])
+		}
+		decoded := liveHeap()
+		if err := c.Store(secretsGVR).Replace(list, strconv.Itoa(2*n+2)); err != nil {
+			b.Fatal(err)
+		}
+		list = nil
+		object := float64(decoded-base) / n
+		store := perObject(decoded, n)
+		runtime.KeepAlive(c)
+		c = nil
+
+		// The pair, each object a watch event.
+		c = newCache(b, kept)
+		for _, s := range []*cache.Store{c.Store(secretsGVR), c.Store(configmapsGVR)} {
+			if err := s.Replace(nil, "1"); err != nil {
 				b.Fatal(err)
 			}
-			// Names and versions of their own, as a list would give them.
-			p.Name, p.Namespace = fmt.Sprintf("web-%d", i), fmt.Sprintf("ns%d", i%200)
-			p.UID = types.UID(fmt.Sprintf("0b1a6c2e-4b8f-4a3e-9d6e-%012d", i))
-			p.ResourceVersion = strconv.Itoa(i + 2)
-			p.Spec.NodeName = fmt.Sprintf("node-%d", i%1000)
-			return &p
-		})
-		b.ReportMetric(float64(len(raw)), "json-B/pod")
-		b.ReportMetric(object+store, "cached-B/pod")
-		b.ReportMetric(object, "object-B/pod")
-		b.ReportMetric(store, "store-overhead-B/pod")
+		}
+		base = liveHeap()
+		for i := range n {
+			if err := c.Store(secretsGVR).Add(decodeJSON[corev1.Secret](b, secrets[i])); err != nil {
+				b.Fatal(err)
+			}
+			if err := c.Store(configmapsGVR).Add(decodeJSON[corev1.ConfigMap](b, configMaps[i])); err != nil {
+				b.Fatal(err)
+			}
+		}
+		pair := perObject(base, n)
+		runtime.KeepAlive(c)
+
+		b.ReportMetric(object+store, "cached-B/secret")
+		b.ReportMetric(object, "object-B/secret")
+		b.ReportMetric(store, "store-overhead-B/secret")
+		b.ReportMetric(pair, "hub-B/pair")
 	}
+}
+
+// BenchmarkBytesPerPod measures the heap one cached pod costs the hub,
+// for two shapes: workload.DeploymentPod ("deployment": a real
+// Deployment's pod as kube-apiserver stores it, two containers, about
+// 5.4 KB of JSON) and typicalPod ("typical": one container, about 3.5 KB,
+// the shape docs/operations.md's sizing formula was measured on). For
+// each: listed and running, the object as decoded (object-B/pod) and
+// once cached, with the store's records and trees (cached-B/pod; less
+// than decoded where the store cuts decoded slices to length); what the
+// authorization graph adds for it and the objects it references
+// (graph-B/pod); and the change log's history once the pods have started
+// as they do in a cluster, each written four times (created, scheduled,
+// starting, running), each write a watch event (history-B/pod).
+// hub-B/pod is all three together: the figure the hub's
+// go_gc_heap_live_bytes gives before and after as many pods.
+//
+// 3,000 pods of 10 replicas per Deployment, 10 Deployments per
+// namespace, 30 per node: the history is that of a log of
+// DefaultLogSize changes over 12,000 writes, so it is the last third's.
+//
+//	go test ./cache -run '^$' -bench 'BytesPerPod$' -benchtime 1x -count 3
+func BenchmarkBytesPerPod(b *testing.B) {
+	const n = 3000
+	shapes := []struct {
+		name string
+		pod  func(namespace, app string, i int, node string, stage workload.PodStage) *corev1.Pod
+	}{
+		{"deployment", workload.DeploymentPod},
+		{"typical", typicalPodAt},
+	}
+	for _, shape := range shapes {
+		for _, kept := range representations {
+			b.Run("shape="+shape.name+"/kept="+string(kept), func(b *testing.B) {
+				pod := func(i int, stage workload.PodStage) *corev1.Pod {
+					return shape.pod(fmt.Sprintf("ns%d", i/100), fmt.Sprintf("app%d", i/10), i, workload.NodeName(i%(n/30)), stage)
+				}
+				benchmarkBytesPerPod(b, n, kept, pod)
+			})
+		}
+	}
+}
+
+func benchmarkBytesPerPod(b *testing.B, n int, kept representation, pod func(i int, stage workload.PodStage) *corev1.Pod) {
+	encode := func(p *corev1.Pod, rv int) []byte {
+		p.ResourceVersion = strconv.Itoa(rv)
+		raw, err := json.Marshal(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return raw
+	}
+	// writes[s][i] is pod i's write at stage s, at resourceVersion
+	// 2+s*n+i: each stage for every pod, then the next.
+	writes := make([][][]byte, len(workload.PodStages))
+	for s, stage := range workload.PodStages {
+		writes[s] = make([][]byte, n)
+		for i := range n {
+			writes[s][i] = encode(pod(i, stage), 2+s*n+i)
+		}
+	}
+	running := writes[len(writes)-1]
+	last := strconv.Itoa(1 + len(writes)*n)
+	list := func(c *cache.Cache) {
+		objs := make([]interface{}, n)
+		for i := range objs {
+			objs[i] = decodeJSON[corev1.Pod](b, running[i])
+		}
+		if err := c.Store(podsGVR).Replace(objs, last); err != nil {
+			b.Fatal(err)
+		}
+	}
+	withGraph := func(c *cache.Cache) {
+		c.Store(podsGVR).AddHandler(graph.New().PodHandler())
+	}
+	for b.Loop() {
+		// Listed, no graph: the object, then the store.
+		c := newCache(b, kept)
+		base := liveHeap()
+		decoded := make([]*corev1.Pod, n)
+		for i := range decoded {
+			decoded[i] = decodeJSON[corev1.Pod](b, running[i])
+		}
+		object := perObject(base, n)
+		runtime.KeepAlive(decoded)
+		decoded = nil
+		list(c)
+		cached := perObject(base, n)
+		runtime.KeepAlive(c)
+
+		// Listed, with the graph.
+		c = newCache(b, kept)
+		withGraph(c)
+		base = liveHeap()
+		list(c)
+		listed := perObject(base, n)
+		runtime.KeepAlive(c)
+
+		// Written four times each, with the graph and the log.
+		c = newCache(b, kept)
+		withGraph(c)
+		store := c.Store(podsGVR)
+		if err := store.Replace(nil, "1"); err != nil {
+			b.Fatal(err)
+		}
+		base = liveHeap()
+		for s := range writes {
+			for i := range n {
+				p := decodeJSON[corev1.Pod](b, writes[s][i])
+				write := store.Update
+				if s == 0 {
+					write = store.Add
+				}
+				if err := write(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		hub := perObject(base, n)
+		runtime.KeepAlive(c)
+
+		b.ReportMetric(float64(len(running[0])), "json-B/pod")
+		b.ReportMetric(object, "object-B/pod")
+		b.ReportMetric(cached, "cached-B/pod")
+		b.ReportMetric(listed-cached, "graph-B/pod")
+		b.ReportMetric(hub-listed, "history-B/pod")
+		b.ReportMetric(hub, "hub-B/pod")
+	}
+}
+
+// typicalPodAt is typicalPod named and placed as workload.DeploymentPod
+// places its pods, at stage: unbound until scheduled, and pending with
+// no status of the kubelet's until running.
+func typicalPodAt(namespace, app string, i int, node string, stage workload.PodStage) *corev1.Pod {
+	p := typicalPod()
+	p.Namespace, p.Name = namespace, fmt.Sprintf("%s-7d9c8b6f5-%05x", app, i)
+	p.UID = types.UID(fmt.Sprintf("0b1a6c2e-4b8f-4a3e-9d6e-%012d", i))
+	if stage >= workload.PodScheduled {
+		p.Spec.NodeName = node
+	}
+	if stage < workload.PodRunning {
+		p.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: corev1.PodQOSBurstable}
+	}
+	return p
 }
 
 func typicalPod() *corev1.Pod {

@@ -117,6 +117,10 @@ type Options struct {
 	// (every watch from before it expires), as before relists were carried
 	// on; the restart benchmark measures what that cost.
 	RestartLogOnRelist bool
+	// KeepDecoded makes every store keep its objects decoded, pods too,
+	// as before the cache kept pods as bytes; the memory benchmarks set
+	// it to measure the two side by side.
+	KeepDecoded bool
 }
 
 // Defaults.
@@ -182,6 +186,7 @@ func NewDetached(opts Options) (*Cache, error) {
 	for _, r := range append(slices.Clone(served), unserved...) {
 		c.stores[r.gvr] = newStore(r, opts.LogSize)
 		c.stores[r.gvr].restartLogOnRelist = opts.RestartLogOnRelist
+		c.stores[r.gvr].asBytes = c.stores[r.gvr].asBytes && !opts.KeepDecoded
 	}
 	return c, nil
 }

@@ -70,11 +70,17 @@
 //     A quiet type hears only bookmarks, about one a minute, so time since
 //     the last news is no failure by itself; an outage is.
 //   - Objects are stored without metadata.managedFields and without type
-//     meta, once: the indexes hold pointers, not copies. A version shares
-//     every part it holds unchanged with the version before it, and its
-//     lists are cut to length (slimVersion), so that the change log's
-//     history costs what changed, not whole objects; what readers see is
-//     what kube-apiserver sent.
+//     meta, once: the indexes hold pointers, not copies. Pods are kept as
+//     kube-apiserver's protobuf (bytes.go) beside an index of their keys,
+//     labels and node, and decoded only for a reader that needs them typed
+//     (Object.Typed); other types are kept decoded. A version shares every
+//     part it holds unchanged with the version before it: equal segments
+//     of its bytes (segments.go), or equal fields of a decoded object,
+//     whose lists are also cut to length (slimVersion); so that the change
+//     log's history costs what changed, not whole objects. What readers
+//     see is what kube-apiserver sent.
+//   - The store's handlers (the graph) see every change typed, the
+//     version before included, whatever the store keeps.
 //   - The log keeps the state after one change in checkpointEvery (and
 //     after a relist's batch); At rebuilds the others exactly, undoing the
 //     changes from the next kept state back (each change holds the

@@ -52,7 +52,13 @@ func (e *Encoder) Encode(s *Store, o *Object) ([]byte, error) {
 // protobuf: the "k8s\x00" magic, then a runtime.Unknown carrying
 // apiVersion, kind and the object. The bytes are shared: callers must not
 // modify them.
+//
+// An object kept as bytes is those bytes: no encoding, no entry; its
+// segments joined (one copy) where it has more than one.
 func (e *Encoder) EncodeProtobuf(s *Store, o *Object) ([]byte, error) {
+	if !o.raw.empty() {
+		return o.raw.join(), nil
+	}
 	return e.encode(s, o, true, true, encodeProtobuf)
 }
 
@@ -65,6 +71,13 @@ func (e *Encoder) EncodeProtobuf(s *Store, o *Object) ([]byte, error) {
 // readers share.
 func (e *Encoder) EncodeUncached(s *Store, o *Object) ([]byte, error) {
 	return e.encode(s, o, false, false, encodeObject)
+}
+
+// EncodeUncachedTyped is EncodeUncached for a caller that holds o
+// decoded already (typed, from o.Typed), which spares a decode of an
+// object kept as bytes.
+func (e *Encoder) EncodeUncachedTyped(s *Store, o *Object, typed runtime.Object) ([]byte, error) {
+	return e.encode(s, o, false, false, func(s *Store, o *Object) ([]byte, error) { return marshalJSON(s, o, typed) })
 }
 
 // encode looks o up in the LRU, and encodes it on a miss, keeping the
@@ -86,11 +99,21 @@ func (e *Encoder) encode(s *Store, o *Object, protobuf, keep bool, encode func(*
 	return b, nil
 }
 
-// encodeObject marshals o.Obj, whose type meta the store cleared, and
-// splices apiVersion and kind in front: setting them on the shared object
-// instead would race with every other reader.
+// encodeObject marshals o's typed object, whose type meta the store
+// cleared (an object kept as bytes is decoded for it, once per version
+// the LRU keeps), and splices apiVersion and kind in front: setting them
+// on the shared object instead would race with every other reader.
 func encodeObject(s *Store, o *Object) ([]byte, error) {
-	body, err := json.Marshal(o.Obj)
+	obj, err := o.Typed()
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", s.Kind, err)
+	}
+	return marshalJSON(s, o, obj)
+}
+
+// marshalJSON is encodeObject for obj, o's typed object.
+func marshalJSON(s *Store, o *Object, obj runtime.Object) ([]byte, error) {
+	body, err := json.Marshal(obj)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s %s/%s: %w", s.Kind, o.Namespace, o.Name, err)
 	}
@@ -108,27 +131,17 @@ func encodeObject(s *Store, o *Object) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// encodeProtobuf marshals o.Obj and wraps it in the runtime.Unknown that
+// encodeProtobuf wraps o's typed object in the runtime.Unknown that
 // carries its apiVersion and kind, as kube-apiserver's protobuf serializer
-// does for an object (its Unknown path writes the same bytes as its
-// typed one); the type meta goes on the envelope rather than on the shared
+// does for an object (its Unknown path writes the same bytes as its typed
+// one); the type meta goes on the envelope rather than on the shared
 // object, as in encodeObject.
 func encodeProtobuf(s *Store, o *Object) ([]byte, error) {
-	m, ok := o.Obj.(interface{ Marshal() ([]byte, error) })
-	if !ok {
-		return nil, fmt.Errorf("encode %s %s/%s: %T has no protobuf encoding", s.Kind, o.Namespace, o.Name, o.Obj)
-	}
-	raw, err := m.Marshal()
+	b, err := protobufOf(s.Resource.GroupVersion().String(), s.Kind, o.obj)
 	if err != nil {
-		return nil, fmt.Errorf("encode %s %s/%s as protobuf: %w", s.Kind, o.Namespace, o.Name, err)
+		return nil, fmt.Errorf("encode %s/%s: %w", o.Namespace, o.Name, err)
 	}
-	unk := &runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: s.Resource.GroupVersion().String(), Kind: s.Kind}, Raw: raw}
-	var b bytes.Buffer
-	b.Grow(unk.Size() + 8)
-	if err := protobufEnvelope.Encode(unk, &b); err != nil {
-		return nil, fmt.Errorf("encode %s %s/%s as protobuf: %w", s.Kind, o.Namespace, o.Name, err)
-	}
-	return b.Bytes(), nil
+	return b, nil
 }
 
 // protobufEnvelope writes a runtime.Unknown behind the magic; it needs no

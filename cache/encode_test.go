@@ -65,22 +65,57 @@ func TestEncodeProtobufIsKubeAPIServersEncoding(t *testing.T) {
 // BenchmarkEncodeObject measures what the hub pays once per object
 // version and encoding (the Encoder caches the bytes for every channel):
 // kube-proxy's typical EndpointSlice as JSON, for bulk gets and JSON
-// channels, and as protobuf, for channels that ask for it.
-// docs/benchmarks.md has the figures.
+// channels, and as protobuf, for channels that ask for it; and a
+// Deployment's running pod (workload.DeploymentPod) kept decoded and kept
+// as bytes, as JSON, as protobuf, and decoded for a reader that needs it
+// typed (a node view, for its references). docs/benchmarks.md has the
+// figures.
+//
+//	go test ./cache -run '^$' -bench EncodeObject -count 5
 func BenchmarkEncodeObject(b *testing.B) {
-	s := newStore(servedKind(b, "EndpointSlice"), 8)
-	o, err := newObject(workload.ServiceSlice("shop", "web", 10))
+	slices := newStore(servedKind(b, "EndpointSlice"), 8)
+	slice, err := newObject(workload.ServiceSlice("shop", "web", 10))
 	if err != nil {
 		b.Fatal(err)
 	}
+	pods := newStore(servedKind(b, "Pod"), 8)
+	pod := func() *corev1.Pod {
+		p := workload.DeploymentPod("shop", "web", 1, "node-1", workload.PodRunning)
+		p.ResourceVersion = "7"
+		return p
+	}
+	decoded, err := newObject(pod())
+	if err != nil {
+		b.Fatal(err)
+	}
+	asBytes, err := newObject(pod())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := asBytes.keepBytes("v1", "Pod", nil); err != nil {
+		b.Fatal(err)
+	}
+	joined := func(_ *Store, o *Object) ([]byte, error) { return o.raw.join(), nil }
+	typed := func(_ *Store, o *Object) ([]byte, error) { _, err := o.Typed(); return nil, err }
 	for _, tc := range []struct {
 		name   string
+		s      *Store
+		o      *Object
 		encode func(*Store, *Object) ([]byte, error)
-	}{{"endpointslice/json", encodeObject}, {"endpointslice/protobuf", encodeProtobuf}} {
+	}{
+		{"endpointslice/json", slices, slice, encodeObject},
+		{"endpointslice/protobuf", slices, slice, encodeProtobuf},
+		{"pod/kept=decoded/json", pods, decoded, encodeObject},
+		{"pod/kept=decoded/protobuf", pods, decoded, encodeProtobuf},
+		{"pod/kept=decoded/typed", pods, decoded, typed},
+		{"pod/kept=bytes/json", pods, asBytes, encodeObject},
+		{"pod/kept=bytes/protobuf", pods, asBytes, joined},
+		{"pod/kept=bytes/typed", pods, asBytes, typed},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
-			for i := 0; i < b.N; i++ {
-				if _, err := tc.encode(s, o); err != nil {
+			for b.Loop() {
+				if _, err := tc.encode(tc.s, tc.o); err != nil {
 					b.Fatal(err)
 				}
 			}

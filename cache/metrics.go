@@ -62,6 +62,22 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	})
 
+	objectDecodes = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "cache",
+		Name:           "object_decodes_total",
+		Help:           "Object versions decoded from the bytes the cache keeps them as, by kind: for the graph's handlers (the version before a change), for JSON encoding, for node views.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind"})
+
+	bytesFallbacks = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "cache",
+		Name:           "bytes_fallbacks_total",
+		Help:           "Objects of a type kept as bytes that were not, by resource and what failed: encode (the object was kept decoded), decode (the graph's handlers got the previous version's key fields alone).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "failed"})
+
 	cacheRelistsCarriedOver = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace:      "nodeproxy",
 		Subsystem:      "cache",
@@ -114,7 +130,7 @@ var (
 // that k8s.io/apiserver serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(cacheEvents, cacheWriteDuration, cacheObjects, cacheRelists, encodedLookups, encodedEntries, watchFailures, cacheRelistsCarriedOver, cacheRelistLogRestarts, cacheRelistDeletions)
+		legacyregistry.MustRegister(cacheEvents, cacheWriteDuration, cacheObjects, cacheRelists, encodedLookups, encodedEntries, objectDecodes, bytesFallbacks, watchFailures, cacheRelistsCarriedOver, cacheRelistLogRestarts, cacheRelistDeletions)
 		legacyregistry.CustomMustRegister(&freshnessCollector{})
 	})
 }

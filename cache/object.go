@@ -10,32 +10,46 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Object is one version of one cached object. It is immutable once a
 // store has published it: readers on any goroutine may hold it for as long
 // as they like, and the next version is a new Object.
 //
-// The key fields repeat the object's own metadata only as string headers
-// (the bytes are shared), so the indexes cost a pointer per object, not a
-// copy of it.
+// An object is kept either decoded (typed) or as the protobuf
+// kube-apiserver's serializer writes for it (keptAsBytes: pods), with the
+// key fields beside it so that lookups, indexes and selectors never decode
+// (docs/architecture.md, "Objects as kube-apiserver's bytes"). Readers that
+// need the typed object call Typed. For a decoded object the key fields
+// repeat its own metadata only as string headers (the bytes are shared),
+// so the indexes cost a pointer per object, not a copy of it.
 type Object struct {
 	Namespace string
 	Name      string
 	// NodeName is spec.nodeName of a pod; empty for every other type.
 	NodeName string
+	// UID tells a name deleted and created again from the object it was.
+	UID types.UID
 	// RV is metadata.resourceVersion as a number: kube-apiserver's
 	// resourceVersions are etcd revisions, so they order all changes.
 	RV     uint64
-	Labels map[string]string
-	// Obj is the typed object as kube-apiserver sent it, without
-	// metadata.managedFields and without apiVersion/kind.
-	Obj runtime.Object
+	Labels Labels
+
+	// obj is the typed object as kube-apiserver sent it, without
+	// metadata.managedFields and without apiVersion/kind; nil once the
+	// store has kept the object as raw.
+	obj runtime.Object
+	// raw is the object as kube-apiserver's protobuf serializer writes
+	// it ("k8s\x00", then a runtime.Unknown with apiVersion, kind and the
+	// object), without managedFields, in segments; empty for an object
+	// kept decoded.
+	raw *segments
 }
 
 // newObject takes ownership of obj: it strips managedFields and the type
 // meta (so that encoding can prefix its own, see encode.go) and reads the
-// key fields.
+// key fields. The object is kept decoded until the store calls keepBytes.
 func newObject(obj interface{}) (*Object, error) {
 	ro, ok := obj.(runtime.Object)
 	if !ok {
@@ -51,30 +65,49 @@ func newObject(obj interface{}) (*Object, error) {
 	}
 	accessor.SetManagedFields(nil)
 	ro.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
-	o := &Object{RV: rv, Obj: ro}
+	o := &Object{RV: rv, obj: ro}
 	o.readKeys(accessor)
 	return o, nil
 }
 
+// NewObject is obj as a store keeps an object decoded: what a store's
+// writer makes of what its reflector decoded, for readers fed by hand
+// (tests and benchmarks of the bulk handlers). It takes ownership of obj.
+func NewObject(obj runtime.Object) (*Object, error) { return newObject(obj) }
+
+// Typed is the typed object: the one kept, or a new one decoded from the
+// bytes kept, which the caller then owns. Either way callers must not
+// modify it: a kept one is shared with every reader.
+func (o *Object) Typed() (runtime.Object, error) {
+	if o.obj != nil {
+		return o.obj, nil
+	}
+	obj, _, err := decodeProtobuf(o.raw.join())
+	if err != nil {
+		return nil, fmt.Errorf("decode %s/%s: %w", o.Namespace, o.Name, err)
+	}
+	return obj, nil
+}
+
 // readKeys points the key fields at the object's own metadata.
 func (o *Object) readKeys(accessor metav1.Object) {
-	o.Namespace, o.Name, o.Labels = accessor.GetNamespace(), accessor.GetName(), accessor.GetLabels()
-	if pod, ok := o.Obj.(*corev1.Pod); ok {
+	o.Namespace, o.Name, o.Labels, o.UID = accessor.GetNamespace(), accessor.GetName(), internLabels(accessor.GetLabels()), accessor.GetUID()
+	if pod, ok := o.obj.(*corev1.Pod); ok {
 		o.NodeName = pod.Spec.NodeName
 	}
 }
 
-// slim makes o, a version not yet published, hold as little as it can:
-// what it holds unchanged of prev (the version it follows, or nil) is
-// prev's, key fields included, and its lists are cut to length
-// (slimVersion).
+// slim makes o, a version not yet published and kept decoded, hold as
+// little as it can: what it holds unchanged of prev (the version it
+// follows, or nil) is prev's, key fields included, and its lists are cut
+// to length (slimVersion).
 func (o *Object) slim(prev *Object) {
 	var p any
-	if prev != nil {
-		p = prev.Obj
+	if prev != nil && prev.obj != nil {
+		p = prev.obj
 	}
-	slimVersion(o.Obj, p)
-	if accessor, err := meta.Accessor(o.Obj); err == nil {
+	slimVersion(o.obj, p)
+	if accessor, err := meta.Accessor(o.obj); err == nil {
 		o.readKeys(accessor)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/btree"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
@@ -120,7 +121,6 @@ func relistChanges(old, list *btree.BTreeG[*Object], prevRV, listRV uint64) (rel
 		if err != nil {
 			return relist{}, restartVersionOutside
 		}
-		o.slim(d.prev) // a copy of prev but for its resourceVersion
 		deleted = append(deleted, &Event{Type: watch.Deleted, Object: o, Prev: d.prev, RV: d.rv})
 	}
 	// gone is in placement order: the shared ones last, and the others
@@ -199,24 +199,39 @@ func placeDeletions(gone []deletion, changes []*Event, prevRV, listRV uint64) (s
 }
 
 // atVersion is a copy of o's last state with resourceVersion rv, the
-// object a DELETED event at rv carries.
+// object a DELETED event at rv carries, kept as o is: decoded, or as
+// bytes (decoded, changed and encoded again; relists only).
 func atVersion(o *Object, rv uint64) (*Object, error) {
-	obj := o.Obj.DeepCopyObject()
+	var obj runtime.Object
+	var tm runtime.TypeMeta
+	if o.obj != nil {
+		obj = o.obj.DeepCopyObject()
+	} else {
+		var err error
+		if obj, tm, err = decodeProtobuf(o.raw.join()); err != nil {
+			return nil, fmt.Errorf("%s/%s: %w", o.Namespace, o.Name, err)
+		}
+	}
 	accessor, err := meta.Accessor(obj)
 	if err != nil {
 		return nil, fmt.Errorf("%s/%s: %w", o.Namespace, o.Name, err)
 	}
 	accessor.SetResourceVersion(strconv.FormatUint(rv, 10))
-	return newObject(obj)
+	n, err := newObject(obj)
+	if err != nil {
+		return nil, err
+	}
+	if !o.raw.empty() {
+		if err := n.keepBytes(tm.APIVersion, tm.Kind, o); err != nil {
+			return nil, fmt.Errorf("%s/%s: %w", o.Namespace, o.Name, err)
+		}
+	} else {
+		n.slim(o)
+	}
+	return n, nil
 }
 
-func uid(o *Object) string {
-	accessor, err := meta.Accessor(o.Obj)
-	if err != nil {
-		return ""
-	}
-	return string(accessor.GetUID())
-}
+func uid(o *Object) string { return string(o.UID) }
 
 // appendRelistLocked appends a relist's changes to the log and publishes
 // the list as one snapshot at listRV: no reader sees a state between

@@ -167,8 +167,12 @@ func TestAVersionsListsAreCutToLength(t *testing.T) {
 // TestTheStoreSharesUnchangedPartsOfEveryVersion: updates, deletions
 // and relists of the store reuse the previous version's parts, and what
 // readers see is what was decoded.
+//
+// Pods are kept as bytes (TestPodsAreKeptAsBytes); this is the sharing
+// of every type kept decoded, on pods kept decoded.
 func TestTheStoreSharesUnchangedPartsOfEveryVersion(t *testing.T) {
 	s := newStore(served[0], 16)
+	s.asBytes = false
 	first := scenarioPod(0, 4, "Pending")
 	first.ResourceVersion = "2"
 	if err := s.Replace([]interface{}{decodePod(t, first)}, "2"); err != nil {
@@ -193,11 +197,11 @@ func TestTheStoreSharesUnchangedPartsOfEveryVersion(t *testing.T) {
 		t.Fatalf("events %v, want MODIFIED then DELETED", events)
 	}
 	for i, want := range []*corev1.Pod{decodePod(t, running), decodePod(t, gone)} {
-		got := events[i].Object.Obj.(*corev1.Pod)
+		got := events[i].Object.obj.(*corev1.Pod)
 		if !reflect.DeepEqual(got.Spec, want.Spec) || !reflect.DeepEqual(got.Status, want.Status) || got.ResourceVersion != want.ResourceVersion {
 			t.Errorf("event %d holds another object than was decoded", i)
 		}
-		if !sameSlice(got.Spec.Volumes, events[0].Prev.Obj.(*corev1.Pod).Spec.Volumes) {
+		if !sameSlice(got.Spec.Volumes, events[0].Prev.obj.(*corev1.Pod).Spec.Volumes) {
 			t.Errorf("event %d does not share the first version's volumes", i)
 		}
 	}
@@ -288,9 +292,10 @@ func runningStatus(p *corev1.Pod) {
 }
 
 // BenchmarkBytesPerPodHistory measures what the change log holds for a
-// pod shaped as the nodeview scenario's (20 secrets and configmaps
-// mounted, and the service-account token most pods mount) as its
-// kubelet starts it: the list's version, then the two status writes
+// pod kept decoded (slimVersion's sharing; the hub keeps pods as bytes,
+// BenchmarkBytesPerPod), shaped as the nodeview scenario's (20 secrets
+// and configmaps mounted, and the service-account token most pods
+// mount) as its kubelet starts it: the list's version, then the two status writes
 // (containers creating, running), each decoded afresh as the reflector
 // decodes it; heap after a forced collection, with every version in the
 // log, less the heap before the list. It also gives the writer's time
@@ -334,6 +339,7 @@ func BenchmarkBytesPerPodHistory(b *testing.B) {
 	for b.Loop() {
 		base := heap()
 		s := newStore(served[0], DefaultLogSize*2) // every version of the run stays in the log
+		s.asBytes = false                          // slimVersion's sharing: BenchmarkBytesPerPod has pods as the hub keeps them
 		list := make([]interface{}, n)
 		for i := range list {
 			list[i] = decode(raws[i][0])

@@ -47,6 +47,10 @@ type Store struct {
 	logSize  int
 	// restartLogOnRelist: see Options.RestartLogOnRelist.
 	restartLogOnRelist bool
+	// asBytes: the store keeps its objects as bytes (keptAsBytes), with
+	// apiVersion and Kind on their envelope.
+	asBytes    bool
+	apiVersion string
 
 	current atomic.Pointer[Snapshot]
 	synced  atomic.Bool
@@ -63,6 +67,8 @@ func newStore(r resource, logSize int) *Store {
 		objects:    btree.NewG(btreeDegree, byKey),
 		logSize:    logSize,
 		metrics:    newStoreMetrics(r.gvr.Resource),
+		asBytes:    keptAsBytes[r.gvr],
+		apiVersion: r.gvr.GroupVersion().String(),
 	}
 	if r.byNode {
 		s.nodes = btree.NewG(btreeDegree, byNode)
@@ -141,7 +147,7 @@ func (s *Store) upsert(obj interface{}) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	prev, _ := s.objects.Get(o)
-	o.slim(prev) // before the handlers, so that the graph keeps no part of o that prev has too
+	typed := s.keep(o, prev) // before the handlers, so that the graph keeps no part of o that prev has too
 	prev, exists := s.objects.ReplaceOrInsert(o)
 	if s.nodes != nil {
 		if exists && prev.NodeName != o.NodeName {
@@ -152,12 +158,13 @@ func (s *Store) upsert(obj interface{}) error {
 	e := &Event{Type: watch.Added, Object: o}
 	if exists {
 		e.Type, e.Prev = watch.Modified, prev
+		old := s.typedLocked(prev)
 		for _, h := range s.handlers {
-			h.OnUpdate(prev.Obj, o.Obj)
+			h.OnUpdate(old, typed)
 		}
 	} else {
 		for _, h := range s.handlers {
-			h.OnAdd(o.Obj, false)
+			h.OnAdd(typed, false)
 		}
 	}
 	s.publishLocked(e)
@@ -182,12 +189,12 @@ func (s *Store) Delete(obj interface{}) error {
 	if !exists {
 		return nil // never seen, or already gone with a relist
 	}
-	o.slim(prev) // the last state the log keeps is mostly prev's
+	typed := s.keep(o, prev) // the last state the log keeps is mostly prev's
 	if s.nodes != nil {
 		s.nodes.Delete(prev)
 	}
 	for _, h := range s.handlers {
-		h.OnDelete(o.Obj)
+		h.OnDelete(typed)
 	}
 	s.publishLocked(&Event{Type: watch.Deleted, Object: o, Prev: prev})
 	s.metrics.observeWrite(watch.Deleted, start)
@@ -260,23 +267,25 @@ func (s *Store) Replace(list []interface{}, rv string) error {
 	initial := !s.synced.Load()
 	objects.Ascend(func(o *Object) bool {
 		prev, ok := s.objects.Get(o)
-		o.slim(prev) // an object listed at the version held is prev's all over
+		typed := s.keep(o, prev) // an object listed at the version held is prev's all over
 		switch {
 		case !ok:
 			for _, h := range s.handlers {
-				h.OnAdd(o.Obj, initial)
+				h.OnAdd(typed, initial)
 			}
 		case prev.RV != o.RV:
+			old := s.typedLocked(prev)
 			for _, h := range s.handlers {
-				h.OnUpdate(prev.Obj, o.Obj)
+				h.OnUpdate(old, typed)
 			}
 		}
 		return true
 	})
 	s.objects.Ascend(func(prev *Object) bool {
 		if _, ok := objects.Get(prev); !ok {
+			old := s.typedLocked(prev)
 			for _, h := range s.handlers {
-				h.OnDelete(prev.Obj)
+				h.OnDelete(old)
 			}
 		}
 		return true

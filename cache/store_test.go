@@ -272,7 +272,11 @@ func TestAtRebuildsEveryStateExactly(t *testing.T) {
 			var list []interface{}
 			dropped := false
 			s.Snapshot().Ascend("", "", "", func(o *Object) bool {
-				p := o.Obj.(*corev1.Pod).DeepCopy()
+				obj, err := o.Typed()
+				if err != nil {
+					t.Fatal(err)
+				}
+				p := obj.(*corev1.Pod).DeepCopy()
 				switch {
 				case !dropped && rng.IntN(3) == 0:
 					dropped = true

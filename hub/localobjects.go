@@ -41,7 +41,14 @@ func (c *cachedObjects) lookup(resource, namespace, name string) (metav1.Object,
 	if !ok {
 		return nil, lookupMissing
 	}
-	m, err := meta.Accessor(o.Obj)
+	// A pod is kept as kube-apiserver's bytes: decoded here, once a
+	// check, for its UID and deletionTimestamp. One that cannot be read
+	// is left to a review.
+	obj, err := o.Typed()
+	if err != nil {
+		return nil, lookupStale
+	}
+	m, err := meta.Accessor(obj)
 	if err != nil {
 		return nil, lookupStale
 	}

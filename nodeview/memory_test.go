@@ -8,6 +8,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"testing"
+	"time"
 
 	nodev1 "k8s.io/api/node/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -28,9 +29,11 @@ import (
 // sinks drop what they are sent, as a connection's writer does once it
 // has written it.
 //
-// B/view is after the initial state; B/view-churned is what closing the
-// views gives back (their state and indexes: the encoder keeps its
-// entries) after every pod and every secret changed once more.
+// B/view is after the initial state, and initial-µs/view the time the
+// views' first step took to build and send it (one goroutine: its CPU).
+// B/view-churned is what closing the views gives back (their state and
+// indexes: the encoder keeps its entries) after every pod and every
+// secret changed once more.
 //
 //	go test ./nodeview -run '^$' -bench BytesPerView -benchtime 1x
 //
@@ -77,13 +80,16 @@ func BenchmarkBytesPerView(b *testing.B) {
 			v := newView(fmt.Sprintf("node-%d", n), v1alpha1.AllNodeViewTypes, sinks[n], r.graph, r.views)
 			r.views.join(v, Position{}, false)
 		}
+		start := time.Now()
 		r.views.Step()
+		initial := time.Since(start)
 		for _, s := range sinks {
 			if s.events != 1+pods*(1+perPod)+5 { // the Node, pods and what they use, cluster-wide
 				b.Fatalf("a view sent %d events", s.events)
 			}
 		}
 		b.ReportMetric(float64(int64(liveHeap())-int64(base))/nodes, "B/view")
+		b.ReportMetric(float64(initial.Microseconds())/nodes, "initial-µs/view")
 		if f := os.Getenv("NODEVIEW_HEAP_PROFILE"); f != "" {
 			writeHeapProfile(b, f)
 		}

@@ -48,6 +48,81 @@ type state struct {
 	// once per view.
 	last      *cache.Object
 	lastBytes []byte
+	// decoded are the pod versions decoded last, in a ring. The cache
+	// keeps pods as bytes, and one goroutine reads a pod version in
+	// several places one after the other: Views (holdLocked), its view
+	// (applyPod, build), its JSON (encode), and a first sync reads a
+	// node's pods twice (build, then sendAll). Each reads it decoded once
+	// as long as fewer pods came between.
+	decoded     [decodedPods]decodedPod
+	nextDecoded int
+}
+
+// decodedPods bounds the ring: a node's first sync decodes each of its
+// pods once where it has at most this many, twice where it has more, and
+// the ring holds that many decoded pods (about 13 KB each for a
+// Deployment's, docs/benchmarks.md) until the step ends.
+const decodedPods = 32
+
+// decodedPod is a pod version decoded, and what it adds a path to.
+type decodedPod struct {
+	o    *cache.Object
+	pod  *corev1.Pod
+	uses []graph.ObjectRef
+}
+
+// decodedPod is pod o decoded, from the ring or the cache's bytes.
+func (st *state) decodedPod(o *cache.Object) (*decodedPod, error) {
+	for i := range st.decoded {
+		if st.decoded[i].o == o {
+			return &st.decoded[i], nil
+		}
+	}
+	obj, err := o.Typed()
+	if err != nil {
+		return nil, err
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, fmt.Errorf("%s/%s is a %T, not a pod", o.Namespace, o.Name, obj)
+	}
+	var uses []graph.ObjectRef
+	graph.PodUses(pod, func(r graph.ObjectRef) {
+		i := typeOfKind[r.Kind]
+		if i < 0 || slices.Contains(uses, r) {
+			return
+		}
+		// The names the cache holds, where it holds the object: the
+		// view keys its entries by them for as long as the pod stays,
+		// and the decoded pod's own copies would cost each view its own.
+		if held, ok := st.get(i, r.Namespace, r.Name); ok {
+			r.Namespace, r.Name = held.Namespace, held.Name
+		}
+		uses = append(uses, r)
+	})
+	d := &st.decoded[st.nextDecoded]
+	*d = decodedPod{o: o, pod: pod, uses: uses}
+	st.nextDecoded = (st.nextDecoded + 1) % decodedPods
+	return d, nil
+}
+
+// forgetDecoded empties the ring at the end of a step: the reads it
+// spares are those of one step, and its pods would otherwise stay
+// decoded in the heap until others push them out.
+func (st *state) forgetDecoded() { st.decoded, st.nextDecoded = [decodedPods]decodedPod{}, 0 }
+
+// podUses is what pod o adds a path to, once each: graph.PodUses,
+// without the kinds a view does not carry. An empty entry (a pod the
+// view never had) uses nothing.
+func (st *state) podUses(o *cache.Object) ([]graph.ObjectRef, error) {
+	if o == nil {
+		return nil, nil
+	}
+	d, err := st.decodedPod(o)
+	if err != nil {
+		return nil, err
+	}
+	return d.uses, nil
 }
 
 // get returns the object ref names, at the state's snapshot of type i.
@@ -170,19 +245,11 @@ type reach struct {
 type objectKey struct{ namespace, name string }
 
 // podEntry is a pod of the node in the view: the version whose
-// references it added a path to (podUses), and whether the consumer
-// holds it.
+// references it added a path to (state.podUses), and whether the
+// consumer holds it.
 type podEntry struct {
 	obj  *cache.Object
 	held bool
-}
-
-// uses is what the pod added a path to.
-func (p podEntry) uses() []graph.ObjectRef {
-	if p.obj == nil {
-		return nil
-	}
-	return podUses(p.obj)
 }
 
 func newView(node string, types v1alpha1.NodeViewTypeSet, sink watchmux.Sink, live Reachability, ix index) *view {
@@ -240,9 +307,14 @@ func (v *view) build(st *state) {
 	v.quiet = true
 	defer func() { v.quiet = false }()
 	st.snaps[podIndex].AscendNode(v.node, "", "", "", func(o *cache.Object) bool {
+		uses, err := st.podUses(o)
+		if err != nil {
+			v.fail(fmt.Errorf("read pod %s/%s: %w", o.Namespace, o.Name, err))
+			return false
+		}
 		v.pods[objectKey{o.Namespace, o.Name}] = podEntry{obj: o, held: true}
 		v.addNamespacePath(o, 1, st)
-		for _, r := range podUses(o) {
+		for _, r := range uses {
 			v.addPath(r, 1, st)
 		}
 		return true
@@ -372,10 +444,15 @@ func (v *view) applyPod(e *cache.Event, st *state) {
 	is := e.Type != watch.Deleted && o.NodeName == v.node
 	switch {
 	case is:
+		uses, err := st.podUses(o)
+		if err != nil {
+			v.fail(fmt.Errorf("read pod %s/%s: %w", o.Namespace, o.Name, err))
+			return
+		}
 		if !was {
 			v.addNamespacePath(o, 1, st)
 		}
-		for _, r := range podUses(o) {
+		for _, r := range uses {
 			v.addPath(r, 1, st)
 		}
 		held := old.held
@@ -392,7 +469,12 @@ func (v *view) applyPod(e *cache.Event, st *state) {
 			withheld.Inc()
 		}
 		v.pods[key] = podEntry{obj: o, held: held}
-		for _, r := range old.uses() {
+		oldUses, err := st.podUses(old.obj)
+		if err != nil {
+			v.fail(fmt.Errorf("read pod %s/%s: %w", o.Namespace, o.Name, err))
+			return
+		}
+		for _, r := range oldUses {
 			v.addPath(r, -1, st)
 		}
 	case was:
@@ -400,7 +482,12 @@ func (v *view) applyPod(e *cache.Event, st *state) {
 		if old.held {
 			v.emit(watch.Deleted, v.encode(st, podIndex, o))
 		}
-		for _, r := range old.uses() {
+		oldUses, err := st.podUses(old.obj)
+		if err != nil {
+			v.fail(fmt.Errorf("read pod %s/%s: %w", o.Namespace, o.Name, err))
+			return
+		}
+		for _, r := range oldUses {
 			v.addPath(r, -1, st)
 		}
 		v.addNamespacePath(o, -1, st)
@@ -568,8 +655,18 @@ func (v *view) encode(st *state, i int, o *cache.Object) []byte {
 		return st.lastBytes
 	}
 	encode := st.encoder.EncodeUncached
-	if v.sharedObject(i, o) {
+	switch {
+	case v.sharedObject(i, o):
 		encode = st.encoder.Encode
+	case types[i].role == ownPods:
+		// Most likely decoded a moment ago for its references.
+		encode = func(s *cache.Store, o *cache.Object) ([]byte, error) {
+			d, err := st.decodedPod(o)
+			if err != nil {
+				return nil, err
+			}
+			return st.encoder.EncodeUncachedTyped(s, o, d.pod)
+		}
 	}
 	b, err := encode(st.stores[i], o)
 	if err != nil {
@@ -624,28 +721,12 @@ func (v *view) fail(err error) {
 	v.sink.Close(&metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError, Message: err.Error()})
 }
 
-// podUses is what a pod adds a path to, once each: graph.PodUses,
-// without the kinds a view does not carry.
-func podUses(o *cache.Object) []graph.ObjectRef {
-	pod, ok := o.Obj.(*corev1.Pod)
-	if !ok {
-		return nil
-	}
-	var uses []graph.ObjectRef
-	graph.PodUses(pod, func(r graph.ObjectRef) {
-		if typeOfKind[r.Kind] >= 0 && !slices.Contains(uses, r) {
-			uses = append(uses, r)
-		}
-	})
-	return uses
-}
-
 // volumeSecrets is what a PV adds a path to, once each.
 func volumeSecrets(o *cache.Object) []graph.ObjectRef {
 	if o == nil {
 		return nil
 	}
-	pv, ok := o.Obj.(*corev1.PersistentVolume)
+	pv, ok := persistentVolume(o)
 	if !ok {
 		return nil
 	}
@@ -664,11 +745,23 @@ func claimOf(o *cache.Object) (graph.ObjectRef, bool) {
 	if o == nil {
 		return graph.ObjectRef{}, false
 	}
-	pv, ok := o.Obj.(*corev1.PersistentVolume)
+	pv, ok := persistentVolume(o)
 	if !ok || pv.Spec.ClaimRef == nil {
 		return graph.ObjectRef{}, false
 	}
 	return graph.ObjectRef{Kind: graph.PersistentVolumeClaim, Namespace: pv.Spec.ClaimRef.Namespace, Name: pv.Spec.ClaimRef.Name}, true
+}
+
+// persistentVolume is o's typed PV. The cache keeps PVs decoded, so
+// this never decodes; a PV that could not be read would add no path, so
+// that nothing is sent for it.
+func persistentVolume(o *cache.Object) (*corev1.PersistentVolume, bool) {
+	obj, err := o.Typed()
+	if err != nil {
+		return nil, false
+	}
+	pv, ok := obj.(*corev1.PersistentVolume)
+	return pv, ok
 }
 
 func compareRefs(a, b graph.ObjectRef) int {

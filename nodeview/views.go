@@ -183,6 +183,7 @@ func (m *Views) remove(v *view) {
 func (m *Views) Step() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	defer m.st.forgetDecoded()
 	m.sweepLocked()
 	m.takeAskedLocked()
 	if !m.started {
@@ -281,7 +282,11 @@ func (m *Views) holdLocked(e *cache.Event) bool {
 	if e.Type == watch.Deleted || len(m.byNode[o.NodeName]) == 0 {
 		return false
 	}
-	for _, r := range podUses(o) {
+	uses, err := m.st.podUses(o)
+	if err != nil {
+		return false // its node's view fails on it (applyPod)
+	}
+	for _, r := range uses {
 		i := typeOfKind[r.Kind]
 		if i < 0 || m.pos.At[i] >= e.RV {
 			continue

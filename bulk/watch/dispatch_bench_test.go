@@ -56,9 +56,13 @@ func BenchmarkDispatchSharedSelector(b *testing.B) {
 				}
 			}
 			svc := func(rv uint64) *cache.Object {
-				return &cache.Object{Namespace: "ns-0", Name: "web", RV: rv, Labels: map[string]string{"app": "web"},
-					Obj: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns-0", Name: "web", ResourceVersion: strconv.FormatUint(rv, 10)},
-						Spec: corev1.ServiceSpec{ClusterIP: "10.0.0.1", Type: corev1.ServiceTypeClusterIP}}}
+				o, err := cache.NewObject(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns-0", Name: "web", ResourceVersion: strconv.FormatUint(rv, 10),
+					Labels: map[string]string{"app": "web"}},
+					Spec: corev1.ServiceSpec{ClusterIP: "10.0.0.1", Type: corev1.ServiceTypeClusterIP}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return o
 			}
 			prev := svc(1)
 			b.ReportAllocs()

@@ -39,15 +39,34 @@ func (l lagging) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// laggingBody holds each chunk the stream brings, not each read of its
+// reader: a protobuf watch decoder reads an event's 4-byte length and
+// then its body, where a JSON decoder reads whole buffers, and the lag
+// must not depend on the encoding the hub asks for.
 type laggingBody struct {
 	io.ReadCloser
-	d time.Duration
+	d       time.Duration
+	chunk   []byte
+	pending []byte // of the last chunk, what the reader has not read
+	err     error  // what came with the last chunk
 }
 
 func (b *laggingBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if n > 0 {
+	if len(b.pending) == 0 {
+		if b.err != nil {
+			return 0, b.err
+		}
+		if b.chunk == nil {
+			b.chunk = make([]byte, 32<<10)
+		}
+		n, err := b.ReadCloser.Read(b.chunk)
+		if n == 0 {
+			return 0, err
+		}
 		time.Sleep(b.d)
+		b.pending, b.err = b.chunk[:n], err
 	}
-	return n, err
+	n := copy(p, b.pending)
+	b.pending = b.pending[n:]
+	return n, nil
 }

@@ -1,0 +1,189 @@
+package cache
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
+)
+
+// Objects kept as bytes (docs/architecture.md, "Objects as
+// kube-apiserver's bytes"): a store of a type marked bytes in served keeps
+// each version as the protobuf kube-apiserver's serializer writes for it,
+// beside the key fields, and drops the typed object once its handlers
+// have seen it. A decoded pod of a Deployment costs several times its
+// protobuf (docs/benchmarks.md, "The hub's heap per cached object"):
+// most of a decoded object is Go's representation of it, not data.
+
+// protobufMagic starts every object kube-apiserver's protobuf serializer
+// writes.
+var protobufMagic = []byte("k8s\x00")
+
+// protobufOf is obj as kube-apiserver's protobuf serializer writes it:
+// the magic, then a runtime.Unknown carrying apiVersion, kind and the
+// object. The type meta goes on the envelope, not on obj, which readers
+// may share.
+func protobufOf(apiVersion, kind string, obj runtime.Object) ([]byte, error) {
+	m, ok := obj.(interface{ Marshal() ([]byte, error) })
+	if !ok {
+		return nil, fmt.Errorf("%T has no protobuf encoding", obj)
+	}
+	raw, err := m.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("encode %s as protobuf: %w", kind, err)
+	}
+	unk := &runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: apiVersion, Kind: kind}, Raw: raw}
+	var b bytes.Buffer
+	b.Grow(unk.Size() + len(protobufMagic))
+	if err := protobufEnvelope.Encode(unk, &b); err != nil {
+		return nil, fmt.Errorf("encode %s as protobuf: %w", kind, err)
+	}
+	return b.Bytes(), nil
+}
+
+// decodeProtobuf is the typed object raw (protobufOf's bytes) holds,
+// without type meta, as the store keeps decoded objects, and the type
+// meta from the envelope.
+func decodeProtobuf(raw []byte) (runtime.Object, runtime.TypeMeta, error) {
+	var tm runtime.TypeMeta
+	if !bytes.HasPrefix(raw, protobufMagic) {
+		return nil, tm, fmt.Errorf("not kube-apiserver's protobuf: %d bytes without its magic", len(raw))
+	}
+	fs, err := topLevelFields(raw[len(protobufMagic):])
+	if err != nil {
+		return nil, tm, fmt.Errorf("protobuf envelope: %w", err)
+	}
+	var body []byte
+	for _, f := range fs {
+		v := raw[len(protobufMagic)+f.start : len(protobufMagic)+f.end]
+		switch f.num {
+		case 1:
+			if err := tm.Unmarshal(v); err != nil {
+				return nil, tm, fmt.Errorf("protobuf envelope's type: %w", err)
+			}
+		case 2:
+			body = v
+		}
+	}
+	gvk := schema.FromAPIVersionAndKind(tm.APIVersion, tm.Kind)
+	obj, err := scheme.Scheme.New(gvk)
+	if err != nil {
+		return nil, tm, fmt.Errorf("protobuf of %s: %w", gvk, err)
+	}
+	m, ok := obj.(interface{ Unmarshal([]byte) error })
+	if !ok {
+		return nil, tm, fmt.Errorf("%T has no protobuf decoding", obj)
+	}
+	// The generated Unmarshal copies every string and byte slice, so
+	// the object shares nothing with the cache's bytes.
+	if err := m.Unmarshal(body); err != nil {
+		return nil, tm, fmt.Errorf("protobuf of %s: %w", gvk, err)
+	}
+	objectDecodes.WithLabelValues(tm.Kind).Inc()
+	return obj, tm, nil
+}
+
+// keepBytes makes o, a version not yet published whose handlers have
+// seen it typed, keep its bytes (in segments) instead of its typed
+// object, and share what it holds unchanged of prev (the version it
+// follows, or nil).
+func (o *Object) keepBytes(apiVersion, kind string, prev *Object) error {
+	whole, err := protobufOf(apiVersion, kind, o.obj)
+	if err != nil {
+		return err
+	}
+	o.raw, o.obj = splitSegments(whole), nil
+	o.shareBytes(prev)
+	return nil
+}
+
+// shareBytes makes o, kept as bytes, take prev's segments and key fields
+// where they are equal: a decoder allocates each string anew for every
+// version. (Labels are interned.)
+func (o *Object) shareBytes(prev *Object) {
+	if prev == nil {
+		return
+	}
+	o.raw.share(prev.raw)
+	if o.Namespace == prev.Namespace {
+		o.Namespace = prev.Namespace
+	}
+	if o.Name == prev.Name {
+		o.Name = prev.Name
+	}
+	if o.NodeName == prev.NodeName {
+		o.NodeName = prev.NodeName
+	}
+	if o.UID == prev.UID {
+		o.UID = prev.UID
+	}
+}
+
+// keptAsBytes are the types whose stores keep objects as bytes: pods
+// first, the type that dominates a cluster's cache and whose versions a
+// hub sends most.
+var keptAsBytes = map[schema.GroupVersionResource]bool{
+	corev1.SchemeGroupVersion.WithResource("pods"): true,
+}
+
+// keep makes o, about to be published after prev (or nil), hold as
+// little as it can, and returns its typed object for the handlers: kept
+// as bytes in a store that keeps them (shareBytes), else decoded and
+// sharing with prev (slimVersion). An object whose bytes cannot be made
+// stays decoded: it costs memory, never correctness.
+func (s *Store) keep(o, prev *Object) runtime.Object {
+	typed := o.obj
+	if s.asBytes {
+		err := o.keepBytes(s.apiVersion, s.Kind, prev)
+		if err == nil {
+			return typed
+		}
+		klog.ErrorS(err, "Keeping an object decoded", "resource", s.Resource.Resource, "namespace", o.Namespace, "name", o.Name)
+		bytesFallbacks.WithLabelValues(s.Resource.Resource, "encode").Inc()
+	}
+	o.slim(prev)
+	return o.obj
+}
+
+// typedLocked is prev's typed object for the handlers (the graph
+// compares a pod's node, UID, ephemeral containers and claims with its
+// previous version, and removes a deleted one by name). Should its bytes
+// not decode, the handlers get what the key fields say (shellOf): a
+// change then looks bigger to the graph than it is, which costs it a
+// rebuild of the pod's references, and a deletion still removes the
+// pod, so nothing stays reachable for want of a decode.
+func (s *Store) typedLocked(prev *Object) runtime.Object {
+	obj, err := prev.Typed()
+	if err == nil {
+		return obj
+	}
+	klog.ErrorS(err, "Giving the handlers the key fields of an object that does not decode", "resource", s.Resource.Resource,
+		"namespace", prev.Namespace, "name", prev.Name)
+	bytesFallbacks.WithLabelValues(s.Resource.Resource, "decode").Inc()
+	return shellOf(s, prev)
+}
+
+// shellOf is an object of s's type with o's key fields and nothing else.
+func shellOf(s *Store, o *Object) runtime.Object {
+	obj, err := scheme.Scheme.New(s.Resource.GroupVersion().WithKind(s.Kind))
+	if err != nil {
+		return nil // every cached type is in client-go's scheme
+	}
+	if accessor, err := meta.Accessor(obj); err == nil {
+		accessor.SetNamespace(o.Namespace)
+		accessor.SetName(o.Name)
+		accessor.SetUID(o.UID)
+		accessor.SetLabels(o.Labels.Map())
+		accessor.SetResourceVersion(strconv.FormatUint(o.RV, 10))
+	}
+	if pod, ok := obj.(*corev1.Pod); ok {
+		pod.Spec.NodeName = o.NodeName
+	}
+	return obj
+}

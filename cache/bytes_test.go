@@ -1,0 +1,173 @@
+package cache
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strconv"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/scheme"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/nodeproxy/nodeproxy/test/workload"
+)
+
+// recorder keeps what a store's handler was given.
+type recorder struct{ calls []string }
+
+func (r *recorder) OnAdd(obj interface{}, _ bool) { r.calls = append(r.calls, "add "+podState(obj)) }
+func (r *recorder) OnUpdate(old, obj interface{}) {
+	r.calls = append(r.calls, "update "+podState(old)+" -> "+podState(obj))
+}
+func (r *recorder) OnDelete(obj interface{}) { r.calls = append(r.calls, "delete "+podState(obj)) }
+
+// podState names a pod handed to a handler by its resourceVersion,
+// node and phase, which a handler can only know from a whole object.
+func podState(obj interface{}) string {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return "not a pod"
+	}
+	return p.ResourceVersion + "@" + p.Spec.NodeName + "/" + string(p.Status.Phase)
+}
+
+// kubeAPIServerProtobuf is pod as kube-apiserver's protobuf serializer
+// writes it, type meta on the envelope, without managedFields.
+func kubeAPIServerProtobuf(t *testing.T, pod *corev1.Pod) []byte {
+	t.Helper()
+	p := pod.DeepCopy()
+	p.ManagedFields = nil
+	p.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+	var b bytes.Buffer
+	if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(p, &b); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestPodsAreKeptAsBytes: a pod store keeps each version as
+// kube-apiserver's protobuf bytes, without managedFields, and no typed
+// object; protobuf readers get those bytes, typed readers an object equal
+// to what was decoded, JSON readers its JSON; its handlers see every
+// change typed, the version before included; and a status write shares
+// the spec's bytes with the version before.
+func TestPodsAreKeptAsBytes(t *testing.T) {
+	s := newStore(served[0], 16)
+	rec := &recorder{}
+	s.AddHandler(rec)
+	version := func(stage workload.PodStage, rv int) *corev1.Pod {
+		p := workload.DeploymentPod("shop", "web", 1, "node-1", stage)
+		p.ResourceVersion = strconv.Itoa(rv)
+		p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate}}
+		return p
+	}
+	scheduled, starting, running := version(workload.PodScheduled, 2), version(workload.PodStarting, 3), version(workload.PodRunning, 4)
+	if err := s.Replace([]interface{}{scheduled.DeepCopy()}, "2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(starting.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(running.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	gone := running.DeepCopy()
+	gone.ResourceVersion = "5"
+	if err := s.Delete(gone.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+
+	wantCalls := []string{"add 2@node-1/Pending", "update 2@node-1/Pending -> 3@node-1/Pending",
+		"update 3@node-1/Pending -> 4@node-1/Running", "delete 5@node-1/Running"}
+	if !reflect.DeepEqual(rec.calls, wantCalls) {
+		t.Errorf("the handlers saw\n%q\nwant\n%q", rec.calls, wantCalls)
+	}
+
+	events, err := s.Snapshot().Changes(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 3 || events[0].Type != watch.Modified || events[2].Type != watch.Deleted {
+		t.Fatalf("events %v, want MODIFIED, MODIFIED, DELETED", events)
+	}
+	enc, err := NewEncoder(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []*corev1.Pod{starting, running, gone} {
+		o := events[i].Object
+		if o.obj != nil {
+			t.Errorf("version %s is kept decoded", want.ResourceVersion)
+		}
+		got, err := enc.EncodeProtobuf(s, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, kubeAPIServerProtobuf(t, want)) {
+			t.Errorf("version %s: the protobuf readers get other bytes than kube-apiserver's", want.ResourceVersion)
+		}
+		typed, err := o.Typed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stripped := want.DeepCopy()
+		stripped.ManagedFields = nil
+		if !equality.Semantic.DeepEqual(typed, stripped) {
+			t.Errorf("version %s: the typed readers get another object than was decoded: %s", want.ResourceVersion, cmp.Diff(stripped, typed))
+		}
+		js, err := enc.Encode(s, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fromJSON corev1.Pod
+		if err := json.Unmarshal(js, &fromJSON); err != nil {
+			t.Fatal(err)
+		}
+		stripped.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+		if !equality.Semantic.DeepEqual(&fromJSON, stripped) {
+			t.Errorf("version %s: the JSON readers get another object than was decoded: %s", want.ResourceVersion, cmp.Diff(stripped, &fromJSON))
+		}
+		if o.NodeName != "node-1" || o.UID != want.UID || !reflect.DeepEqual(o.Labels.Map(), want.Labels) {
+			t.Errorf("version %s: the index says node %q, UID %q, labels %v", want.ResourceVersion, o.NodeName, o.UID, o.Labels)
+		}
+	}
+	first, second := events[0].Object, events[1].Object
+	if !sameSlice(first.raw[1], events[0].Prev.raw[1]) || !sameSlice(second.raw[1], first.raw[1]) {
+		t.Errorf("a status write does not share the spec's bytes with the version before")
+	}
+	if sameSlice(second.raw[2], first.raw[2]) {
+		t.Errorf("two statuses share their bytes")
+	}
+	if !sameString(second.Name, first.Name) || second.Labels != first.Labels {
+		t.Errorf("a status write does not share the key fields with the version before")
+	}
+}
+
+// TestSegmentsJoinToTheWhole: an object cut in segments joins to its
+// bytes as they were; one without a pod's three fields is kept whole.
+func TestSegmentsJoinToTheWhole(t *testing.T) {
+	pod := kubeAPIServerProtobuf(t, workload.DeploymentPod("shop", "web", 1, "node-1", workload.PodRunning))
+	s := splitSegments(pod)
+	if s[1] == nil || s[2] == nil {
+		t.Fatalf("a pod is kept whole")
+	}
+	if !bytes.Equal(s.join(), pod) {
+		t.Errorf("a pod's segments do not join to its bytes")
+	}
+	secret, err := protobufOf("v1", "Secret", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Type: corev1.SecretTypeOpaque})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := splitSegments(secret); s[1] != nil || !bytes.Equal(s.join(), secret) {
+		t.Errorf("a secret without data (fields 1 and 3) is cut in segments")
+	}
+}
+
+var _ toolscache.ResourceEventHandler = (*recorder)(nil)
