@@ -57,7 +57,7 @@ func TestMaxConnectionAgeThroughTheEndpointLosesNothing(t *testing.T) {
 	const (
 		hubWatches  = `nodeproxy_node_client_requests_total{path="hub",resource="services",verb="watch"}`
 		apiWatches  = `nodeproxy_node_client_requests_total{path="apiserver",resource="services",verb="watch"}`
-		ageOuts     = `nodeproxy_hub_reauthentications_total{result="max_age"}`
+		ageOuts     = `nodeproxy_hub_reauthentications_total{decided_by="age",result="max_age"}`
 		nodeUp      = `nodeproxy_node_hub_dials_total{result="ok"}`
 		certChecks  = `apiserver_client_certificate_expiration_seconds_count`
 		resumedLog  = `nodeproxy_bulk_watch_resumes_total{how="log",resource="services"}`

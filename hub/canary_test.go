@@ -283,3 +283,41 @@ func passAll(a *reauthenticator) {
 		}
 	}
 }
+
+// TestTokenMarkedBeforeItsConnectionOpenedIsTimedToo: the pod a token is
+// bound to was marked for deletion before the connection opened (its
+// token still accepted at the door, as kube-apiserver's token cache may
+// accept it up to 10 s past its rule), so no mark reaches the
+// connection's follow. Its check at the open times the refusal all the
+// same: at once when the mark is already more than the leeway old, at
+// deletionTimestamp plus the leeway otherwise; never at the next
+// periodic check, an hour away here.
+func TestTokenMarkedBeforeItsConnectionOpenedIsTimedToo(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ago  time.Duration // the deletionTimestamp, before the open
+	}{
+		{"marked more than the leeway ago", serviceAccountLeeway + 5*time.Second},
+		{"marked less than the leeway ago", serviceAccountLeeway - 2*time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, reviews, bound := cluster(), newTokenReviews(), newBoundObjects()
+			token := kubeProxyToken(objs, "key-1", 1)
+			deletionTimestamp := time.Now().Add(-tc.ago).Truncate(time.Second)
+			refusedFrom := deletionTimestamp.Add(serviceAccountLeeway)
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-proxy-1", UID: "pod-1"}}
+			objs.put("pods", deleting(pod, deletionTimestamp))
+			a := newReauthenticator(reviews, bound, objs, time.Hour, ages{direct: time.Hour})
+			a.canaries.interval = time.Hour
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			st := ended(t, a.follow(ctx, upgrade(token)))
+			if at := time.Now(); at.Before(refusedFrom) {
+				t.Errorf("ended %s before kube-apiserver's rule refuses the token", refusedFrom.Sub(at))
+			}
+			if st.Code != http.StatusUnauthorized {
+				t.Errorf("ended with %+v, want kube-apiserver's 401", st)
+			}
+		})
+	}
+}

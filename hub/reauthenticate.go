@@ -148,6 +148,14 @@ func (a *reauthenticator) follow(ctx context.Context, r *http.Request) <-chan *m
 		age := time.NewTimer(a.jitter(a.maxAge.of(cred)))
 		defer age.Stop()
 		next := a.nextCheck(cred, a.interval)
+		if local {
+			// Checked locally at once, which costs kube-apiserver
+			// nothing: an object the token names may have been marked
+			// for deletion before the connection opened (kube-apiserver's
+			// token cache accepts the token up to 10 s past its rule), and
+			// no later mark would time its refusal.
+			next = 0
+		}
 		for {
 			t := time.NewTimer(next)
 			select {
@@ -222,7 +230,13 @@ func (a *reauthenticator) until(d time.Duration, at time.Time) time.Duration {
 	if at.IsZero() {
 		return d
 	}
-	return min(d, max(at.Sub(a.now()), time.Millisecond))
+	if !at.After(a.now()) {
+		// The instant passed and a review still accepted the token:
+		// kube-apiserver's token cache (10 s) answered. Asked again
+		// after the retry, past it, not in a loop until it lets go.
+		return min(d, a.retry)
+	}
+	return min(d, at.Sub(a.now()))
 }
 
 // checkLocally decides m from its claims and the cache, if it may, and
