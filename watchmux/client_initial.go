@@ -18,9 +18,12 @@ import (
 // holds the initial events however many they are, as the server queues
 // them, which costs what the list of the same objects costs, and a
 // forwarder goroutine hands them to Events in order. From the bookmark
-// that ends the initial state (k8s.io/initial-events-end) on, the
-// consumer again has ClientEventBuffer events of room, held and buffered
-// together, before the channel ends with 410.
+// that ends the initial state (k8s.io/initial-events-end) on, the events
+// that follow it are bounded again: the channel ends with 410 when
+// ClientEventBuffer of them are held, as a channel without an initial
+// state ends when its buffer is full. Only those count, so that changes
+// arriving while the consumer still reads a large initial state (a busy
+// cluster's EndpointSlices) do not end the channel.
 type initialState struct {
 	mu sync.Mutex
 	// held are the events taken off the connection that Events has no
@@ -28,6 +31,9 @@ type initialState struct {
 	held []Event
 	// initial: the initial state's closing bookmark has not come yet.
 	initial bool
+	// initialHeld counts the events of the initial state (its bookmark
+	// included) at the front of held.
+	initialHeld int
 	// ended: nothing follows held; Events closes after them.
 	ended bool
 	// wake has a token when held or ended changed.
@@ -43,7 +49,8 @@ func newInitialState() *initialState {
 }
 
 // full reports whether the consumer has left ClientEventBuffer events
-// unread: never during the initial state. Called under Client.mu.
+// unread: for a channel with an initial state, ClientEventBuffer events
+// after it held (never during it). Called under Client.mu.
 func (ch *Channel) full() bool {
 	s := ch.initial
 	if s == nil {
@@ -51,7 +58,7 @@ func (ch *Channel) full() bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.initial && len(s.held)+len(ch.events) >= ClientEventBuffer
+	return !s.initial && len(s.held)-s.initialHeld >= ClientEventBuffer
 }
 
 // put hands ev to the consumer: into Events, whose room full has
@@ -64,6 +71,9 @@ func (ch *Channel) put(ev Event) {
 	}
 	s.mu.Lock()
 	s.held = append(s.held, ev)
+	if s.initial {
+		s.initialHeld++
+	}
 	if s.initial && ev.Type == watch.Bookmark {
 		if m, err := eventMeta(ev); err == nil && m.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
 			s.initial = false
@@ -110,7 +120,7 @@ func (ch *Channel) forward(done <-chan struct{}) {
 	defer func() {
 		s.mu.Lock()
 		clientEventsHeld.Add(-float64(len(s.held)))
-		s.held = nil
+		s.held, s.initialHeld = nil, 0
 		s.mu.Unlock()
 	}()
 	for {
@@ -133,6 +143,9 @@ func (ch *Channel) forward(done <-chan struct{}) {
 		ev := s.held[0]
 		s.held[0] = Event{}
 		s.held = s.held[1:]
+		if s.initialHeld > 0 {
+			s.initialHeld--
+		}
 		if len(s.held) == 0 {
 			s.held = nil // let a large initial state's array go
 		}
