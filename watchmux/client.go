@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	clientwebsocket "k8s.io/client-go/transport/websocket"
+	"k8s.io/klog/v2"
 	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
@@ -50,6 +51,9 @@ type Channel struct {
 	ID     int64
 	Events <-chan Event
 	events chan Event
+	// initial, for a channel opened with sendInitialEvents, holds its
+	// initial state for the consumer (client_initial.go); nil otherwise.
+	initial *initialState
 }
 
 // Client is a bulk watch connection.
@@ -92,14 +96,18 @@ func (c *Client) extendDeadline() {
 type requestKind int
 
 const (
-	watchRequest    requestKind = iota // opens a channel
-	closeRequest                       // closes one
-	progressRequest                    // changes none
+	watchRequest        requestKind = iota // opens a channel
+	initialWatchRequest                    // opens one with sendInitialEvents
+	closeRequest                           // closes one
+	progressRequest                        // changes none
 )
 
 func kindOf(req v1alpha1.WatchRequest) requestKind {
 	switch {
 	case req.Watch != nil:
+		if si := req.Watch.Selector.Options.SendInitialEvents; si != nil && *si {
+			return initialWatchRequest
+		}
 		return watchRequest
 	case req.Progress != nil:
 		return progressRequest
@@ -350,7 +358,7 @@ func (c *Client) readLoop() {
 			delete(c.pending, id)
 		}
 		for id, ch := range c.channels {
-			close(ch.events)
+			ch.end(false)
 			delete(c.channels, id)
 		}
 		c.mu.Unlock()
@@ -409,7 +417,7 @@ func (c *Client) answer(r *v1alpha1.WatchResponse) {
 		return
 	case closeRequest:
 		if ch, ok := c.channels[r.Channel]; ok {
-			close(ch.events)
+			ch.end(true)
 			delete(c.channels, r.Channel)
 		}
 		p <- result{}
@@ -419,17 +427,22 @@ func (c *Client) answer(r *v1alpha1.WatchResponse) {
 	// channel when the consumer falls behind.
 	events := make(chan Event, ClientEventBuffer+1)
 	ch := &Channel{ID: r.Channel, Events: events, events: events}
+	if kind == initialWatchRequest {
+		ch.initial = newInitialState()
+		go ch.forward(c.done)
+	}
 	c.channels[r.Channel] = ch
 	p <- result{channel: ch}
 }
 
 // deliver hands an event to its channel without ever waiting. Only the
-// reader sends on or closes a channel's Events, so the room it sees is
+// reader sends on or closes a channel's Events (or, for a channel with an
+// initial state, hands them to its forwarder), so the room it sees is
 // there when it sends.
 func (c *Client) deliver(msg *v1alpha1.ServerMessage, protobuf []byte) {
 	c.mu.Lock()
 	ch, ok := c.channels[msg.Channel]
-	overflow := ok && msg.Type != watch.Error && len(ch.events) >= ClientEventBuffer
+	overflow := ok && msg.Type != watch.Error && ch.full()
 	if ok && (msg.Type == watch.Error || overflow) {
 		delete(c.channels, msg.Channel)
 	}
@@ -438,11 +451,13 @@ func (c *Client) deliver(msg *v1alpha1.ServerMessage, protobuf []byte) {
 		return // closed by us a moment ago
 	}
 	if overflow {
-		ch.events <- Event{Type: watch.Error, Status: &metav1.Status{
+		clientOverflowsTotal.Inc()
+		klog.InfoS("Bulk watch channel closed: its consumer left too many events unread", "channel", ch.ID, "unread", ClientEventBuffer)
+		ch.put(Event{Type: watch.Error, Status: &metav1.Status{
 			Status: metav1.StatusFailure, Code: http.StatusGone, Reason: metav1.StatusReasonExpired,
 			Message: fmt.Sprintf("too slow: the consumer left %d events unread; resubscribe from the last resourceVersion received", ClientEventBuffer),
-		}}
-		close(ch.events)
+		}})
+		ch.end(false)
 		c.closeQuietly(ch.ID)
 		return
 	}
@@ -455,9 +470,9 @@ func (c *Client) deliver(msg *v1alpha1.ServerMessage, protobuf []byte) {
 			ev.Status = &metav1.Status{Message: "the server closed the channel with an unreadable status"}
 		}
 	}
-	ch.events <- ev
+	ch.put(ev)
 	if msg.Type == watch.Error {
-		close(ch.events)
+		ch.end(false)
 	}
 }
 

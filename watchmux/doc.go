@@ -62,7 +62,9 @@
 //
 // The Client mirrors the server: its reader never blocks either; a channel
 // whose consumer leaves ClientEventBuffer events unread ends with ERROR 410
-// and is closed on the server too.
+// and is closed on the server too. As on the server, a channel's initial
+// state is not bounded: the client holds it whole for its consumer
+// (client_initial.go), and only what follows it counts.
 //
 // A Session (session.go) is a Client that outlives its connections: it
 // redials the same address (another replica behind a Service) and reopens

@@ -89,6 +89,18 @@ var (
 			"timed_out (no connection took the channel back within the resume timeout: its events end, the consumer resumes elsewhere).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"outcome"})
+	clientOverflowsTotal = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "watchmux_client", Name: "overflows_total",
+		Help: "Channels a bulk watch client closed with ERROR 410 (too slow) because their consumer left ClientEventBuffer events unread. " +
+			"Never during a channel's initial state, which the client holds whole (events_held).",
+		StabilityLevel: metrics.ALPHA,
+	})
+	clientEventsHeld = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "nodeproxy", Subsystem: "watchmux_client", Name: "events_held",
+		Help: "Events of channels opened with initial events that a bulk watch client has taken off its connections and not yet handed to their consumers: " +
+			"an initial state is held whole however slowly it is consumed (what a list of the same objects costs); after it, at most ClientEventBuffer a channel.",
+		StabilityLevel: metrics.ALPHA,
+	})
 
 	registerClientOnce sync.Once
 )
@@ -97,6 +109,6 @@ var (
 // legacy registry.
 func RegisterClientMetrics() {
 	registerClientOnce.Do(func() {
-		legacyregistry.MustRegister(clientReconnectsTotal, clientResumesTotal)
+		legacyregistry.MustRegister(clientReconnectsTotal, clientResumesTotal, clientOverflowsTotal, clientEventsHeld)
 	})
 }

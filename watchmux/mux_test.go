@@ -28,6 +28,8 @@ import (
 //
 //	refuse      403
 //	count-N     N ADDED events {"n":i}, then nothing
+//	initial-N-L an initial state of N ADDED events {"n":i} and its
+//	            closing bookmark, then L ADDED events {"live":i}
 //	patient-N   N ADDED events {"n":i}, each after WaitRoom
 //	flood       events until the channel is closed under it
 //	revoke      one ADDED, then ERROR 403
@@ -60,6 +62,22 @@ func (h *testHandler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink
 		return func() {
 			for i := range n {
 				if !sink.Send(watch.Added, fmt.Appendf(nil, `{"n":%d}`, i)) {
+					return
+				}
+			}
+		}, nil
+	case strings.HasPrefix(name, "initial-"):
+		var n, l int
+		fmt.Sscanf(name, "initial-%d-%d", &n, &l)
+		return func() {
+			for i := range n {
+				if !sink.Initial(watch.Added, fmt.Appendf(nil, `{"n":%d}`, i)) {
+					return
+				}
+			}
+			sink.Initial(watch.Bookmark, fmt.Appendf(nil, `{"metadata":{"resourceVersion":"%d","annotations":{%q:"true"}}}`, n, metav1.InitialEventsAnnotationKey))
+			for i := range l {
+				if !sink.Send(watch.Added, fmt.Appendf(nil, `{"live":%d}`, i)) {
 					return
 				}
 			}

@@ -1,0 +1,97 @@
+package watchmux
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+)
+
+// initialSel is sel opened with sendInitialEvents, as a streaming list
+// (client-go's WatchList) or a Session opens its channels.
+func initialSel(resource string) v1alpha1.GetOperation {
+	s := sel(resource)
+	s.Options.SendInitialEvents = ptr.To(true)
+	return s
+}
+
+// readInitial reads a channel of initial-N-L: its N initial events in
+// order, then its bookmark, then live events until upTo of them, an
+// ERROR or the channel's end, and returns how many live events it read
+// and the ERROR, if any.
+func readInitial(t *testing.T, ch *Channel, n, upTo int) (int, *Event) {
+	t.Helper()
+	for i := range n {
+		ev, ok := next(t, ch)
+		if !ok || ev.Type != watch.Added || string(ev.Object) != fmt.Sprintf(`{"n":%d}`, i) {
+			t.Fatalf("initial event %d: %v %s (open %v)", i, ev.Type, ev.Object, ok)
+		}
+	}
+	if ev, ok := next(t, ch); !ok || ev.Type != watch.Bookmark {
+		t.Fatalf("after the initial events: %v %s (open %v), want the bookmark", ev.Type, ev.Object, ok)
+	}
+	for live := 0; ; live++ {
+		if live == upTo {
+			return live, nil
+		}
+		ev, ok := next(t, ch)
+		if !ok {
+			return live, nil
+		}
+		if ev.Type == watch.Error {
+			return live, &ev
+		}
+		if string(ev.Object) != fmt.Sprintf(`{"live":%d}`, live) {
+			t.Fatalf("live event %d: %v %s", live, ev.Type, ev.Object)
+		}
+	}
+}
+
+// TestClientHoldsAWholeInitialState: a channel opened with initial
+// events gets an initial state many times ClientEventBuffer whole and in
+// order, though its consumer reads nothing until all of it has come (as
+// the endpoint's pump is still starting when the hub has sent hundreds),
+// and the changes that follow it while the consumer reads it.
+func TestClientHoldsAWholeInitialState(t *testing.T) {
+	_, hs, _ := startServer(t, DefaultOptions())
+	c := dial(t, hs)
+	const initial, live = 20 * ClientEventBuffer, ClientEventBuffer - 1
+	ch, err := c.Watch(context.Background(), initialSel(fmt.Sprintf("initial-%d-%d", initial, live)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Let everything arrive before reading any.
+	time.Sleep(time.Second)
+	got, end := readInitial(t, ch, initial, live)
+	if end != nil || got != live {
+		t.Fatalf("after the initial state: %d live events, then %+v; want %d and the channel open", got, end, live)
+	}
+}
+
+// TestClientBoundsWhatFollowsAnInitialState: after its initial state, a
+// channel whose consumer reads nothing ends with ERROR 410 once
+// ClientEventBuffer changes wait, as a channel without one does
+// (TestClientClosesAChannelItsConsumerDoesNotRead).
+func TestClientBoundsWhatFollowsAnInitialState(t *testing.T) {
+	_, hs, _ := startServer(t, DefaultOptions())
+	c := dial(t, hs)
+	const initial = 4 * ClientEventBuffer
+	ch, err := c.Watch(context.Background(), initialSel(fmt.Sprintf("initial-%d-1000", initial)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	got, end := readInitial(t, ch, initial, 1000)
+	if end == nil || end.Status.Code != http.StatusGone || got != ClientEventBuffer {
+		t.Fatalf("after the initial state: %d live events, then %+v; want %d and ERROR 410", got, end, ClientEventBuffer)
+	}
+	if _, ok := next(t, ch); ok {
+		t.Fatal("an event after the ERROR")
+	}
+}
