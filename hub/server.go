@@ -138,7 +138,7 @@ func (c *Config) New() (*Server, error) {
 	}
 	// Bound tokens are checked locally against the cache as far as the
 	// node views trust it (--node-view-heard-within).
-	c.router.reauth.Store(newReauthenticator(c.Generic.Authentication.Authenticator, bound, newCachedObjects(objects, c.NodeViewHeardWithin), c.ReauthenticateInterval, ages{direct: c.MaxConnectionAge, aggregated: c.AggregatedMaxConnectionAge, frontProxy: c.Generic.Authentication.RequestHeaderConfig}))
+	c.router.reauth.Store(newReauthenticator(c.Generic.Authentication.Authenticator, bound, newCachedObjects(objects, c.NodeViewHeardWithin, catalog), c.ReauthenticateInterval, ages{direct: c.MaxConnectionAge, aggregated: c.AggregatedMaxConnectionAge, frontProxy: c.Generic.Authentication.RequestHeaderConfig}))
 
 	// Ready only once every type has been listed into the cache and the
 	// graph: before that the cache would answer "not found" for objects
