@@ -110,10 +110,14 @@ func (s *initialState) signal() {
 
 // forward moves the held events into Events, in order, and closes Events
 // once the channel has ended and nothing is held. When the connection
-// ends (done), what is still held is dropped: Events closes without an
-// ERROR, and the consumer resumes from the last event it took, before
-// which nothing was lost (a Session does so, or lists again if half an
-// initial state was delivered).
+// ends (done), what is still held is dropped, and the consumer resumes
+// from the last event it took, before which nothing was lost (a Session
+// does so, or lists again if half an initial state was delivered); but
+// the channel's ERROR, if the server ended it with one before the
+// connection went (a 401 when its credential was refused, a 503 at the
+// connection's age: the server closes the connection right after),
+// still comes last, since it says why the channel ended and whether to
+// resume at all.
 func (ch *Channel) forward(done <-chan struct{}) {
 	s := ch.initial
 	defer close(ch.events)
@@ -137,6 +141,7 @@ func (ch *Channel) forward(done <-chan struct{}) {
 			case <-s.dropped:
 				return
 			case <-done:
+				ch.lastWord(nil)
 				return
 			}
 		}
@@ -156,7 +161,33 @@ func (ch *Channel) forward(done <-chan struct{}) {
 		case <-s.dropped:
 			return
 		case <-done:
+			ch.lastWord(&ev)
 			return
 		}
+	}
+}
+
+// lastWord hands the consumer the channel's ERROR, once the connection
+// has ended with it still held (or being handed over: pending), and
+// everything before it dropped. It waits for the consumer to take it or
+// close the channel.
+func (ch *Channel) lastWord(pending *Event) {
+	s := ch.initial
+	var last *Event
+	if pending != nil && pending.Type == watch.Error {
+		last = pending
+	}
+	s.mu.Lock()
+	if n := len(s.held); n > 0 && s.held[n-1].Type == watch.Error {
+		ev := s.held[n-1]
+		last = &ev
+	}
+	s.mu.Unlock()
+	if last == nil {
+		return
+	}
+	select {
+	case ch.events <- *last:
+	case <-s.dropped:
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
@@ -93,5 +95,41 @@ func TestClientBoundsWhatFollowsAnInitialState(t *testing.T) {
 	}
 	if _, ok := next(t, ch); ok {
 		t.Fatal("an event after the ERROR")
+	}
+}
+
+// TestAHeldChannelsErrorComesLastWhenItsConnectionEnds: the server ends
+// every channel with ERROR 401 and closes the connection at once (the
+// hub, when the caller's credential is refused), while the consumer of a
+// channel still holds a large initial state unread. What is held may go
+// with the connection, but the ERROR is the channel's last event,
+// whatever the consumer had read by then: it says why the channel ended.
+func TestAHeldChannelsErrorComesLastWhenItsConnectionEnds(t *testing.T) {
+	for range 20 { // the forwarder races the connection's end
+		h := &testHandler{release: make(chan struct{})}
+		srv := NewServer(h, DefaultOptions())
+		end := make(chan *metav1.Status, 1)
+		hs := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { srv.ServeHTTPUntil(w, r, end) }))
+		c, err := Dial(context.Background(), restConfigFor(hs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, err := c.Watch(context.Background(), initialSel(fmt.Sprintf("initial-%d-0", 4*ClientEventBuffer)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // the initial state held, unread
+		end <- &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnauthorized, Reason: metav1.StatusReasonUnauthorized, Message: "Unauthorized"}
+		<-c.Done()
+		var last Event
+		for ev, ok := next(t, ch); ok; ev, ok = next(t, ch) {
+			last = ev
+		}
+		if last.Type != watch.Error || last.Status == nil || last.Status.Code != http.StatusUnauthorized {
+			t.Fatalf("the channel's last event: %v %+v, want the server's ERROR 401", last.Type, last.Status)
+		}
+		close(h.release)
+		_ = srv.Shutdown(context.Background())
+		hs.Close()
 	}
 }
