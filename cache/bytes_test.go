@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -80,6 +81,7 @@ func TestPodsAreKeptAsBytes(t *testing.T) {
 	}
 	gone := running.DeepCopy()
 	gone.ResourceVersion = "5"
+	gone.DeletionTimestamp = &metav1.Time{Time: time.Unix(1_800_000_000, 0)}
 	if err := s.Delete(gone.DeepCopy()); err != nil {
 		t.Fatal(err)
 	}
@@ -134,8 +136,8 @@ func TestPodsAreKeptAsBytes(t *testing.T) {
 		if !equality.Semantic.DeepEqual(&fromJSON, stripped) {
 			t.Errorf("version %s: the JSON readers get another object than was decoded: %s", want.ResourceVersion, cmp.Diff(stripped, &fromJSON))
 		}
-		if o.NodeName != "node-1" || o.UID != want.UID || !reflect.DeepEqual(o.Labels.Map(), want.Labels) {
-			t.Errorf("version %s: the index says node %q, UID %q, labels %v", want.ResourceVersion, o.NodeName, o.UID, o.Labels)
+		if o.NodeName != "node-1" || o.UID != want.UID || !reflect.DeepEqual(o.Labels.Map(), want.Labels) || !reflect.DeepEqual(o.Deleting, want.DeletionTimestamp) {
+			t.Errorf("version %s: the index says node %q, UID %q, labels %v, deleting %v", want.ResourceVersion, o.NodeName, o.UID, o.Labels, o.Deleting)
 		}
 	}
 	first, second := events[0].Object, events[1].Object

@@ -31,6 +31,10 @@ type Object struct {
 	NodeName string
 	// UID tells a name deleted and created again from the object it was.
 	UID types.UID
+	// Deleting is metadata.deletionTimestamp, nil until the object is
+	// being deleted: the hub's local token check reads it of the objects
+	// a token is bound to, without decoding them.
+	Deleting *metav1.Time
 	// RV is metadata.resourceVersion as a number: kube-apiserver's
 	// resourceVersions are etcd revisions, so they order all changes.
 	RV     uint64
@@ -92,6 +96,7 @@ func (o *Object) Typed() (runtime.Object, error) {
 // readKeys points the key fields at the object's own metadata.
 func (o *Object) readKeys(accessor metav1.Object) {
 	o.Namespace, o.Name, o.Labels, o.UID = accessor.GetNamespace(), accessor.GetName(), internLabels(accessor.GetLabels()), accessor.GetUID()
+	o.Deleting = accessor.GetDeletionTimestamp()
 	if pod, ok := o.obj.(*corev1.Pod); ok {
 		o.NodeName = pod.Spec.NodeName
 	}

@@ -139,6 +139,10 @@ func keyOf(req *http.Request) clientKey {
 // clientHub is one token's connection.
 type clientHub struct {
 	conn clientConn
+	// asked: a new read with its token is put to kube-apiserver first
+	// (tokenAsked), decided once, when the connection is recorded,
+	// rather than by parsing the token at every read.
+	asked bool
 	// active counts the requests being served with conn; lastUsed is
 	// when the last one began. A connection with none for
 	// clientIdleTimeout is closed.
@@ -434,27 +438,28 @@ func (c *clientHubs) makeRoomLocked() (clientConn, bool) {
 }
 
 // acquire returns the hub connection of key, dialing it if it has none,
-// or nil when the read should go to kube-apiserver; a non-nil release
-// must be called when the read is done.
-func (c *clientHubs) acquire(ctx context.Context, key clientKey) (clientConn, func()) {
+// or nil when the read should go to kube-apiserver, and whether the read
+// is put to kube-apiserver's token check first (clientHub.asked); a
+// non-nil release must be called when the read is done.
+func (c *clientHubs) acquire(ctx context.Context, key clientKey) (clientConn, bool, func()) {
 	if key.id == "" {
-		return nil, nil
+		return nil, false, nil
 	}
 	for {
 		c.mu.Lock()
 		if c.ctx == nil {
 			c.mu.Unlock()
-			return nil, nil
+			return nil, false, nil
 		}
 		if ch, ok := c.conns[key.id]; ok {
 			defer c.mu.Unlock()
 			if !ch.conn.Connected() {
-				return nil, nil // its session dials again
+				return nil, false, nil // its session dials again
 			}
 			ch.active++
 			ch.lastUsed = c.now()
 			conn := ch.conn
-			return conn, func() { c.release(key.id, conn) }
+			return conn, ch.asked, func() { c.release(key.id, conn) }
 		}
 		wait, dialing := c.dialing[key.id]
 		if !dialing {
@@ -464,7 +469,7 @@ func (c *clientHubs) acquire(ctx context.Context, key clientKey) (clientConn, fu
 		select {
 		case <-wait:
 		case <-ctx.Done():
-			return nil, nil
+			return nil, false, nil
 		}
 	}
 	// c.mu is held, and no one dials this token.
@@ -473,7 +478,7 @@ func (c *clientHubs) acquire(ctx context.Context, key clientKey) (clientConn, fu
 		f.lastSeen = now
 		if f.refused || now.Before(f.retryAt) {
 			c.mu.Unlock()
-			return nil, nil // not a dial: no result counted
+			return nil, false, nil // not a dial: no result counted
 		}
 	}
 	result := ""
@@ -486,7 +491,7 @@ func (c *clientHubs) acquire(ctx context.Context, key clientKey) (clientConn, fu
 	if result != "" {
 		c.mu.Unlock()
 		clientDials.WithLabelValues(result).Inc()
-		return nil, nil
+		return nil, false, nil
 	}
 	done := make(chan struct{})
 	c.dialing[key.id] = done
@@ -495,16 +500,16 @@ func (c *clientHubs) acquire(ctx context.Context, key clientKey) (clientConn, fu
 
 	conn := c.dial(runCtx, key, done)
 	if conn == nil {
-		return nil, nil
+		return nil, false, nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ch, ok := c.conns[key.id]; ok && ch.conn == conn {
 		ch.active++
 		ch.lastUsed = c.now()
-		return conn, func() { c.release(key.id, conn) }
+		return conn, ch.asked, func() { c.release(key.id, conn) }
 	}
-	return nil, nil // closed meanwhile
+	return nil, false, nil // closed meanwhile
 }
 
 // dial connects key's token to the hub and records the connection, or
@@ -552,7 +557,7 @@ func (c *clientHubs) dial(ctx context.Context, key clientKey, done chan struct{}
 	clientDials.WithLabelValues("ok").Inc()
 	delete(c.failed, key.id)
 	delete(c.vouched, key.id)
-	c.conns[key.id] = &clientHub{conn: conn, lastUsed: c.now()}
+	c.conns[key.id] = &clientHub{conn: conn, asked: tokenAsked(key.token), lastUsed: c.now()}
 	d.conn = conn
 	clientConnections.Set(float64(len(c.conns)))
 	return conn

@@ -3,6 +3,7 @@ package endpoint
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -27,7 +28,7 @@ func (f *fakeConn) Connected() bool { f.mu.Lock(); defer f.mu.Unlock(); return !
 func (f *fakeConn) close()          { f.mu.Lock(); defer f.mu.Unlock(); f.closed = true }
 
 // table is a client table whose hub accepts the tokens starting with
-// "good", cannot be reached with those starting with "down", and refuses
+// "good" and JWTs ("ey", a JSON header's start), cannot be reached with those starting with "down", and refuses
 // the others (401), on a clock the test moves, with no dial rate unless
 // the test sets one.
 type table struct {
@@ -57,7 +58,7 @@ func newTable(t *testing.T) *table {
 		switch {
 		case strings.HasPrefix(token, "down"):
 			return nil, errors.New("dial tcp: connection refused")
-		case !strings.HasPrefix(token, "good"):
+		case !strings.HasPrefix(token, "good") && !strings.HasPrefix(token, "ey"):
 			return nil, apierrors.NewUnauthorized("invalid bearer token")
 		}
 		up()
@@ -88,7 +89,8 @@ func (tb *table) dialsOf(token string) int {
 // read is one hub-served read with token: whether it got a connection,
 // and its release (nil if not).
 func (tb *table) read(token string) (clientConn, func()) {
-	return tb.acquire(context.Background(), keyFor(token))
+	conn, _, release := tb.acquire(context.Background(), keyFor(token))
+	return conn, release
 }
 
 // vouchAndSweep has kube-apiserver vouch for token, then sweeps and
@@ -129,6 +131,36 @@ func TestClientTableFailedDialsTakeNoPlace(t *testing.T) {
 	}
 	if got := len(tb.failed); got != 10*maxClientHubs {
 		t.Errorf("failed tokens remembered: %d, want %d", got, 10*maxClientHubs)
+	}
+}
+
+// A connection knows from its token, read once when it is recorded,
+// whether its new reads are put to kube-apiserver first: all but those of
+// a bound ServiceAccount token, which the hub checks itself.
+func TestClientTableAsksAboutEveryTokenButABoundOne(t *testing.T) {
+	enc := base64.RawURLEncoding.EncodeToString
+	jwt := func(claims string) string {
+		return enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(claims)) + ".c2ln"
+	}
+	tb := newTable(t)
+	for _, tc := range []struct {
+		name, token string
+		asked       bool
+	}{
+		{"a token bound to a pod", jwt(`{"kubernetes.io":{"serviceaccount":{"name":"kube-proxy","uid":"sa"},"pod":{"name":"p","uid":"p"}}}`), false},
+		{"a TokenRequest bound to nothing", jwt(`{"kubernetes.io":{"serviceaccount":{"name":"kube-proxy","uid":"sa"}}}`), true},
+		{"an opaque token", "good-static", true},
+	} {
+		for range 2 { // dialed, then from the table
+			conn, asked, release := tb.acquire(context.Background(), keyFor(tc.token))
+			if conn == nil {
+				t.Fatalf("%s: no connection", tc.name)
+			}
+			release()
+			if asked != tc.asked {
+				t.Errorf("%s: asked %v, want %v", tc.name, asked, tc.asked)
+			}
+		}
 	}
 }
 

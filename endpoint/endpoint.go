@@ -233,8 +233,8 @@ func (e *Endpoint) serveClient(w http.ResponseWriter, req *http.Request) {
 	hubServed = hubServed && e.clients != nil
 	key := keyOf(req)
 	if hubServed {
-		hub, release := e.clients.acquire(req.Context(), key)
-		if hub != nil && e.tokens.asks(key) {
+		hub, asked, release := e.clients.acquire(req.Context(), key)
+		if hub != nil && asked {
 			if refused, err := e.tokens.refuses(req.Context(), key); refused {
 				// kube-apiserver refuses the token now: it answers the
 				// read, below, as it would directly.

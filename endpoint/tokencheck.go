@@ -98,10 +98,10 @@ func newTokenCheck(cfg *rest.Config) (*tokenCheck, error) {
 	return &tokenCheck{api: c}, nil
 }
 
-// asks reports whether a new read of key's token is asked about first:
-// every token but a bound ServiceAccount token.
-func (t *tokenCheck) asks(key clientKey) bool {
-	claims, ok := satoken.Parse(key.token)
+// tokenAsked reports whether a new read with token is asked about
+// first: every token but a bound ServiceAccount token.
+func tokenAsked(token string) bool {
+	claims, ok := satoken.Parse(token)
 	return !ok || !claims.Bound()
 }
 

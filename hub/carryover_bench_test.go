@@ -110,7 +110,7 @@ func BenchmarkChannelExpiriesPerKubeAPIServerRestart(b *testing.B) {
 				}
 			}
 			relists := func() float64 {
-				return gatheredSum(b, "nodeproxy_cache_relists_total", `resource="secrets"`) + gatheredSum(b, "nodeproxy_cache_relists_total", `resource="pods"`)
+				return testserver.Gathered(b, "nodeproxy_cache_relists_total", map[string]string{"resource": "secrets"}) + testserver.Gathered(b, "nodeproxy_cache_relists_total", map[string]string{"resource": "pods"})
 			}
 			startRelists, startExpired := relists(), expired.Load()
 			for i := 0; b.Loop(); i++ {

@@ -42,7 +42,7 @@ func TestRelistAfterKubeAPIServerRestartCostsNodesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	carried := gatheredSum(t, "nodeproxy_cache_relists_carried_over_total", `resource="secrets"`)
+	carried := testserver.Gathered(t, "nodeproxy_cache_relists_carried_over_total", map[string]string{"resource": "secrets"})
 	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
 	for i := 1; i <= 6; i++ {
 		// A write of another type moves etcd's revision past the hub's
@@ -61,7 +61,7 @@ func TestRelistAfterKubeAPIServerRestartCostsNodesNothing(t *testing.T) {
 		v := strconv.Itoa(i)
 		secret.update(t, v)
 		waitForUpdate(t, ch, v)
-		if gatheredSum(t, "nodeproxy_cache_relists_carried_over_total", `resource="secrets"`) > carried {
+		if testserver.Gathered(t, "nodeproxy_cache_relists_carried_over_total", map[string]string{"resource": "secrets"}) > carried {
 			t.Logf("restart %d: the secrets reflector relisted; the channel carried on", i)
 			return
 		}

@@ -57,10 +57,10 @@ func BenchmarkConsistentRead(b *testing.B) {
 		}
 	}
 	questions := func(b *testing.B) float64 {
-		return gatheredSum(b, "nodeproxy_bulk_latest_version_requests_total", `resource="secrets"`)
+		return testserver.Gathered(b, "nodeproxy_bulk_latest_version_requests_total", map[string]string{"resource": "secrets"})
 	}
 	probes := func(b *testing.B) float64 {
-		return gatheredSum(b, "nodeproxy_bulk_progress_probes_total", `resource="secrets"`)
+		return testserver.Gathered(b, "nodeproxy_bulk_progress_probes_total", map[string]string{"resource": "secrets"})
 	}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()

@@ -101,7 +101,7 @@ func TestConsistentReadsThroughALaggingReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodeClient := srv.Client(t, nodeCfg)
-	before := gatheredSum(t, "nodeproxy_bulk_consistent_reads_total", `resource="secrets"`)
+	before := testserver.Gathered(t, "nodeproxy_bulk_consistent_reads_total", map[string]string{"resource": "secrets"})
 
 	t.Run("a secret read by name right after its creation", func(t *testing.T) {
 		writeSecret(t, admin, ns, "csi", "1")
@@ -159,7 +159,7 @@ func TestConsistentReadsThroughALaggingReplica(t *testing.T) {
 		// kube-apiserver's resourceVersion moves with the configmap; the
 		// replica's secrets stay where they were until their next
 		// bookmark, a minute away. A probe shows them current.
-		confirmedBefore := gatheredSum(t, "nodeproxy_bulk_consistent_reads_total", `resource="secrets",result="confirmed"`)
+		confirmedBefore := testserver.Gathered(t, "nodeproxy_bulk_consistent_reads_total", map[string]string{"resource": "secrets", "result": "confirmed"})
 		if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "moves-"}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -167,11 +167,11 @@ func TestConsistentReadsThroughALaggingReplica(t *testing.T) {
 		if code != http.StatusCreated || len(got) != 1 || got[0] != "2" {
 			t.Fatalf("the node read %d %v %+v, want v=2", code, got, status)
 		}
-		if n := gatheredSum(t, "nodeproxy_bulk_consistent_reads_total", `resource="secrets",result="confirmed"`) - confirmedBefore; n < 1 {
+		if n := testserver.Gathered(t, "nodeproxy_bulk_consistent_reads_total", map[string]string{"resource": "secrets", "result": "confirmed"}) - confirmedBefore; n < 1 {
 			t.Errorf("no read of the quiet type was shown current by a probe")
 		}
 	})
-	if got := gatheredSum(t, "nodeproxy_bulk_consistent_reads_total", `resource="secrets"`) - before; got < 4 {
+	if got := testserver.Gathered(t, "nodeproxy_bulk_consistent_reads_total", map[string]string{"resource": "secrets"}) - before; got < 4 {
 		t.Errorf("nodeproxy_bulk_consistent_reads_total{resource=\"secrets\"} grew by %v, want at least 4", got)
 	}
 }

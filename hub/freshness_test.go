@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/test/testserver"
@@ -51,7 +50,7 @@ func TestCacheCatchesUpSoonAfterKubeAPIServerRestart(t *testing.T) {
 	secret := nodeReadsSecret(t, srv, "freshness")
 	secret.waitFor(t, "0", 30*time.Second)
 
-	failuresBefore := gatheredSum(t, "nodeproxy_cache_watch_failures_total", `resource="secrets"`)
+	failuresBefore := testserver.Gathered(t, "nodeproxy_cache_watch_failures_total", map[string]string{"resource": "secrets"})
 	cp.APIServer().Kill()
 	restarted := false
 	t.Cleanup(func() {
@@ -64,12 +63,12 @@ func TestCacheCatchesUpSoonAfterKubeAPIServerRestart(t *testing.T) {
 
 	waitReadyzCheck(t, srv, anon, "[-]cache-watch failed", 30*time.Second)
 	testserver.Eventually(t, 120*time.Second, "five failed lists or watches of secrets", func(context.Context) error {
-		if n := gatheredSum(t, "nodeproxy_cache_watch_failures_total", `resource="secrets"`) - failuresBefore; n < 5 {
+		if n := testserver.Gathered(t, "nodeproxy_cache_watch_failures_total", map[string]string{"resource": "secrets"}) - failuresBefore; n < 5 {
 			return fmt.Errorf("%v failures", n)
 		}
 		return nil
 	})
-	if outage := gatheredSum(t, "nodeproxy_cache_watch_outage_seconds", `resource="secrets"`); outage < 2 {
+	if outage := testserver.Gathered(t, "nodeproxy_cache_watch_outage_seconds", map[string]string{"resource": "secrets"}); outage < 2 {
 		t.Errorf("nodeproxy_cache_watch_outage_seconds{resource=\"secrets\"} = %v during the outage, want more than the 2 s bound", outage)
 	}
 
@@ -83,7 +82,7 @@ func TestCacheCatchesUpSoonAfterKubeAPIServerRestart(t *testing.T) {
 	t.Logf("the update reached the node %s after kube-apiserver was ready again", time.Since(ready).Round(time.Millisecond))
 
 	waitReadyzCheck(t, srv, anon, "[+]cache-watch ok", 30*time.Second)
-	if outage := gatheredSum(t, "nodeproxy_cache_watch_outage_seconds", `resource="secrets"`); outage != 0 {
+	if outage := testserver.Gathered(t, "nodeproxy_cache_watch_outage_seconds", map[string]string{"resource": "secrets"}); outage != 0 {
 		t.Errorf("nodeproxy_cache_watch_outage_seconds{resource=\"secrets\"} = %v after the outage, want 0", outage)
 	}
 }
@@ -101,40 +100,6 @@ func waitReadyzCheck(t testing.TB, srv *testserver.Server, c *http.Client, line 
 		}
 		return nil
 	})
-}
-
-// gatheredSum adds up the samples of the named metric whose labels
-// include match, from the registry /metrics serves (the hub runs in this
-// process; its /metrics asks kube-apiserver who may read it, which a
-// down kube-apiserver cannot answer).
-func gatheredSum(t testing.TB, name, match string) float64 {
-	t.Helper()
-	families, err := legacyregistry.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
-			}
-			if !strings.Contains(strings.Join(labels, ","), match) {
-				continue
-			}
-			switch {
-			case m.GetCounter() != nil:
-				sum += m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				sum += m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
 }
 
 // watchedSecret is a Secret a node's pod uses, written through

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeproxy/nodeproxy/cache"
@@ -72,18 +71,9 @@ func (c *cachedObjects) lookup(resource, namespace, name string) (metav1.Object,
 	if !ok {
 		return nil, lookupMissing
 	}
-	// A pod is kept as kube-apiserver's bytes: decoded here, once a
-	// check, for its UID and deletionTimestamp. One that cannot be read
-	// is left to a review.
-	obj, err := o.Typed()
-	if err != nil {
-		return nil, lookupStale
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return nil, lookupStale
-	}
-	return m, lookupFound
+	// The key fields the cache keeps beside every object, decoded or kept
+	// as kube-apiserver's bytes (a pod): the check decodes nothing.
+	return &metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name, UID: o.UID, DeletionTimestamp: o.Deleting}, lookupFound
 }
 
 // provenFresh reports whether s, which has not heard from kube-apiserver

@@ -210,7 +210,7 @@ func TestResumeOnAnotherReplica(t *testing.T) {
 		// case is not tested): try again.
 		c := dialAsAdmin(t, b)
 		for i := range 3 {
-			vouched := gatheredSum(t, "nodeproxy_bulk_version_waits_total", `result="vouched"`)
+			vouched := testserver.Gathered(t, "nodeproxy_bulk_version_waits_total", map[string]string{"result": "vouched"})
 			x := quietBelow(t, b, admin, ns)
 			onB, err := c.Watch(ctx, secretsIn(ns, "metadata.name=s", strconv.FormatUint(x, 10)))
 			if err != nil {
@@ -221,7 +221,7 @@ func TestResumeOnAnotherReplica(t *testing.T) {
 			if e := nextSeen(t, onB); e.typ != watch.Modified || e.v != v || e.rv != rv {
 				t.Fatalf("on B: %+v, want MODIFIED v=%s at %d", e, v, rv)
 			}
-			if gatheredSum(t, "nodeproxy_bulk_version_waits_total", `result="vouched"`) > vouched {
+			if testserver.Gathered(t, "nodeproxy_bulk_version_waits_total", map[string]string{"result": "vouched"}) > vouched {
 				return
 			}
 			t.Logf("B's cache reached %d before it was asked to; again", x)
@@ -263,14 +263,14 @@ func TestResumeFromTheFutureIsRefused(t *testing.T) {
 	}
 
 	t.Run("a channel", func(t *testing.T) {
-		before := gatheredSum(t, "nodeproxy_bulk_version_waits_total", `request="resume",resource="secrets",result="too_large"`)
+		before := testserver.Gathered(t, "nodeproxy_bulk_version_waits_total", map[string]string{"request": "resume", "resource": "secrets", "result": "too_large"})
 		ch, err := dialAsAdmin(t, srv).Watch(ctx, secretsIn(ns, "metadata.name=s", future))
 		var status *apierrors.StatusError
 		if !errors.As(err, &status) {
 			t.Fatalf("resume from %s: channel %v, error %v; want 504 Too large resource version", future, ch, err)
 		}
 		tooLarge(t, status.ErrStatus)
-		if got := gatheredSum(t, "nodeproxy_bulk_version_waits_total", `request="resume",resource="secrets",result="too_large"`) - before; got != 1 {
+		if got := testserver.Gathered(t, "nodeproxy_bulk_version_waits_total", map[string]string{"request": "resume", "resource": "secrets", "result": "too_large"}) - before; got != 1 {
 			t.Errorf("nodeproxy_bulk_version_waits_total{request=resume,result=too_large} grew by %v, want 1", got)
 		}
 	})
@@ -325,7 +325,7 @@ func TestNamedChannelResumesOnAFreshReplica(t *testing.T) {
 	}
 	srv := startReplica(t) // its change log starts after x
 	c := dialAsAdmin(t, srv)
-	before := gatheredSum(t, "nodeproxy_bulk_watch_resumes_total", `how="current_state"`)
+	before := testserver.Gathered(t, "nodeproxy_bulk_watch_resumes_total", map[string]string{"how": "current_state"})
 	open := func(fieldSelector string) *watchmux.Channel {
 		ch, err := c.Watch(ctx, secretsIn(ns, fieldSelector, x))
 		if err != nil {
@@ -352,7 +352,7 @@ func TestNamedChannelResumesOnAFreshReplica(t *testing.T) {
 	if e := nextSeen(t, changed); e.typ != watch.Modified || e.v != "3" || e.rv != rv {
 		t.Errorf("changed since, then again: %+v, want MODIFIED v=3 at %d", e, rv)
 	}
-	if got := gatheredSum(t, "nodeproxy_bulk_watch_resumes_total", `how="current_state"`) - before; got != 3 {
+	if got := testserver.Gathered(t, "nodeproxy_bulk_watch_resumes_total", map[string]string{"how": "current_state"}) - before; got != 3 {
 		t.Errorf("nodeproxy_bulk_watch_resumes_total{how=current_state} grew by %v, want 3", got)
 	}
 }

@@ -99,7 +99,7 @@ func TestConsistentReadOfAStoreStillListingIsNotProvedByAProbeFromZero(t *testin
 	nodeClient := srv.Client(t, nodeCfg)
 	// Serving, and telling callers apart (every check but the cache's).
 	waitReadyzCheck(t, srv, nodeClient, "[+]client-ca ok", 90*time.Second)
-	probes := gatheredSum(t, "nodeproxy_bulk_progress_probes_total", `resource="runtimeclasses"`)
+	probes := testserver.Gathered(t, "nodeproxy_bulk_progress_probes_total", map[string]string{"resource": "runtimeclasses"})
 	type answer struct {
 		code   int
 		raw    []byte
@@ -124,7 +124,7 @@ func TestConsistentReadOfAStoreStillListingIsNotProvedByAProbeFromZero(t *testin
 			return nil
 		default:
 		}
-		if gatheredSum(t, "nodeproxy_bulk_progress_probes_total", `resource="runtimeclasses"`) > probes {
+		if testserver.Gathered(t, "nodeproxy_bulk_progress_probes_total", map[string]string{"resource": "runtimeclasses"}) > probes {
 			return nil
 		}
 		return io.ErrNoProgress
