@@ -267,8 +267,11 @@ func (c *Client) Watch(ctx context.Context, sel v1alpha1.GetOperation, opts ...W
 	return r.channel, nil
 }
 
-// CloseWatch closes ch; its Events channel closes.
+// CloseWatch closes ch; its Events channel closes. What the client holds
+// of it for the consumer goes at once, even when the connection has
+// already ended and the server cannot answer.
 func (c *Client) CloseWatch(ctx context.Context, ch *Channel) error {
+	ch.drop()
 	_, err := c.request(ctx, v1alpha1.WatchRequest{CloseWatch: &v1alpha1.CloseWatch{Channel: ch.ID}})
 	return err
 }
@@ -429,7 +432,7 @@ func (c *Client) answer(r *v1alpha1.WatchResponse) {
 	ch := &Channel{ID: r.Channel, Events: events, events: events}
 	if kind == initialWatchRequest {
 		ch.initial = newInitialState()
-		go ch.forward(c.done)
+		go ch.forward()
 	}
 	c.channels[r.Channel] = ch
 	p <- result{channel: ch}

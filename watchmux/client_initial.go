@@ -87,6 +87,9 @@ func (ch *Channel) put(ev Event) {
 // end says no event follows; dropped: the consumer closed the channel,
 // and what is held is not wanted.
 func (ch *Channel) end(dropped bool) {
+	if dropped {
+		ch.drop()
+	}
 	s := ch.initial
 	if s == nil {
 		close(ch.events)
@@ -95,10 +98,15 @@ func (ch *Channel) end(dropped bool) {
 	s.mu.Lock()
 	s.ended = true
 	s.mu.Unlock()
-	if dropped {
+	s.signal()
+}
+
+// drop lets what is held for the consumer of a channel with an initial
+// state go, and closes its Events: the consumer closed the channel.
+func (ch *Channel) drop() {
+	if s := ch.initial; s != nil {
 		s.droppedOnce.Do(func() { close(s.dropped) })
 	}
-	s.signal()
 }
 
 func (s *initialState) signal() {
@@ -110,15 +118,20 @@ func (s *initialState) signal() {
 
 // forward moves the held events into Events, in order, and closes Events
 // once the channel has ended and nothing is held. When the connection
-// ends (done), what is still held is dropped, and the consumer resumes
-// from the last event it took, before which nothing was lost (a Session
-// does so, or lists again if half an initial state was delivered); but
-// the channel's ERROR, if the server ended it with one before the
-// connection went (a 401 when its credential was refused, a 503 at the
-// connection's age: the server closes the connection right after),
-// still comes last, since it says why the channel ended and whether to
-// resume at all.
-func (ch *Channel) forward(done <-chan struct{}) {
+// ends, what it brought is still handed over, to the last event, before
+// Events closes: the consumer resumes from the last event it took, so
+// an event dropped here would only move its resume point back. That
+// costs more than the repeat: a replica shutting down bookmarks every
+// node view at its position and then ends each channel with ERROR 503
+// (the resume point that reaches past every change it sent); a view
+// resumed from the bookmark before it, on a replica started since,
+// whose change log does not reach back there, is sent afresh, which the
+// node's copy takes as a relist, and its watchers miss the versions in
+// between. The ERROR itself, when the server ended the channel with one
+// (a 401 at a refused credential), comes last, as it says why the
+// channel ended. Only the consumer closing the channel (dropped) lets
+// what is held go.
+func (ch *Channel) forward() {
 	s := ch.initial
 	defer close(ch.events)
 	defer func() {
@@ -140,9 +153,6 @@ func (ch *Channel) forward(done <-chan struct{}) {
 				continue
 			case <-s.dropped:
 				return
-			case <-done:
-				ch.lastWord(nil)
-				return
 			}
 		}
 		ev := s.held[0]
@@ -160,34 +170,6 @@ func (ch *Channel) forward(done <-chan struct{}) {
 		case ch.events <- ev:
 		case <-s.dropped:
 			return
-		case <-done:
-			ch.lastWord(&ev)
-			return
 		}
-	}
-}
-
-// lastWord hands the consumer the channel's ERROR, once the connection
-// has ended with it still held (or being handed over: pending), and
-// everything before it dropped. It waits for the consumer to take it or
-// close the channel.
-func (ch *Channel) lastWord(pending *Event) {
-	s := ch.initial
-	var last *Event
-	if pending != nil && pending.Type == watch.Error {
-		last = pending
-	}
-	s.mu.Lock()
-	if n := len(s.held); n > 0 && s.held[n-1].Type == watch.Error {
-		ev := s.held[n-1]
-		last = &ev
-	}
-	s.mu.Unlock()
-	if last == nil {
-		return
-	}
-	select {
-	case ch.events <- *last:
-	case <-s.dropped:
 	}
 }
