@@ -23,14 +23,16 @@ import (
 // 1,000,000 pods") has the sizes its figures were taken at.
 const replicaPodsEnv = "NODEPROXY_REPLICA_PODS"
 
-func replicaPods(b *testing.B, fallback int) int {
-	v := os.Getenv(replicaPodsEnv)
+// positiveEnv is the number in the environment variable name, fallback
+// when it is unset.
+func positiveEnv(b *testing.B, name string, fallback int) int {
+	v := os.Getenv(name)
 	if v == "" {
 		return fallback
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n <= 0 {
-		b.Fatalf("%s=%q: want a positive number of pods", replicaPodsEnv, v)
+		b.Fatalf("%s=%q: want a positive number", name, v)
 	}
 	return n
 }
@@ -60,7 +62,7 @@ const replicaHeapLimit = 10 << 30
 //
 //	NODEPROXY_REPLICA_PODS=1000000 go test ./hub -run '^$' -bench ReplicaHeap$ -benchtime 1x -timeout 60m
 func BenchmarkReplicaHeap(b *testing.B) {
-	r := workload.ReplicaOf(replicaPods(b, 20000))
+	r := workload.ReplicaOf(positiveEnv(b, replicaPodsEnv, 20000))
 	defaults := hub.NewOptions().Cache
 	for _, logSize := range []struct {
 		name string
