@@ -149,6 +149,31 @@ func benchmarkReplicaHeap(b *testing.B, r workload.Replica, opts cache.Options) 
 	b.ReportMetric(float64(r.Nodes()), "nodes")
 }
 
+// BenchmarkReplicaGraphHeap is BenchmarkReplicaHeap's pods fed to the
+// authorization graph alone, as the store's handler feeds it (an add,
+// then an update), without the cache: the graph's share of a pod's cost,
+// with the entries of the Secrets, ConfigMaps and nodes its pods reach
+// and the sets of the nodes that reach each.
+//
+//	NODEPROXY_REPLICA_PODS=1000000 go test ./hub -run '^$' -bench ReplicaGraphHeap -benchtime 1x -timeout 60m
+func BenchmarkReplicaGraphHeap(b *testing.B) {
+	r := workload.ReplicaOf(positiveEnv(b, replicaPodsEnv, 20000))
+	for b.Loop() {
+		g := graph.New()
+		h := g.PodHandler()
+		base := liveHeap()
+		for i := range r.Pods {
+			created := viaProtobuf(b, r.CreatedPod(i))
+			h.OnAdd(created, false)
+			h.OnUpdate(created, viaProtobuf(b, r.RunningPod(i)))
+		}
+		heap := liveHeap()
+		runtime.KeepAlive(g)
+		b.ReportMetric(float64(int64(heap)-int64(base))/float64(r.Pods), "graph-B/pod")
+		b.ReportMetric(float64(int64(heap)-int64(base))/(1<<20), "graph-MiB")
+	}
+}
+
 // liveHeap is what the last collection, forced here, found live:
 // runtime/metrics' /gc/heap/live:bytes, which the hub exports as
 // go_gc_heap_live_bytes, so that this benchmark and the one against
