@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,7 +39,10 @@ const replicaWritersEnv = "NODEPROXY_REPLICA_WRITERS"
 // grew by (the median of three forced collections before and after,
 // once the hub has heard every write), to compare with
 // BenchmarkReplicaHeap's replica-MiB at the same NODEPROXY_REPLICA_PODS
-// (default 2,000), and how fast the harness took the writes.
+// (default 2,000), and how fast the harness took the writes. Then it
+// starts a second hub, which takes the same objects in as lists, and
+// reports the peak resident memory of each (peak-RSS-MiB,
+// started-peak-RSS-MiB) and the second's live heap once ready.
 //
 //	NODEPROXY_REPLICA_PODS=50000 go test ./hub -run '^$' -bench ReplicaHeapAgainstKubeAPIServer -benchtime 1x -timeout 60m
 func BenchmarkReplicaHeapAgainstKubeAPIServer(b *testing.B) {
@@ -92,7 +98,64 @@ func BenchmarkReplicaHeapAgainstKubeAPIServer(b *testing.B) {
 		b.ReportMetric((after-before)/(1<<20), "replica-MiB")
 		b.ReportMetric(after/(1<<20), "live-MiB")
 		b.ReportMetric(float64(r.Pods), "pods")
+		peak, err := peakRSS(np.Process.Pid())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(peak)/(1<<20), "peak-RSS-MiB")
+
+		// A replica started now takes the same objects in as one list
+		// a type, not as events: what it peaks at on its way to ready.
+		if err := reportStartedReplica(ctx, b, np); err != nil {
+			b.Fatal(err)
+		}
 	}
+}
+
+// reportStartedReplica starts a second hub beside np, waits until it is
+// ready (every type listed) and reports its peak resident memory
+// (VmHWM) and its live heap then: a reflector holds a type's whole list
+// decoded until it hands it to the store, so a replica's start, or a
+// relist, peaks above what it keeps.
+func reportStartedReplica(ctx context.Context, b *testing.B, np *controlplane.Nodeproxy) error {
+	ports, err := controlplane.FreePorts(1)
+	if err != nil {
+		return err
+	}
+	started, err := np.StartReplica(ctx, ports[0], "nodeproxy-started")
+	if err != nil {
+		return err
+	}
+	defer started.Process.Stop()
+	peak, err := peakRSS(started.Process.Pid())
+	if err != nil {
+		return err
+	}
+	live, err := hubLiveHeap(ctx, started)
+	if err != nil {
+		return err
+	}
+	b.ReportMetric(float64(peak)/(1<<20), "started-peak-RSS-MiB")
+	b.ReportMetric(live/(1<<20), "started-live-MiB")
+	return nil
+}
+
+// peakRSS is the process's peak resident memory, in bytes.
+func peakRSS(pid int) (int64, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("process %d: VmHWM %q: %w", pid, v, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }
 
 // makeReplica creates r's objects through kube-apiserver and returns how
