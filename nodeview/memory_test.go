@@ -142,7 +142,11 @@ func liveHeap() uint64 {
 }
 
 // discardSink counts what it is sent and keeps none of it.
-type discardSink struct{ events int }
+type discardSink struct {
+	events int
+	// protobuf: the client asked for protobuf (Sink.Protobuf).
+	protobuf bool
+}
 
 func (s *discardSink) Send(watch.EventType, []byte) bool { s.events++; return true }
 func (s *discardSink) Initial(t watch.EventType, _ []byte) bool {
@@ -154,4 +158,4 @@ func (s *discardSink) Initial(t watch.EventType, _ []byte) bool {
 func (s *discardSink) OnClose(func())        {}
 func (s *discardSink) Close(*metav1.Status)  {}
 func (s *discardSink) Done() <-chan struct{} { return nil }
-func (s *discardSink) Protobuf() bool        { return false }
+func (s *discardSink) Protobuf() bool        { return s.protobuf }
