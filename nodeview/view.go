@@ -671,6 +671,7 @@ func (v *view) encode(st *state, i int, o *cache.Object) []byte {
 	if v.sink.Protobuf() {
 		enc = 1
 	}
+	countEncoded(enc)
 	if o == st.last[enc] {
 		return st.lastBytes[enc]
 	}
@@ -702,7 +703,6 @@ func (v *view) encode(st *state, i int, o *cache.Object) []byte {
 		v.fail(fmt.Errorf("encode %s %s/%s: %w", types[i].gvr.Resource, o.Namespace, o.Name, err))
 		return nil
 	}
-	countEncoded(enc)
 	st.last[enc], st.lastBytes[enc] = o, b
 	return b
 }
