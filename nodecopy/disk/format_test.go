@@ -54,20 +54,7 @@ func TestACopyWithProtobufObjectsIsOfTheNewFormat(t *testing.T) {
 			for i := range 3 {
 				want.Objects = append(want.Objects, Object{Resource: "pods", Protobuf: protobufObject(i)})
 			}
-			if err := s.Save(want); err != nil {
-				t.Fatal(err)
-			}
-			got, err := s.Load(testNode, testCluster)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got, want) {
-				t.Errorf("loaded %+v\nsaved %+v", got, want)
-			}
-			b, err := os.ReadFile(s.Path())
-			if err != nil {
-				t.Fatal(err)
-			}
+			b := roundTrip(t, s, want)
 			if !bytes.HasPrefix(b, []byte(magic+" 3\n")) {
 				t.Errorf("saved as %q, want format 3", b[:bytes.IndexByte(b, '\n')])
 			}
