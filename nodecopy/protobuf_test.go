@@ -3,12 +3,15 @@ package nodecopy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
@@ -156,4 +159,41 @@ func TestAProtobufObjectThatDoesNotParseIsRefused(t *testing.T) {
 	if err != nil || len(refused) != 1 || !strings.Contains(refused[0].Error(), "not protobuf") {
 		t.Errorf("a truncated protobuf object: refused %v, error %v; want it alone refused as not protobuf", refused, err)
 	}
+}
+
+// TestAProtobufListIsKubeAPIServersBytes: the list the copy makes of its
+// objects' bytes is what kube-apiserver's protobuf serializer writes for
+// the same list, byte for byte.
+func TestAProtobufListIsKubeAPIServersBytes(t *testing.T) {
+	list := &corev1.PodList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PodList"}, ListMeta: metav1.ListMeta{ResourceVersion: "40"}}
+	var objs []*Object
+	for _, raw := range [][]byte{pod("a", "node-a", 5), runningPod("b", 6)} {
+		b := inProtobuf(t, raw)
+		_, o, err := parseObject(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, o)
+		p := decoded(t, b).(*corev1.Pod)
+		p.TypeMeta = metav1.TypeMeta{} // an item's, which protobuf never carries
+		list.Items = append(list.Items, *p)
+	}
+	got, err := ProtobufList("v1", "PodList", 40, objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	if err := protobuf.NewSerializer(clientscheme.Scheme, clientscheme.Scheme).Encode(list, &want); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.Bytes()) {
+		t.Errorf("the copy's list\n%q\nkube-apiserver's serializer\n%q", got, want.Bytes())
+	}
+	if _, err := ProtobufList("v1", "PodList", 40, []*Object{{Namespace: "ns", Name: "j", Raw: pod("j", "node-a", 7)}}); !errors.Is(err, errNotProtobuf) {
+		t.Errorf("a list with an object kept as JSON: %v, want errNotProtobuf", err)
+	}
+}
+
+func runningPod(name string, rv int) []byte {
+	return obj("Pod", "ns", name, rv, `,"spec":{"nodeName":"node-a","containers":[{"name":"c","image":"pause"}]},"status":{"phase":"Running"}`)
 }

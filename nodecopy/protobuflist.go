@@ -14,13 +14,17 @@ import (
 // message (what its own Unknown's raw holds).
 const (
 	listMetadata, listItems = 1, 2
+	listMetaSelfLink        = 1
 	listMetaResourceVersion = 2
+	listMetaContinue        = 3
+	unknownContentEncoding  = 3
+	unknownContentType      = 4
 )
 
 // ProtobufList is the list of kind (a "PodList") and apiVersion holding
-// objs at rv, as kube-apiserver encodes one in protobuf, made from the
-// objects' own bytes without decoding any: each item is the object's
-// message as the copy keeps it. objs must all be kept as protobuf
+// objs at rv, as kube-apiserver encodes one in protobuf, byte for byte,
+// made from the objects' own bytes without decoding any: each item is
+// the object's message as the copy keeps it. objs must all be kept as protobuf
 // (IsProtobuf), or it fails.
 func ProtobufList(apiVersion, kind string, rv uint64, objs []*Object) ([]byte, error) {
 	size := 0
@@ -42,9 +46,12 @@ func ProtobufList(apiVersion, kind string, rv uint64, objs []*Object) ([]byte, e
 		items[i] = raw
 		size += len(raw) + 2*protowire.SizeVarint(uint64(len(raw)))
 	}
+	// The empty strings too, as kube-apiserver's generated marshallers
+	// write them: the list is then its bytes exactly.
 	var meta []byte
-	meta = protowire.AppendTag(meta, listMetaResourceVersion, protowire.BytesType)
-	meta = protowire.AppendString(meta, strconv.FormatUint(rv, 10))
+	meta = appendString(meta, listMetaSelfLink, "")
+	meta = appendString(meta, listMetaResourceVersion, strconv.FormatUint(rv, 10))
+	meta = appendString(meta, listMetaContinue, "")
 	list := make([]byte, 0, size+len(meta)+8)
 	list = protowire.AppendTag(list, listMetadata, protowire.BytesType)
 	list = protowire.AppendBytes(list, meta)
@@ -52,17 +59,19 @@ func ProtobufList(apiVersion, kind string, rv uint64, objs []*Object) ([]byte, e
 		list = protowire.AppendTag(list, listItems, protowire.BytesType)
 		list = protowire.AppendBytes(list, item)
 	}
-	var typeMeta []byte
-	typeMeta = protowire.AppendTag(typeMeta, typeMetaAPIVersion, protowire.BytesType)
-	typeMeta = protowire.AppendString(typeMeta, apiVersion)
-	typeMeta = protowire.AppendTag(typeMeta, typeMetaKind, protowire.BytesType)
-	typeMeta = protowire.AppendString(typeMeta, kind)
+	typeMeta := appendString(appendString(nil, typeMetaAPIVersion, apiVersion), typeMetaKind, kind)
 	out := make([]byte, 0, len(protobufMagic)+len(typeMeta)+len(list)+16)
 	out = append(out, protobufMagic...)
 	out = protowire.AppendTag(out, unknownTypeMeta, protowire.BytesType)
 	out = protowire.AppendBytes(out, typeMeta)
 	out = protowire.AppendTag(out, unknownRaw, protowire.BytesType)
-	return protowire.AppendBytes(out, list), nil
+	out = protowire.AppendBytes(out, list)
+	return appendString(appendString(out, unknownContentEncoding, ""), unknownContentType, ""), nil
+}
+
+// appendString appends field num of b, a string.
+func appendString(b []byte, num protowire.Number, v string) []byte {
+	return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), v)
 }
 
 // errNotProtobuf: an object the copy keeps as JSON, which a protobuf
