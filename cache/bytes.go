@@ -191,3 +191,14 @@ func shellOf(s *Store, o *Object) runtime.Object {
 	}
 	return obj
 }
+
+// SameSpec says whether o and other, versions of one object kept as
+// bytes, hold the same spec (their second top-level field), known
+// without decoding either: the store shares a segment between versions
+// whose bytes are equal. False when it cannot tell (kept decoded, another
+// shape), which a caller must take as "perhaps not". A node view reads a
+// pod's references from its spec alone, so a kubelet's status write,
+// which never changes the spec, needs no decode.
+func (o *Object) SameSpec(other *Object) bool {
+	return o != nil && other != nil && o.raw.sameSpec(other.raw)
+}

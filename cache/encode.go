@@ -62,6 +62,17 @@ func (e *Encoder) EncodeProtobuf(s *Store, o *Object) ([]byte, error) {
 	return e.encode(s, o, true, true, encodeProtobuf)
 }
 
+// EncodeProtobufUncached is EncodeProtobuf for an object version that
+// few readers will ask for, as EncodeUncached is Encode's: bytes kept are
+// returned as they are, an object kept decoded is encoded for this caller
+// alone unless the LRU has it.
+func (e *Encoder) EncodeProtobufUncached(s *Store, o *Object) ([]byte, error) {
+	if !o.raw.empty() {
+		return o.raw.join(), nil
+	}
+	return e.encode(s, o, true, false, encodeProtobuf)
+}
+
 // EncodeUncached is Encode for an object version that few readers will
 // ask for (a pod, which only its node's view sends): the LRU's bytes if a
 // reader put them there, or else bytes encoded for this caller alone and

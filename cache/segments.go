@@ -146,3 +146,13 @@ func topLevelFields(b []byte) ([]protoField, error) {
 	}
 	return out, nil
 }
+
+// sameSpec says whether s and other are in three segments and share
+// their second (a pod's spec) as one allocation: share made it so
+// because the bytes were equal.
+func (s *segments) sameSpec(other *segments) bool {
+	if s.empty() || other.empty() || len(s[1]) == 0 || len(s[1]) != len(other[1]) {
+		return false
+	}
+	return &s[1][0] == &other[1][0]
+}

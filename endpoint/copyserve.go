@@ -113,20 +113,10 @@ func (e *Endpoint) serveCopyRead(w http.ResponseWriter, req *http.Request, r *co
 			writeError(w, req, apierrors.NewNotFound(schema.GroupResource{Group: gv.Group, Resource: r.viewType().Resource}, r.filter.Name))
 			return true
 		}
-		obj, err := runtime.Decode(deserializer, list[0].Raw)
-		if err != nil {
-			writeError(w, req, apierrors.NewInternalError(fmt.Errorf("decode the copy's object: %w", err)))
-			return true
-		}
-		writeObjectIn(w, req, http.StatusOK, obj, gv)
+		writeCopyObject(w, req, list[0], gv)
 		return true
 	}
-	out, err := listOf(gv.WithKind(r.viewType().Kind+"List"), list, rv)
-	if err != nil {
-		writeError(w, req, apierrors.NewInternalError(err))
-		return true
-	}
-	writeObjectIn(w, req, http.StatusOK, out, gv)
+	writeCopyList(w, req, gv.WithKind(r.viewType().Kind+"List"), list, rv)
 	return true
 }
 
@@ -327,7 +317,7 @@ func (cw *copyWatch) startCopyWatch() bool {
 	cw.initial = nil // the copy's; the watch need not keep them
 	events := cw.stream.events
 	for _, o := range initial {
-		if _, err := events.Write(watchmux.Event{Type: watch.Added, Object: o.Raw}); err != nil {
+		if err := cw.write(watch.Added, o); err != nil {
 			return false
 		}
 	}
@@ -365,7 +355,7 @@ func (e *Endpoint) followCopyWatch(ctx context.Context, cw *copyWatch) {
 func (cw *copyWatch) send(ctx context.Context, changes []nodecopy.Change, at uint64, err error) bool {
 	events := cw.stream.events
 	for _, ch := range changes {
-		if _, werr := events.Write(watchmux.Event{Type: ch.Type, Object: ch.Object.Raw}); werr != nil {
+		if werr := cw.write(ch.Type, ch.Object); werr != nil {
 			return false
 		}
 		cw.lastSent = time.Now()
@@ -395,6 +385,23 @@ func (cw *copyWatch) send(ctx context.Context, changes []nodecopy.Change, at uin
 	}
 	cw.stream.flusher.Flush()
 	return true
+}
+
+// write writes an event of o, in the encoding the copy keeps it in: the
+// relay passes it through to a client of that encoding, and transcodes it
+// for another. An error is the client's connection failing.
+func (cw *copyWatch) write(t watch.EventType, o *nodecopy.Object) error {
+	ev := watchmux.Event{Type: t}
+	if nodecopy.IsProtobuf(o.Raw) {
+		ev.Protobuf = o.Raw
+	} else {
+		ev.Object = o.Raw
+	}
+	written, err := cw.stream.events.Write(ev)
+	if err == nil {
+		copyWritten(written.Reencoded).Inc()
+	}
+	return err
 }
 
 // end writes the watch's last event, an error of status s.

@@ -103,6 +103,9 @@ type nodeSpec struct {
 	// viewDir persists the copy of the node's view; empty: not
 	// persisted.
 	viewDir string
+	// jsonView: the endpoint asks for its view in JSON, as one of the
+	// release before protobuf views did.
+	jsonView bool
 }
 
 // startNodeWith is startNode as spec says.
@@ -142,6 +145,9 @@ func startNodeWith(t *testing.T, name string, spec nodeSpec) *node {
 	e, err := endpoint.New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if spec.jsonView {
+		endpoint.ViewInJSON(e)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -145,7 +145,7 @@ func RegisterMetrics() {
 		legacyregistry.MustRegister(requests, watches, fallbacks, hubEvents, hubConnected, hubDials, returnsToHub, refused, readyProbes, scrapeReviews,
 			clientRequests, clientWatches, clientConnections, clientDials, clientEvictions, clientTokenChecks,
 			viewBatches, viewRefused, viewReopens, viewResumesRefused, copyRestores, copyReads, copyAge, copyObjects, offlineSince, syncs, progressRequests, leaseForgets,
-			observedChanges, observedOutside, unobserved, copyVouched, copyRefusals)
+			observedChanges, observedOutside, unobserved, copyVouched, copyRefusals, copyWrites)
 		// How the kubelet's channels fared when a hub replica went:
 		// nodeproxy_watchmux_client_resumes_total{outcome}.
 		watchmux.RegisterClientMetrics()

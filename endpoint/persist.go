@@ -60,7 +60,11 @@ func (f *viewFollower) restore() {
 	}
 	b := nodecopy.Batch{Initial: true, Position: snap.Position}
 	for _, o := range snap.Objects {
-		b.Events = append(b.Events, nodecopy.Event{Type: watch.Added, Object: o.Raw})
+		raw := []byte(o.Raw)
+		if o.Protobuf != nil {
+			raw = o.Protobuf
+		}
+		b.Events = append(b.Events, nodecopy.Event{Type: watch.Added, Object: raw})
 	}
 	refused, err := f.copy.Apply(b)
 	if err == nil && len(refused) == 0 {
@@ -141,7 +145,13 @@ func (f *viewFollower) persist(ctx context.Context) {
 func (f *viewFollower) save() error {
 	snap := &disk.Snapshot{Node: f.copy.Node(), Cluster: f.cluster}
 	pos, whole := f.copy.Objects(func(resource string, o *nodecopy.Object) {
-		snap.Objects = append(snap.Objects, disk.Object{Resource: resource, Raw: o.Raw})
+		d := disk.Object{Resource: resource}
+		if nodecopy.IsProtobuf(o.Raw) {
+			d.Protobuf = o.Raw
+		} else {
+			d.Raw = o.Raw
+		}
+		snap.Objects = append(snap.Objects, d)
 	})
 	if !whole || f.ageUnproven() {
 		// An unproven copy has not changed since it was loaded: the

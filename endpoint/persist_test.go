@@ -1,6 +1,7 @@
 package endpoint
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -8,6 +9,13 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/nodeproxy/nodeproxy/nodecopy"
 	"github.com/nodeproxy/nodeproxy/nodecopy/disk"
 )
 
@@ -78,5 +86,41 @@ func TestACopyWhoseAgeCannotBeProvenIsNotServedOffline(t *testing.T) {
 				t.Errorf("the copy's position %q; want the saved one to resume from", pos)
 			}
 		})
+	}
+}
+
+// TestAPersistedCopyKeepsEachObjectInItsEncoding: a copy holding a pod
+// as the hub's protobuf and a secret as JSON (observed of kube-apiserver,
+// or from an older hub) is saved and loaded as the same bytes, each in
+// its own encoding, and the loaded copy selects the pod by its node.
+func TestAPersistedCopyKeepsEachObjectInItsEncoding(t *testing.T) {
+	pod := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", ResourceVersion: "7", Labels: map[string]string{"app": "web"}},
+		Spec:       corev1.PodSpec{NodeName: "node-a"}}
+	var podBytes bytes.Buffer
+	if err := protobuf.NewSerializer(scheme, scheme).Encode(pod, &podBytes); err != nil {
+		t.Fatal(err)
+	}
+	secret := []byte(`{"apiVersion":"v1","kind":"Secret","metadata":{"namespace":"ns","name":"s","resourceVersion":"5"}}`)
+	f := restored(t, &disk.Snapshot{})
+	if _, err := f.copy.Apply(nodecopy.Batch{Initial: true, Position: viewPosition(20), Events: []nodecopy.Event{
+		{Type: watch.Added, Object: secret}, {Type: watch.Added, Object: podBytes.Bytes()},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	f.unproven = false // followed the hub since it was loaded
+	if err := f.save(); err != nil {
+		t.Fatal(err)
+	}
+	g := newViewFollower(&Hub{up: make(chan struct{})}, "node-a")
+	g.store, g.cluster = f.store, f.cluster
+	g.restore()
+	pods, _, err := g.copy.List(nodecopy.TypeIndex("", "pods"), nodecopy.Filter{Fields: fields.OneTermEqualSelector("spec.nodeName", "node-a")})
+	if err != nil || len(pods) != 1 || !bytes.Equal(pods[0].Raw, podBytes.Bytes()) || pods[0].Labels["app"] != "web" {
+		t.Errorf("the loaded copy's pods on node-a: %v (%v), want p as the protobuf saved", pods, err)
+	}
+	secrets, _, err := g.copy.List(nodecopy.TypeIndex("", "secrets"), nodecopy.Filter{})
+	if err != nil || len(secrets) != 1 || !bytes.Equal(secrets[0].Raw, secret) {
+		t.Errorf("the loaded copy's secrets: %v (%v), want s as the JSON saved", secrets, err)
 	}
 }

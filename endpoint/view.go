@@ -80,6 +80,11 @@ type viewFollower struct {
 	queued     uint64 // guarded by progressMu
 
 	trust trust
+
+	// inJSON: the view is asked for in JSON, as an endpoint of an
+	// earlier release asks for it; set by tests that compare the copies
+	// of the two encodings before run.
+	inJSON bool
 }
 
 // viewRetry paces the opening of the view after a failure: a hub without
@@ -180,7 +185,15 @@ func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
 	}
 	opened := mono()
 	openCtx, cancel := context.WithTimeout(ctx, hubRequestTimeout)
-	ch, err := s.WatchBatches(openCtx, op)
+	// Protobuf: the hub passes the pods its cache keeps as protobuf
+	// through as they are, and the copy serves them so to the kubelet
+	// (docs/api.md, "The node view"). A hub that sends only JSON (a
+	// release before it) is followed all the same.
+	var opts []watchmux.WatchOption
+	if !f.inJSON {
+		opts = append(opts, watchmux.InProtobuf())
+	}
+	ch, err := s.WatchBatches(openCtx, op, opts...)
 	cancel()
 	if err != nil {
 		if resource != v1alpha1.NodeViewResource && (apierrors.IsInvalid(err) || apierrors.IsNotFound(err) || apierrors.IsBadRequest(err)) {
@@ -282,16 +295,24 @@ func (f *viewFollower) follow(ctx context.Context, s *watchmux.Session) error {
 			f.mu.Unlock()
 			batch = nodecopy.Batch{}
 		default:
-			if ev.Object == nil {
-				return errors.New("a node view event without a JSON object")
+			object := []byte(ev.Object)
+			if ev.Protobuf != nil {
+				object = ev.Protobuf
 			}
-			batch.Events = append(batch.Events, nodecopy.Event{Type: ev.Type, Object: ev.Object})
+			if object == nil {
+				return errors.New("a node view event without an object")
+			}
+			batch.Events = append(batch.Events, nodecopy.Event{Type: ev.Type, Object: object})
 		}
 	}
 }
 
 // closeBatch reads the bookmark that closes b.
 func closeBatch(b *nodecopy.Batch, ev watchmux.Event) error {
+	if ev.Object == nil {
+		// A hub sends its bookmarks as JSON on a protobuf channel too.
+		return errors.New("the node view's bookmark is not JSON")
+	}
 	var m metav1.PartialObjectMetadata
 	if err := json.Unmarshal(ev.Object, &m); err != nil {
 		return fmt.Errorf("the node view's bookmark: %w", err)

@@ -116,4 +116,20 @@ var (
 			"unvouched (it may lack what the node was served). The read went to kube-apiserver and failed, as without the endpoint.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
+	copyWrites = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "node", Name: "copy_objects_written_total",
+		Help: "Objects of the copy written to the kubelet (a get, a list's items, a watch's events), by encoding: passed_through (the copy's bytes as the hub sent them, " +
+			"in the encoding the kubelet asked for: protobuf from today's hub) or transcoded (decoded and encoded again: a JSON client of a protobuf copy, " +
+			"a protobuf client of what the copy keeps as JSON).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"encoding"})
 )
+
+// copyWritten is the copy writes counter of an object passed through or
+// not.
+func copyWritten(transcoded bool) metrics.CounterMetric {
+	if transcoded {
+		return copyWrites.WithLabelValues("transcoded")
+	}
+	return copyWrites.WithLabelValues("passed_through")
+}

@@ -38,6 +38,11 @@
 //     that is newer. After Clear, watches are ErrExpired.
 //   - A watch of one object by name ends (ErrLeft) when the object
 //     leaves the node's view: no state of it follows.
+//   - An object is kept as the bytes it came in, kube-apiserver's
+//     protobuf or JSON, and read (its head) without decoding the rest:
+//     what a reader is given is what the hub sent, but for the
+//     resourceVersion of a DELETED the copy makes at a version of its
+//     own.
 //
 // Persistence is nodecopy/disk's.
 package nodecopy

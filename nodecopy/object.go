@@ -22,9 +22,12 @@ type Object struct {
 	// ClusterIP and ServiceType are a service's spec.clusterIP and
 	// spec.type, which the kubelet and kube-proxy select on.
 	ClusterIP, ServiceType string
-	// Raw is the object as the hub sent it: JSON with apiVersion and
-	// kind.
-	Raw json.RawMessage
+	// Raw is the object as the hub sent it, which is what the kubelet
+	// is sent when it asks for that encoding: kube-apiserver's protobuf
+	// (IsProtobuf: the endpoint's view asks for it) or JSON with
+	// apiVersion and kind (a hub of an earlier release, what the node
+	// observed of kube-apiserver).
+	Raw []byte
 }
 
 type objKey struct{ namespace, name string }
@@ -49,11 +52,17 @@ type head struct {
 	} `json:"spec"`
 }
 
-// parseObject reads raw, one of the view's objects, and returns it with
+// parseObject reads raw, one of the view's objects in either encoding
+// (its magic says which), and returns it with
 // the index of its type in v1alpha1.NodeViewTypes.
-func parseObject(raw json.RawMessage) (int, *Object, error) {
+func parseObject(raw []byte) (int, *Object, error) {
 	var h head
-	if err := json.Unmarshal(raw, &h); err != nil {
+	if IsProtobuf(raw) {
+		var err error
+		if h, err = protobufHead(raw); err != nil {
+			return -1, nil, fmt.Errorf("an object that is not protobuf: %w", err)
+		}
+	} else if err := json.Unmarshal(raw, &h); err != nil {
 		return -1, nil, fmt.Errorf("an object that is not JSON: %w", err)
 	}
 	i := typeOfKind(h.APIVersion, h.Kind)

@@ -28,7 +28,7 @@ import (
 // Observed is one observation: a state served (ADDED, MODIFIED, or an
 // item of a list or a get), or a deletion (DELETED, its object the last
 // state at the version of the deletion), as JSON with apiVersion and
-// kind, as the view carries objects.
+// kind (or in kube-apiserver's protobuf, as the view may carry objects).
 type Observed struct {
 	Type   watch.EventType
 	Object []byte

@@ -110,6 +110,15 @@ func asOf(o *Object, rv uint64) *Object {
 	if o.RV == rv {
 		return o
 	}
+	if IsProtobuf(o.Raw) {
+		raw, err := protobufWithResourceVersion(o.Raw, strconv.FormatUint(rv, 10))
+		if err != nil {
+			return o // parsed once already: unreachable
+		}
+		d := *o
+		d.RV, d.Raw = rv, raw
+		return &d
+	}
 	var m map[string]any
 	if err := json.Unmarshal(o.Raw, &m); err != nil {
 		return o // parsed once already: unreachable

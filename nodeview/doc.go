@@ -74,7 +74,12 @@
 //   - One goroutine for every view; a view costs no goroutine. Objects
 //     several views send are encoded once per version by the cache's
 //     encoder, whatever the number of views that send them; what one view
-//     alone sends (its pods, its Node) is encoded for it and not kept.
+//     alone sends (its pods, its Node) is encoded for it and not kept,
+//     in the encoding its client asked for; a pod the cache keeps as
+//     protobuf goes to a protobuf view as its bytes, not encoded.
+//   - A view's references of a pod come from its spec and name alone:
+//     a version whose spec bytes the cache shares with the one the view
+//     holds (a status write) keeps the paths it had, undecoded.
 //   - A view keeps identities and counts, never objects or bytes of its
 //     own: its pods and volumes are the cache's objects, at the version it
 //     took in.

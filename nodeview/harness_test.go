@@ -1,6 +1,7 @@
 package nodeview
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	clientscheme "k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 	"github.com/nodeproxy/nodeproxy/cache"
@@ -93,7 +95,13 @@ func (r *replica) write(w write) {
 // open opens node's view from pos (nil: its initial state) on a
 // recording sink; it joins at the next step.
 func (r *replica) open(node string, from *Position) *consumer {
+	return r.openIn(node, from, false)
+}
+
+// openIn is open on a sink that asks for protobuf if protobuf is set.
+func (r *replica) openIn(node string, from *Position, protobuf bool) *consumer {
 	c := &consumer{t: r.t, node: node, held: map[string]uint64{}}
+	c.sink.protobuf = protobuf
 	v := newView(node, v1alpha1.AllNodeViewTypes, &c.sink, r.graph, r.views)
 	c.view = v
 	c.sink.onClose = func() { r.views.remove(v) }
@@ -209,10 +217,12 @@ func serviceIn(namespace, name string) *corev1.Service {
 
 // recordingSink is a watchmux.Sink that keeps what it was sent.
 type recordingSink struct {
-	mu      sync.Mutex
-	events  []sent
-	closed  *metav1.Status
-	onClose func()
+	// protobuf: the client asked for protobuf (Sink.Protobuf).
+	protobuf bool
+	mu       sync.Mutex
+	events   []sent
+	closed   *metav1.Status
+	onClose  func()
 }
 
 type sent struct {
@@ -224,7 +234,7 @@ func (s *recordingSink) Send(t watch.EventType, object []byte) bool    { return 
 func (s *recordingSink) Initial(t watch.EventType, object []byte) bool { return s.add(t, object) }
 func (s *recordingSink) OnClose(f func())                              { s.onClose = f }
 func (s *recordingSink) Done() <-chan struct{}                         { return nil }
-func (s *recordingSink) Protobuf() bool                                { return false }
+func (s *recordingSink) Protobuf() bool                                { return s.protobuf }
 
 func (s *recordingSink) add(t watch.EventType, object []byte) bool {
 	s.mu.Lock()
@@ -282,6 +292,30 @@ type consumer struct {
 	// holds now: a pod arriving before one of its namespace's fails the
 	// test.
 	services func(namespace string) []string
+	// objects is every event read, its object as JSON (transcoded from
+	// protobuf where it came so); protobufEvents counts those.
+	objects        []sent
+	protobufEvents int
+}
+
+// protobufMagic begins an object in kube-apiserver's protobuf.
+var protobufMagic = []byte("k8s\x00")
+
+// asJSON is b, an object in kube-apiserver's protobuf, as JSON with its
+// apiVersion and kind, as the cache's encoder writes it: decoded with
+// client-go's scheme, which knows every type a view carries.
+func asJSON(t testing.TB, b []byte) []byte {
+	t.Helper()
+	obj, gvk, err := clientscheme.Codecs.UniversalDeserializer().Decode(b, nil, nil)
+	if err != nil {
+		t.Fatalf("decode a protobuf object: %v", err)
+	}
+	obj.GetObjectKind().SetGroupVersionKind(*gvk)
+	out, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 var kindNames = map[graph.Kind]string{
@@ -374,6 +408,14 @@ func (c *consumer) read() []string {
 		clear(c.held)
 	}
 	for _, e := range taken {
+		if bytes.HasPrefix(e.object, protobufMagic) {
+			if !c.sink.protobuf {
+				c.t.Fatalf("%s: protobuf on a JSON view", e.typ)
+			}
+			c.protobufEvents++
+			e.object = asJSON(c.t, e.object)
+		}
+		c.objects = append(c.objects, e)
 		var m objectMeta
 		if err := json.Unmarshal(e.object, &m); err != nil {
 			c.t.Fatalf("%s: %v", e.typ, err)

@@ -41,7 +41,19 @@ import (
 // heap profiles with the views open to file, after the change to
 // file.churned and with the views closed to file.closed: -memprofile
 // comes too late, once the replica is gone.
+//
+// Its views ask for JSON (view=json, an older endpoint) or protobuf
+// (view=protobuf, today's endpoint).
 func BenchmarkBytesPerView(b *testing.B) {
+	for _, enc := range []struct {
+		name     string
+		protobuf bool
+	}{{"json", false}, {"protobuf", true}} {
+		b.Run("view="+enc.name, func(b *testing.B) { benchmarkBytesPerView(b, enc.protobuf) })
+	}
+}
+
+func benchmarkBytesPerView(b *testing.B, protobuf bool) {
 	const nodes, pods, perPod = 200, 5, 20
 	for b.Loop() {
 		r := newReplicaOf(b, cache.Options{LogSize: 1 << 16, EncodedEntries: cache.DefaultEncodedEntries}, nil)
@@ -76,7 +88,7 @@ func BenchmarkBytesPerView(b *testing.B) {
 
 		sinks := make([]*discardSink, nodes)
 		for n := range nodes {
-			sinks[n] = &discardSink{}
+			sinks[n] = &discardSink{protobuf: protobuf}
 			v := newView(fmt.Sprintf("node-%d", n), v1alpha1.AllNodeViewTypes, sinks[n], r.graph, r.views)
 			r.views.join(v, Position{}, false)
 		}
@@ -142,7 +154,11 @@ func liveHeap() uint64 {
 }
 
 // discardSink counts what it is sent and keeps none of it.
-type discardSink struct{ events int }
+type discardSink struct {
+	events int
+	// protobuf: the client asked for protobuf (Sink.Protobuf).
+	protobuf bool
+}
 
 func (s *discardSink) Send(watch.EventType, []byte) bool { s.events++; return true }
 func (s *discardSink) Initial(t watch.EventType, _ []byte) bool {
@@ -154,4 +170,4 @@ func (s *discardSink) Initial(t watch.EventType, _ []byte) bool {
 func (s *discardSink) OnClose(func())        {}
 func (s *discardSink) Close(*metav1.Status)  {}
 func (s *discardSink) Done() <-chan struct{} { return nil }
-func (s *discardSink) Protobuf() bool        { return false }
+func (s *discardSink) Protobuf() bool        { return s.protobuf }

@@ -116,6 +116,25 @@ var (
 		Help:           "Types of a node view's progress request shown fresh by asking kube-apiserver (its resourceVersion, a probe), by resource: their watch was failing, or had not heard from kube-apiserver within --node-view-heard-within. The others are answered at the cache's versions.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
+	encodedObjects = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "nodeview",
+		Name:           "encoded_objects_total",
+		Help:           "Objects node views sent, by the encoding their client asked for: protobuf (the node endpoint's; a pod goes as the cache keeps it, not encoded) or json (an older endpoint's, or another client's). LEFT and BOOKMARK events are JSON on either and not counted.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"encoding"})
+	podReads = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "nodeview",
+		Name:           "pod_reads_total",
+		Help:           "Pod versions node views took in, by how their references were known: decoded (the cache's bytes decoded, once a step however many readers), same_spec (the version shares its spec's bytes with the version the view or the cache had before, a kubelet's status write: nothing decoded).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"how"})
+
+	// encodedCounters and podReadCounters are looked up once, by
+	// encode's index and by whether the spec was the same.
+	encodedCounters [2]metrics.CounterMetric
+	podReadCounters [2]metrics.CounterMetric
 
 	// eventCounters are looked up once: a step may send thousands.
 	eventCounters = map[watch.EventType]metrics.CounterMetric{}
@@ -127,7 +146,11 @@ var (
 // registry that k8s.io/apiserver serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(openViews, heldObjects, viewObjects, events, opens, settles, heldTooLong, withheld, progressRequests, progressRefusals, progressProofs)
+		legacyregistry.MustRegister(openViews, heldObjects, viewObjects, events, opens, settles, heldTooLong, withheld, progressRequests, progressRefusals, progressProofs, encodedObjects, podReads)
+		for i, name := range encodingNames {
+			encodedCounters[i] = encodedObjects.WithLabelValues(name)
+		}
+		podReadCounters = [2]metrics.CounterMetric{podReads.WithLabelValues("decoded"), podReads.WithLabelValues("same_spec")}
 		for _, t := range []watch.EventType{watch.Added, watch.Modified, watch.Deleted, v1alpha1.NodeViewEntered, v1alpha1.NodeViewLeft} {
 			eventCounters[t] = events.WithLabelValues(string(t))
 		}
@@ -136,6 +159,22 @@ func RegisterMetrics() {
 
 func countEvent(t watch.EventType) {
 	if c, ok := eventCounters[t]; ok {
+		c.Inc()
+	}
+}
+
+func countEncoded(enc int) {
+	if c := encodedCounters[enc]; c != nil {
+		c.Inc()
+	}
+}
+
+func countPodRead(sameSpec bool) {
+	i := 0
+	if sameSpec {
+		i = 1
+	}
+	if c := podReadCounters[i]; c != nil {
 		c.Inc()
 	}
 }

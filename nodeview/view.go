@@ -43,11 +43,11 @@ type state struct {
 	encoder *cache.Encoder
 	snaps   [numTypes]*cache.Snapshot
 	claims  map[graph.ObjectRef]map[string]struct{} // claim -> names of the PVs bound to it
-	// last is the object encoded last, with its JSON: a change sent to
-	// every view (a service's) is looked up in the encoder once, not
-	// once per view.
-	last      *cache.Object
-	lastBytes []byte
+	// last is the object encoded last in each encoding (JSON, protobuf),
+	// with its bytes: a change sent to every view (a service's) is looked
+	// up in the encoder once per encoding, not once per view.
+	last      [2]*cache.Object
+	lastBytes [2][]byte
 	// decoded are the pod versions decoded last, in a ring. The cache
 	// keeps pods as bytes, and one goroutine reads a pod version in
 	// several places one after the other: Views (holdLocked), its view
@@ -78,6 +78,7 @@ func (st *state) decodedPod(o *cache.Object) (*decodedPod, error) {
 			return &st.decoded[i], nil
 		}
 	}
+	countPodRead(false)
 	obj, err := o.Typed()
 	if err != nil {
 		return nil, err
@@ -444,10 +445,19 @@ func (v *view) applyPod(e *cache.Event, st *state) {
 	is := e.Type != watch.Deleted && o.NodeName == v.node
 	switch {
 	case is:
-		uses, err := st.podUses(o)
-		if err != nil {
-			v.fail(fmt.Errorf("read pod %s/%s: %w", o.Namespace, o.Name, err))
-			return
+		// A version with the spec of the one the view holds (a
+		// kubelet's status write) uses what that one used: its paths
+		// stand, and nothing is decoded for them.
+		same := was && o.SameSpec(old.obj)
+		var uses []graph.ObjectRef
+		if same {
+			countPodRead(true)
+		} else {
+			var err error
+			if uses, err = st.podUses(o); err != nil {
+				v.fail(fmt.Errorf("read pod %s/%s: %w", o.Namespace, o.Name, err))
+				return
+			}
 		}
 		if !was {
 			v.addNamespacePath(o, 1, st)
@@ -469,6 +479,9 @@ func (v *view) applyPod(e *cache.Event, st *state) {
 			withheld.Inc()
 		}
 		v.pods[key] = podEntry{obj: o, held: held}
+		if same {
+			return
+		}
 		oldUses, err := st.podUses(old.obj)
 		if err != nil {
 			v.fail(fmt.Errorf("read pod %s/%s: %w", o.Namespace, o.Name, err))
@@ -643,20 +656,33 @@ func (v *view) hide(i int, ref graph.ObjectRef, o *cache.Object, t watch.EventTy
 	v.emit(v1alpha1.NodeViewLeft, identityObject(st.stores[i], ref, st.snaps[i].RV))
 }
 
-// encode is o's JSON from the cache's encoder. What several views send
-// (the cluster-wide types, an object more than one node reaches) is
-// encoded once per version and kept in the encoder's LRU for all of them;
-// what this view alone sends (its pods, its Node, what only it reaches)
-// is encoded for it and not kept, so that the bytes go once written
-// rather than stay in the LRU for a reader that will not come
-// (cache.Encoder.EncodeUncached).
+// encode is o from the cache's encoder, in the encoding the view's
+// client asked for: protobuf (Sink.Protobuf, the node endpoint's) or
+// JSON. What several views send (the cluster-wide types, an object more
+// than one node reaches) is encoded once per version and kept in the
+// encoder's LRU for all of them; what this view alone sends (its pods,
+// its Node, what only it reaches) is encoded for it and not kept, so that
+// the bytes go once written rather than stay in the LRU for a reader that
+// will not come (cache.Encoder.EncodeUncached). A pod, which the cache
+// keeps as kube-apiserver's protobuf, goes to a protobuf view as those
+// bytes: neither decoded nor encoded.
 func (v *view) encode(st *state, i int, o *cache.Object) []byte {
-	if o == st.last {
-		return st.lastBytes
+	enc := 0
+	if v.sink.Protobuf() {
+		enc = 1
 	}
-	encode := st.encoder.EncodeUncached
+	countEncoded(enc)
+	if o == st.last[enc] {
+		return st.lastBytes[enc]
+	}
+	var encode func(*cache.Store, *cache.Object) ([]byte, error)
+	shared := v.sharedObject(i, o)
 	switch {
-	case v.sharedObject(i, o):
+	case enc == 1 && shared:
+		encode = st.encoder.EncodeProtobuf
+	case enc == 1:
+		encode = st.encoder.EncodeProtobufUncached
+	case shared:
 		encode = st.encoder.Encode
 	case types[i].role == ownPods:
 		// Most likely decoded a moment ago for its references.
@@ -667,6 +693,8 @@ func (v *view) encode(st *state, i int, o *cache.Object) []byte {
 			}
 			return st.encoder.EncodeUncachedTyped(s, o, d.pod)
 		}
+	default:
+		encode = st.encoder.EncodeUncached
 	}
 	b, err := encode(st.stores[i], o)
 	if err != nil {
@@ -675,9 +703,13 @@ func (v *view) encode(st *state, i int, o *cache.Object) []byte {
 		v.fail(fmt.Errorf("encode %s %s/%s: %w", types[i].gvr.Resource, o.Namespace, o.Name, err))
 		return nil
 	}
-	st.last, st.lastBytes = o, b
+	st.last[enc], st.lastBytes[enc] = o, b
 	return b
 }
+
+// encodingNames are the values of the encoded objects metric's
+// "encoding" label, by the index encode uses.
+var encodingNames = [2]string{"json", "protobuf"}
 
 // sharedObject says whether other views may send o, of type i, too.
 func (v *view) sharedObject(i int, o *cache.Object) bool {

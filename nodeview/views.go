@@ -282,6 +282,12 @@ func (m *Views) holdLocked(e *cache.Event) bool {
 	if e.Type == watch.Deleted || len(m.byNode[o.NodeName]) == 0 {
 		return false
 	}
+	if o.SameSpec(e.Prev) {
+		// The references of the version before, which went through
+		// here when it came: a status write is not held, and costs no
+		// decode.
+		return false
+	}
 	uses, err := m.st.podUses(o)
 	if err != nil {
 		return false // its node's view fails on it (applyPod)

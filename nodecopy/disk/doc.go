@@ -9,12 +9,12 @@
 //
 // A Store is one directory and one file in it, <dir>/copy:
 //
-//	nodeproxy-node-view 2\n                                  magic, format version
+//	nodeproxy-node-view 3\n                                  magic, format version
 //	{"node":"node-a","cluster":"…","encryption":"none"}\n    header (JSON)
 //	{"position":"secrets=700-812,…","savedAt":"…","objects":N,"gone":[…]}\n  ┐
 //	{"resource":"secrets","object":{"apiVersion":"v1",…}}\n      │ body: one
 //	…                                                            │ line an object
-//	{"resource":"pods","object":{…}}\n                           ┘
+//	{"resource":"pods","protobuf":"azhzAAo…"}\n                 ┘
 //	sha256 <64 hex digits>\n                                  SHA-256 of all above
 //
 // With a key the header says "encryption":"aes-256-gcm" and carries the
@@ -22,6 +22,10 @@
 // is told from a damaged file) and the save's random nonce; the body
 // follows, sealed with AES-256-GCM (its 16-byte tag last), with the first
 // two lines as additional authenticated data; there is no digest line.
+// An object the copy keeps in kube-apiserver's protobuf (what the hub
+// sends the endpoint's view) is its "protobuf", base64; one it keeps as
+// JSON is its "object" (format 3; formats 1 and 2 had JSON alone, and
+// are still read).
 // Without a key the file is JSON lines anyone with access can read, as
 // the kubelet's own secret volumes on tmpfs are. It is not compressed:
 // secrets' data is base64 in JSON, and the copy is small (about 210 KB

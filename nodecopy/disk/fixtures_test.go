@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -89,3 +91,24 @@ func openStore(t *testing.T, key []byte) *Store {
 }
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// roundTrip saves want to s, fails the test unless Load returns it as it
+// was, and returns the file as saved.
+func roundTrip(t *testing.T, s *Store, want *Snapshot) []byte {
+	t.Helper()
+	if err := s.Save(want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Load(testNode, testCluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("loaded %+v\nsaved %+v", got, want)
+	}
+	b, err := os.ReadFile(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

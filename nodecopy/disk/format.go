@@ -19,8 +19,12 @@ const (
 	// formatVersion is the version Save writes and the newest Load reads.
 	// 2 added the deletions the copy keeps as floors (gone) and whether it
 	// vouches for what it holds: a build that reads 1 alone refuses a
-	// copy of 2, which could otherwise bring a deleted object back.
-	formatVersion = 2
+	// copy of 2, which could otherwise bring a deleted object back. 3
+	// added objects kept in protobuf (an object line's "protobuf"
+	// instead of its "object"): a build that reads up to 2 refuses a
+	// copy of 3 as a newer format's (ErrVersion), rather than reading
+	// such a line as an object without a body.
+	formatVersion = 3
 
 	encryptionNone = "none"
 	encryptionGCM  = "aes-256-gcm"
@@ -166,8 +170,8 @@ func decodeBody(r io.Reader) (*meta, []Object, error) {
 		if err := dec.Decode(&o); err != nil {
 			return nil, nil, decodeError(fmt.Sprintf("object %d of %d", i+1, m.Objects), err, er)
 		}
-		if o.Resource == "" || len(o.Raw) == 0 {
-			return nil, nil, damaged("object %d of %d has no resource or no object", i+1, m.Objects)
+		if !o.valid() {
+			return nil, nil, damaged("object %d of %d has no resource, or not one object (JSON or protobuf)", i+1, m.Objects)
 		}
 		objs = append(objs, o)
 	}

@@ -46,10 +46,20 @@ type Gone struct {
 	RV        uint64 `json:"resourceVersion"`
 }
 
-// Object is one object of the view.
+// Object is one object of the view, in the encoding the copy keeps it
+// in: Raw or Protobuf, never both.
 type Object struct {
-	Resource string          `json:"resource"` // "secrets", "pods", ... (the view's type)
-	Raw      json.RawMessage `json:"object"`   // the object as JSON with apiVersion and kind; Load returns it compacted
+	Resource string          `json:"resource"`         // "secrets", "pods", ... (the view's type)
+	Raw      json.RawMessage `json:"object,omitempty"` // the object as JSON with apiVersion and kind; Load returns it compacted
+	// Protobuf is the object in kube-apiserver's protobuf, from the
+	// "k8s\x00" magic on (format 3), base64 in the file.
+	Protobuf []byte `json:"protobuf,omitempty"`
+}
+
+// valid says whether o has a resource and exactly one encoding of its
+// object.
+func (o *Object) valid() bool {
+	return o.Resource != "" && (len(o.Raw) == 0) != (len(o.Protobuf) == 0)
 }
 
 const (
@@ -206,8 +216,8 @@ func validate(snap *Snapshot) error {
 		return fmt.Errorf("cluster identity of %d bytes, want 1 to %d", len(snap.Cluster), maxCluster)
 	}
 	for i, o := range snap.Objects {
-		if o.Resource == "" || len(o.Raw) == 0 {
-			return fmt.Errorf("object %d has no resource or no object", i)
+		if !o.valid() {
+			return fmt.Errorf("object %d has no resource, or not one object (JSON or protobuf)", i)
 		}
 	}
 	return nil
@@ -255,7 +265,7 @@ func (s *Store) writeSealed(w io.Writer, pre, nonce []byte, snap *Snapshot, save
 func bodySizeHint(snap *Snapshot) int {
 	n := 256 + len(snap.Position)
 	for _, o := range snap.Objects {
-		n += len(o.Raw) + len(o.Resource) + 32
+		n += len(o.Raw) + len(o.Protobuf)*4/3 + len(o.Resource) + 32
 	}
 	return n
 }

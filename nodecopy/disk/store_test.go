@@ -34,20 +34,7 @@ func TestSaveThenLoadReturnsTheSameCopy(t *testing.T) {
 				want.Gone = []Gone{{Resource: "pods", Namespace: "ns", Name: "deleted", RV: 900}}
 				want.Unvouched = true
 			}
-			if err := s.Save(want); err != nil {
-				t.Fatal(err)
-			}
-			got, err := s.Load(testNode, testCluster)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got, want) {
-				t.Errorf("loaded %+v\nsaved %+v", got, want)
-			}
-			onDisk, err := os.ReadFile(s.Path())
-			if err != nil {
-				t.Fatal(err)
-			}
+			onDisk := roundTrip(t, s, want)
 			if plain := bytes.Contains(onDisk, []byte(b64([]byte(secretValue)))); tc.objects > 0 && plain != (tc.key == nil) {
 				t.Errorf("secret data in the file: %v, with a key: %v", plain, tc.key != nil)
 			}
