@@ -133,11 +133,15 @@ var keptAsBytes = map[schema.GroupVersionResource]bool{
 }
 
 // keep makes o, about to be published after prev (or nil), hold as
-// little as it can, and returns its typed object for the handlers: kept
+// little as it can, and returns its typed object for the handlers (nil
+// for an object taken in as it was listed: typedFor): kept
 // as bytes in a store that keeps them (shareBytes), else decoded and
 // sharing with prev (slimVersion). An object whose bytes cannot be made
 // stays decoded: it costs memory, never correctness.
 func (s *Store) keep(o, prev *Object) runtime.Object {
+	if s.keepListed(o, prev) {
+		return nil // taken in as listed: typedFor decodes it if need be
+	}
 	typed := o.obj
 	if s.asBytes {
 		err := o.keepBytes(s.apiVersion, s.Kind, prev)

@@ -70,6 +70,13 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"kind"})
 
+	listedAsBytes = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "cache",
+		Name:           "listed_as_bytes_total",
+		Help:           "Objects of a type kept as bytes that were taken in as bytes the moment a watch-list's initial state brought them, by resource, rather than held decoded until the whole list had come.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
 	bytesFallbacks = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace:      "nodeproxy",
 		Subsystem:      "cache",
@@ -130,7 +137,7 @@ var (
 // that k8s.io/apiserver serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(cacheEvents, cacheWriteDuration, cacheObjects, cacheRelists, encodedLookups, encodedEntries, objectDecodes, bytesFallbacks, watchFailures, cacheRelistsCarriedOver, cacheRelistLogRestarts, cacheRelistDeletions)
+		legacyregistry.MustRegister(cacheEvents, cacheWriteDuration, cacheObjects, cacheRelists, encodedLookups, encodedEntries, objectDecodes, listedAsBytes, bytesFallbacks, watchFailures, cacheRelistsCarriedOver, cacheRelistLogRestarts, cacheRelistDeletions)
 		legacyregistry.CustomMustRegister(&freshnessCollector{})
 	})
 }

@@ -252,7 +252,7 @@ func (s *Store) Replace(list []interface{}, rv string) error {
 		nodes = btree.NewG(btreeDegree, byNode)
 	}
 	for _, item := range list {
-		o, err := newObject(item)
+		o, err := objectOf(item)
 		if err != nil {
 			return fmt.Errorf("%s list: %w", s.Resource.Resource, err)
 		}
@@ -269,12 +269,14 @@ func (s *Store) Replace(list []interface{}, rv string) error {
 		prev, ok := s.objects.Get(o)
 		typed := s.keep(o, prev) // an object listed at the version held is prev's all over
 		switch {
+		case len(s.handlers) == 0:
 		case !ok:
+			typed = s.typedFor(o, typed)
 			for _, h := range s.handlers {
 				h.OnAdd(typed, initial)
 			}
 		case prev.RV != o.RV:
-			old := s.typedLocked(prev)
+			old, typed := s.typedLocked(prev), s.typedFor(o, typed)
 			for _, h := range s.handlers {
 				h.OnUpdate(old, typed)
 			}

@@ -1,0 +1,162 @@
+package cache
+
+import (
+	"bytes"
+	"reflect"
+	"strconv"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/nodeproxy/nodeproxy/test/workload"
+)
+
+// typedRecorder keeps the typed objects a store's handler was given.
+type typedRecorder struct{ added, updated []*corev1.Pod }
+
+func (r *typedRecorder) OnAdd(obj interface{}, _ bool) { r.added = append(r.added, obj.(*corev1.Pod)) }
+func (r *typedRecorder) OnUpdate(_, obj interface{})   { r.updated = append(r.updated, obj.(*corev1.Pod)) }
+func (r *typedRecorder) OnDelete(interface{})          {}
+
+// TestAListTakenInAsItStreamsIsKeptAsAListHandedWhole: a pod store is a
+// TransformingStore, and a list that goes through client-go's temporary
+// store with its transformer (the reflector's watch-list) holds, in that
+// store, what the pod store keeps rather than decoded pods; handed to
+// Replace, it leaves the store as a list of the same decoded pods would:
+// the same bytes and index, the handlers given equal typed pods. A
+// relist that finds a pod unchanged decodes nothing for it.
+func TestAListTakenInAsItStreamsIsKeptAsAListHandedWhole(t *testing.T) {
+	pods := make([]*corev1.Pod, 5)
+	for i := range pods {
+		p := workload.DeploymentPod("shop", "web", i, "node-"+strconv.Itoa(i%2), workload.PodRunning)
+		p.ResourceVersion = strconv.Itoa(10 + i)
+		p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
+		pods[i] = p
+	}
+	direct, streamed := newStore(served[0], 16), newStore(served[0], 16)
+	var directSaw, streamedSaw typedRecorder
+	direct.AddHandler(&directSaw)
+	streamed.AddHandler(&streamedSaw)
+
+	var items []interface{}
+	for _, p := range pods {
+		items = append(items, p.DeepCopy())
+	}
+	if err := direct.Replace(items, "20"); err != nil {
+		t.Fatal(err)
+	}
+
+	var ts toolscache.TransformingStore = streamed
+	temporary := toolscache.NewStore(toolscache.DeletionHandlingMetaNamespaceKeyFunc, toolscache.WithTransformer(ts.Transformer()))
+	for _, p := range pods {
+		if err := temporary.Add(p.DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, item := range temporary.List() {
+		if _, ok := item.(*listed); !ok {
+			t.Fatalf("the temporary store holds a %T, want what the pod store keeps", item)
+		}
+	}
+	if err := streamed.Replace(temporary.List(), "20"); err != nil {
+		t.Fatal(err)
+	}
+
+	enc, err := NewEncoder(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, got := direct.Snapshot(), streamed.Snapshot()
+	for _, p := range pods {
+		w, _ := want.Get(p.Namespace, p.Name)
+		g, ok := got.Get(p.Namespace, p.Name)
+		if !ok {
+			t.Fatalf("%s is not in the store", p.Name)
+		}
+		wb, _ := enc.EncodeProtobuf(direct, w)
+		gb, _ := enc.EncodeProtobuf(streamed, g)
+		if !bytes.Equal(wb, gb) {
+			t.Errorf("%s: other bytes than a list handed decoded", p.Name)
+		}
+		if g.NodeName != w.NodeName || g.UID != w.UID || g.RV != w.RV || !reflect.DeepEqual(g.Labels.Map(), w.Labels.Map()) {
+			t.Errorf("%s: index %q %q %d %v, want %q %q %d %v", p.Name, g.NodeName, g.UID, g.RV, g.Labels, w.NodeName, w.UID, w.RV, w.Labels)
+		}
+	}
+	if len(streamedSaw.added) != len(pods) {
+		t.Fatalf("the handlers saw %d pods added, want %d", len(streamedSaw.added), len(pods))
+	}
+	for i := range pods {
+		if !equality.Semantic.DeepEqual(streamedSaw.added[i], directSaw.added[i]) {
+			t.Errorf("the handlers saw %s otherwise than from a list handed decoded", directSaw.added[i].Name)
+		}
+	}
+
+	// A relist: one pod changed, the others as they were.
+	changed := pods[2].DeepCopy()
+	changed.ResourceVersion = "21"
+	changed.Labels["rolled"] = "yes"
+	temporary = toolscache.NewStore(toolscache.DeletionHandlingMetaNamespaceKeyFunc, toolscache.WithTransformer(ts.Transformer()))
+	for i, p := range pods {
+		if i == 2 {
+			p = changed
+		}
+		if err := temporary.Add(p.DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	decodes := func() float64 { return gatheredCounter(t, "nodeproxy_cache_object_decodes_total", "kind", "Pod") }
+	before := decodes()
+	if err := streamed.Replace(temporary.List(), "21"); err != nil {
+		t.Fatal(err)
+	}
+	if len(streamedSaw.updated) != 1 || streamedSaw.updated[0].Labels["rolled"] != "yes" {
+		t.Fatalf("the handlers saw %d updates, want the changed pod's", len(streamedSaw.updated))
+	}
+	// The changed pod, and the version before it, for OnUpdate.
+	if n := decodes() - before; n != 2 {
+		t.Errorf("the relist decoded %v pod versions, want 2: the changed one and its version before", n)
+	}
+	unchanged, _ := streamed.Snapshot().Get(pods[0].Namespace, pods[0].Name)
+	first, _ := got.Get(pods[0].Namespace, pods[0].Name)
+	if !sameSlice(unchanged.raw[1], first.raw[1]) {
+		t.Error("an unchanged pod does not share its bytes with the version it had")
+	}
+}
+
+// A store of a type kept decoded gives the reflector no transformer: it
+// takes ownership of what the list decoded.
+func TestAStoreKeptDecodedHasNoTransformer(t *testing.T) {
+	for _, r := range served {
+		if s := newStore(r, 4); (s.Transformer() != nil) != s.asBytes {
+			t.Errorf("%s: a transformer %v, kept as bytes %v", r.gvr.Resource, s.Transformer() != nil, s.asBytes)
+		}
+	}
+}
+
+// gatheredCounter is the sum of the named counter's series whose label
+// has value, from the registry /metrics serves.
+func gatheredCounter(t *testing.T, name, label, value string) float64 {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
