@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -90,15 +91,20 @@ func decodeProtobuf(raw []byte) (runtime.Object, runtime.TypeMeta, error) {
 }
 
 // keepBytes makes o, a version not yet published whose handlers have
-// seen it typed, keep its bytes (in segments) instead of its typed
-// object, and share what it holds unchanged of prev (the version it
-// follows, or nil).
-func (o *Object) keepBytes(apiVersion, kind string, prev *Object) error {
+// seen it typed, keep its bytes (in segments cut as layout says) instead
+// of its typed object, with what selectors read of it beside them (a
+// Secret's type), and share what it holds unchanged of prev (the version
+// it follows, or nil).
+func (o *Object) keepBytes(apiVersion, kind string, layout cuts, prev *Object) error {
 	whole, err := protobufOf(apiVersion, kind, o.obj)
 	if err != nil {
 		return err
 	}
-	o.raw, o.obj = splitSegments(whole), nil
+	raw := splitSegments(whole, layout)
+	if secret, ok := o.obj.(*corev1.Secret); ok && secret.Type != "" {
+		raw.secretType = unique.Make(string(secret.Type))
+	}
+	o.raw, o.obj = raw, nil
 	o.shareBytes(prev)
 	return nil
 }
@@ -125,11 +131,17 @@ func (o *Object) shareBytes(prev *Object) {
 	}
 }
 
-// keptAsBytes are the types whose stores keep objects as bytes: pods
-// first, the type that dominates a cluster's cache and whose versions a
-// hub sends most.
-var keptAsBytes = map[schema.GroupVersionResource]bool{
-	corev1.SchemeGroupVersion.WithResource("pods"): true,
+// keptAsBytes are the types whose stores keep objects as bytes, each
+// with where its versions' bytes are cut (segments): pods, the type that
+// dominates a cluster's cache and whose versions a hub sends most, and
+// secrets and configmaps, the objects every pod references, of which a
+// decoded one costs about twice its bytes (docs/benchmarks.md, "The hub's
+// heap per cached object"). Their only selector beyond the index is a
+// Secret's type, kept beside the bytes.
+var keptAsBytes = map[schema.GroupVersionResource]cuts{
+	corev1.SchemeGroupVersion.WithResource("pods"):       metadataSpecStatus,
+	corev1.SchemeGroupVersion.WithResource("secrets"):    metadataRest,
+	corev1.SchemeGroupVersion.WithResource("configmaps"): metadataRest,
 }
 
 // keep makes o, about to be published after prev (or nil), hold as
@@ -140,7 +152,7 @@ var keptAsBytes = map[schema.GroupVersionResource]bool{
 func (s *Store) keep(o, prev *Object) runtime.Object {
 	typed := o.obj
 	if s.asBytes {
-		err := o.keepBytes(s.apiVersion, s.Kind, prev)
+		err := o.keepBytes(s.apiVersion, s.Kind, s.layout, prev)
 		if err == nil {
 			return typed
 		}
@@ -158,7 +170,12 @@ func (s *Store) keep(o, prev *Object) runtime.Object {
 // change then looks bigger to the graph than it is, which costs it a
 // rebuild of the pod's references, and a deletion still removes the
 // pod, so nothing stays reachable for want of a decode.
+//
+// A store without handlers (configmaps, in the hub) decodes nothing: nil.
 func (s *Store) typedLocked(prev *Object) runtime.Object {
+	if len(s.handlers) == 0 {
+		return nil
+	}
 	obj, err := prev.Typed()
 	if err == nil {
 		return obj
@@ -182,8 +199,11 @@ func shellOf(s *Store, o *Object) runtime.Object {
 		accessor.SetLabels(o.Labels.Map())
 		accessor.SetResourceVersion(strconv.FormatUint(o.RV, 10))
 	}
-	if pod, ok := obj.(*corev1.Pod); ok {
-		pod.Spec.NodeName = o.NodeName
+	switch t := obj.(type) {
+	case *corev1.Pod:
+		t.Spec.NodeName = o.NodeName
+	case *corev1.Secret:
+		t.Type = corev1.SecretType(o.SecretType())
 	}
 	return obj
 }
