@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"unique"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -106,7 +107,60 @@ func (o *Object) keepBytes(apiVersion, kind string, layout cuts, prev *Object) e
 	}
 	o.raw, o.obj = raw, nil
 	o.shareBytes(prev)
+	if layout == metadataRest {
+		o.keysInBytes(whole)
+	}
 	return nil
+}
+
+// keysInBytes points o's namespace, name and UID at their bytes in o's
+// first segment (whole, cut, begins with it), where they are equal: the
+// index then allocates nothing of its own for them, about 70 bytes an
+// object (a UID alone is 48). The segments are never written, so the
+// strings never change. It runs after shareBytes, so that no version's
+// keys keep another version's segment alive.
+//
+// A reader that keeps a key beyond the version (a node view's entry)
+// keeps its first segment alive with it: for a secret or a configmap,
+// whose metadata is small and whose writes are few, that costs less than
+// the strings it spares; not so for a pod, whose metadata is several
+// times larger and written at every status write, so pods' keys are
+// their own strings, shared from version to version.
+func (o *Object) keysInBytes(whole []byte) {
+	raw, ok := envelopeRaw(whole)
+	if !ok {
+		return
+	}
+	fs, err := topLevelFields(whole[raw.start:raw.end])
+	if err != nil || len(fs) == 0 || fs[0].num != 1 {
+		return
+	}
+	metaAt := raw.start + fs[0].start
+	metadata, err := topLevelFields(whole[metaAt : raw.start+fs[0].end])
+	if err != nil {
+		return
+	}
+	first := o.raw.part[0]
+	for _, f := range metadata {
+		start, end := metaAt+f.start, metaAt+f.end
+		if end > len(first) || end == start {
+			continue
+		}
+		var key *string
+		switch f.num { // ObjectMeta's fields in k8s.io/apimachinery's generated.proto
+		case 1:
+			key = &o.Name
+		case 3:
+			key = &o.Namespace
+		case 5:
+			key = (*string)(&o.UID)
+		default:
+			continue
+		}
+		if in := unsafe.String(&first[start], end-start); in == *key {
+			*key = in
+		}
+	}
 }
 
 // shareBytes makes o, kept as bytes, take prev's segments and key fields

@@ -22,7 +22,8 @@ import (
 // store keep each version as kube-apiserver's protobuf bytes, without
 // managedFields, and no typed object; protobuf readers get those bytes,
 // typed readers an object equal to what was decoded, JSON readers its
-// JSON, and a secret's type is in the index. A write of metadata alone
+// JSON, and a secret's type is in the index, its name and UID in its
+// own bytes. A write of metadata alone
 // shares the data's bytes with the version before; a write of the data
 // shares nothing (its metadata has a new resourceVersion).
 func TestSecretsAndConfigMapsAreKeptAsBytes(t *testing.T) {
@@ -114,6 +115,11 @@ func TestSecretsAndConfigMapsAreKeptAsBytes(t *testing.T) {
 				if o.SecretType() != tc.typ || o.UID != accessor.GetUID() || !reflect.DeepEqual(o.Labels.Map(), accessor.GetLabels()) ||
 					!reflect.DeepEqual(o.Deleting, accessor.GetDeletionTimestamp()) {
 					t.Errorf("version %s: the index says type %q, UID %q, labels %v, deleting %v", rv, o.SecretType(), o.UID, o.Labels, o.Deleting)
+				}
+			}
+			for _, e := range events {
+				if o := e.Object; !inBytes(o.Name, o.raw.part[0]) || !inBytes(string(o.UID), o.raw.part[0]) {
+					t.Errorf("version %d: the index's name and UID are not its own metadata's bytes", o.RV)
 				}
 			}
 			annotated, rewritten := events[0], events[1]

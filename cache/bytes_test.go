@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -71,7 +72,7 @@ func kubeAPIServerBytes(t *testing.T, obj runtime.Object, kind string) []byte {
 // object; protobuf readers get those bytes, typed readers an object equal
 // to what was decoded, JSON readers its JSON; its handlers see every
 // change typed, the version before included; and a status write shares
-// the spec's bytes with the version before.
+// the spec's bytes and the key fields with the version before.
 func TestPodsAreKeptAsBytes(t *testing.T) {
 	s := newStore(served[0], 16)
 	rec := &recorder{}
@@ -163,6 +164,15 @@ func TestPodsAreKeptAsBytes(t *testing.T) {
 	if !sameString(second.Name, first.Name) || second.Labels != first.Labels {
 		t.Errorf("a status write does not share the key fields with the version before")
 	}
+}
+
+// inBytes says whether s is held in b's memory.
+func inBytes(s string, b []byte) bool {
+	if s == "" || len(b) == 0 {
+		return false
+	}
+	p, start := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(&b[0]))
+	return p >= start && p+uintptr(len(s)) <= start+uintptr(len(b))
 }
 
 // TestSegmentsJoinToTheWhole: an object is cut as its type's layout
