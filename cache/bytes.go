@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"unique"
-	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -117,7 +116,7 @@ func (o *Object) keepBytes(apiVersion, kind string, layout cuts, prev *Object) e
 // first segment (whole, cut, begins with it), where they are equal: the
 // index then allocates nothing of its own for them, about 70 bytes an
 // object (a UID alone is 48). The segments are never written, so the
-// strings never change. It runs after shareBytes, so that no version's
+// strings never change (they are substrings). It runs after shareBytes, so that no version's
 // keys keep another version's segment alive.
 //
 // A reader that keeps a key beyond the version (a node view's entry)
@@ -157,7 +156,7 @@ func (o *Object) keysInBytes(whole []byte) {
 		default:
 			continue
 		}
-		if in := unsafe.String(&first[start], end-start); in == *key {
+		if in := first[start:end]; in == *key {
 			*key = in
 		}
 	}

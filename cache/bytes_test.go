@@ -155,10 +155,10 @@ func TestPodsAreKeptAsBytes(t *testing.T) {
 		}
 	}
 	first, second := events[0].Object, events[1].Object
-	if !sameSlice(first.raw.part[1], events[0].Prev.raw.part[1]) || !sameSlice(second.raw.part[1], first.raw.part[1]) {
+	if !sameString(first.raw.part[1], events[0].Prev.raw.part[1]) || !sameString(second.raw.part[1], first.raw.part[1]) {
 		t.Errorf("a status write does not share the spec's bytes with the version before")
 	}
-	if sameSlice(second.raw.part[2], first.raw.part[2]) {
+	if sameString(second.raw.part[2], first.raw.part[2]) {
 		t.Errorf("two statuses share their bytes")
 	}
 	if !sameString(second.Name, first.Name) || second.Labels != first.Labels {
@@ -167,11 +167,11 @@ func TestPodsAreKeptAsBytes(t *testing.T) {
 }
 
 // inBytes says whether s is held in b's memory.
-func inBytes(s string, b []byte) bool {
-	if s == "" || len(b) == 0 {
+func inBytes(s, b string) bool {
+	if s == "" || b == "" {
 		return false
 	}
-	p, start := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(&b[0]))
+	p, start := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.StringData(b)))
 	return p >= start && p+uintptr(len(s)) <= start+uintptr(len(b))
 }
 
@@ -200,7 +200,7 @@ func TestSegmentsJoinToTheWhole(t *testing.T) {
 			s := splitSegments(tc.whole, tc.layout)
 			pieces := 0
 			for _, p := range s.part {
-				if p != nil {
+				if p != "" {
 					pieces++
 				}
 			}
