@@ -106,7 +106,7 @@ func (o *Object) keepBytes(apiVersion, kind string, layout cuts, prev *Object) e
 	}
 	o.raw, o.obj = raw, nil
 	o.shareBytes(prev)
-	if layout == metadataRest {
+	if layout == metadataRest { // secrets and configmaps, not pods: see keysInBytes
 		o.keysInBytes(whole)
 	}
 	return nil
@@ -115,8 +115,8 @@ func (o *Object) keepBytes(apiVersion, kind string, layout cuts, prev *Object) e
 // keysInBytes points o's namespace, name and UID at their bytes in o's
 // first segment (whole, cut, begins with it), where they are equal: the
 // index then allocates nothing of its own for them, about 70 bytes an
-// object (a UID alone is 48). The segments are never written, so the
-// strings never change (they are substrings). It runs after shareBytes, so that no version's
+// object (a UID alone is 48). The segments are strings, so the keys are
+// substrings of them. It runs after shareBytes, so that no version's
 // keys keep another version's segment alive.
 //
 // A reader that keeps a key beyond the version (a node view's entry)

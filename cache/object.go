@@ -20,10 +20,9 @@ import (
 //
 // An object is kept either decoded (typed) or as the protobuf
 // kube-apiserver's serializer writes for it (keptAsBytes: pods, secrets,
-// configmaps), with the
-// key fields beside it so that lookups, indexes and selectors never decode
-// (docs/architecture.md, "Objects as kube-apiserver's bytes"). Readers that
-// need the typed object call Typed. For a decoded object the key fields
+// configmaps), with the key fields beside it so that lookups, indexes and
+// selectors never decode (docs/architecture.md, "Objects as
+// kube-apiserver's bytes"). Readers that need the typed object call Typed. For a decoded object the key fields
 // repeat its own metadata only as string headers (the bytes are shared),
 // so the indexes cost a pointer per object, not a copy of it.
 type Object struct {
