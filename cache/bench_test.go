@@ -378,3 +378,40 @@ func typicalPod() *corev1.Pod {
 		},
 	}
 }
+
+// BenchmarkLookup100Secrets measures a kubelet's bulk get's lookups
+// alone: 100 secrets by name in a store of 20,000 (200 namespaces), as
+// BenchmarkBulkGet100Named's fixture holds them, kept as the hub keeps
+// them (a secret's name and namespace in its own bytes) and decoded.
+//
+//	go test ./cache -run '^$' -bench Lookup100Secrets -count 5
+func BenchmarkLookup100Secrets(b *testing.B) {
+	for _, kept := range representations {
+		b.Run("kept="+string(kept), func(b *testing.B) {
+			c := newCache(b, kept)
+			s := c.Store(secretsGVR)
+			value := []byte(strings.Repeat("x", 1024))
+			for i := range 20000 {
+				secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: fmt.Sprintf("ns%d", i%200), Name: fmt.Sprintf("secret-%d", i),
+					UID: types.UID(fmt.Sprintf("0b1a6c2e-4b8f-4a3e-9d6e-%012d", i)), ResourceVersion: strconv.Itoa(2 + i)},
+					Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"data": value}}
+				if err := s.Add(secret); err != nil {
+					b.Fatal(err)
+				}
+			}
+			snap := s.Snapshot()
+			var keys [100][2]string
+			for i := range keys {
+				n := i * 199
+				keys[i] = [2]string{fmt.Sprintf("ns%d", n%200), fmt.Sprintf("secret-%d", n)}
+			}
+			for b.Loop() {
+				for _, k := range keys {
+					if _, ok := snap.Get(k[0], k[1]); !ok {
+						b.Fatal("missing")
+					}
+				}
+			}
+		})
+	}
+}
