@@ -112,10 +112,11 @@ var (
 // fieldValue is field's value in o's field set, as the type's GetAttrs
 // makes it; "" for a field the set does not hold. ok is false when o
 // cannot be read (Matches then selects nothing rather than guess). The
-// key fields are the cache's index; the others are read from the typed
-// object, which the types that have them (services, secrets, nodes) keep
-// decoded, so that a scan never decodes: a type kept as bytes selects on
-// its index alone (pods: name, namespace, spec.nodeName).
+// key fields are the cache's index (a Secret's type among them); the
+// others are read from the typed object, which the types that have them
+// (services, nodes) keep decoded, so that a scan never decodes: a type
+// kept as bytes selects on its index alone (pods: name, namespace,
+// spec.nodeName; secrets: name, namespace, type).
 func fieldValue(o *cache.Object, field string) (value string, ok bool) {
 	switch field {
 	case fieldName:
@@ -124,6 +125,9 @@ func fieldValue(o *cache.Object, field string) (value string, ok bool) {
 		return o.Namespace, true // "" for a cluster-scoped object, as absent
 	case fieldNodeName:
 		return o.NodeName, true
+	case fieldSecretType:
+		// Only secrets accept the field (selectableFields).
+		return o.SecretType(), true
 	}
 	obj, err := o.Typed()
 	if err != nil {
@@ -136,10 +140,6 @@ func fieldValue(o *cache.Object, field string) (value string, ok bool) {
 			return t.Spec.ClusterIP, true
 		case fieldServiceType:
 			return string(t.Spec.Type), true
-		}
-	case *corev1.Secret:
-		if field == fieldSecretType {
-			return string(t.Type), true
 		}
 	case *corev1.Node:
 		if field == fieldUnschedulable {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -90,17 +91,75 @@ func decodeProtobuf(raw []byte) (runtime.Object, runtime.TypeMeta, error) {
 }
 
 // keepBytes makes o, a version not yet published whose handlers have
-// seen it typed, keep its bytes (in segments) instead of its typed
-// object, and share what it holds unchanged of prev (the version it
-// follows, or nil).
-func (o *Object) keepBytes(apiVersion, kind string, prev *Object) error {
+// seen it typed, keep its bytes (in segments cut as layout says) instead
+// of its typed object, with what selectors read of it beside them (a
+// Secret's type), and share what it holds unchanged of prev (the version
+// it follows, or nil).
+func (o *Object) keepBytes(apiVersion, kind string, layout cuts, prev *Object) error {
 	whole, err := protobufOf(apiVersion, kind, o.obj)
 	if err != nil {
 		return err
 	}
-	o.raw, o.obj = splitSegments(whole), nil
+	raw := splitSegments(whole, layout)
+	if secret, ok := o.obj.(*corev1.Secret); ok && secret.Type != "" {
+		raw.secretType = unique.Make(string(secret.Type))
+	}
+	o.raw, o.obj = raw, nil
 	o.shareBytes(prev)
+	if layout == metadataRest { // secrets and configmaps, not pods: see keysInBytes
+		o.keysInBytes(whole)
+	}
 	return nil
+}
+
+// keysInBytes points o's namespace, name and UID at their bytes in o's
+// first segment (whole, cut, begins with it), where they are equal: the
+// index then allocates nothing of its own for them, about 70 bytes an
+// object (a UID alone is 48). The segments are strings, so the keys are
+// substrings of them. It runs after shareBytes, so that no version's
+// keys keep another version's segment alive.
+//
+// A reader that keeps a key beyond the version (a node view's entry)
+// keeps its first segment alive with it: for a secret or a configmap,
+// whose metadata is small and whose writes are few, that costs less than
+// the strings it spares; not so for a pod, whose metadata is several
+// times larger and written at every status write, so pods' keys are
+// their own strings, shared from version to version.
+func (o *Object) keysInBytes(whole []byte) {
+	raw, ok := envelopeRaw(whole)
+	if !ok {
+		return
+	}
+	fs, err := topLevelFields(whole[raw.start:raw.end])
+	if err != nil || len(fs) == 0 || fs[0].num != 1 {
+		return
+	}
+	metaAt := raw.start + fs[0].start
+	metadata, err := topLevelFields(whole[metaAt : raw.start+fs[0].end])
+	if err != nil {
+		return
+	}
+	first := o.raw.part[0]
+	for _, f := range metadata {
+		start, end := metaAt+f.start, metaAt+f.end
+		if end > len(first) || end == start {
+			continue
+		}
+		var key *string
+		switch f.num { // ObjectMeta's fields in k8s.io/apimachinery's generated.proto
+		case 1:
+			key = &o.Name
+		case 3:
+			key = &o.Namespace
+		case 5:
+			key = (*string)(&o.UID)
+		default:
+			continue
+		}
+		if in := first[start:end]; in == *key {
+			*key = in
+		}
+	}
 }
 
 // shareBytes makes o, kept as bytes, take prev's segments and key fields
@@ -125,11 +184,17 @@ func (o *Object) shareBytes(prev *Object) {
 	}
 }
 
-// keptAsBytes are the types whose stores keep objects as bytes: pods
-// first, the type that dominates a cluster's cache and whose versions a
-// hub sends most.
-var keptAsBytes = map[schema.GroupVersionResource]bool{
-	corev1.SchemeGroupVersion.WithResource("pods"): true,
+// keptAsBytes are the types whose stores keep objects as bytes, each
+// with where its versions' bytes are cut (segments): pods, the type that
+// dominates a cluster's cache and whose versions a hub sends most, and
+// secrets and configmaps, the objects every pod references, of which a
+// decoded one costs about twice its bytes (docs/benchmarks.md, "The hub's
+// heap per cached object"). Their only selector beyond the index is a
+// Secret's type, kept beside the bytes.
+var keptAsBytes = map[schema.GroupVersionResource]cuts{
+	corev1.SchemeGroupVersion.WithResource("pods"):       metadataSpecStatus,
+	corev1.SchemeGroupVersion.WithResource("secrets"):    metadataRest,
+	corev1.SchemeGroupVersion.WithResource("configmaps"): metadataRest,
 }
 
 // keep makes o, about to be published after prev (or nil), hold as
@@ -144,7 +209,7 @@ func (s *Store) keep(o, prev *Object) runtime.Object {
 	}
 	typed := o.obj
 	if s.asBytes {
-		err := o.keepBytes(s.apiVersion, s.Kind, prev)
+		err := o.keepBytes(s.apiVersion, s.Kind, s.layout, prev)
 		if err == nil {
 			return typed
 		}
@@ -162,7 +227,12 @@ func (s *Store) keep(o, prev *Object) runtime.Object {
 // change then looks bigger to the graph than it is, which costs it a
 // rebuild of the pod's references, and a deletion still removes the
 // pod, so nothing stays reachable for want of a decode.
+//
+// A store without handlers (configmaps, in the hub) decodes nothing: nil.
 func (s *Store) typedLocked(prev *Object) runtime.Object {
+	if len(s.handlers) == 0 {
+		return nil
+	}
 	obj, err := prev.Typed()
 	if err == nil {
 		return obj
@@ -186,8 +256,11 @@ func shellOf(s *Store, o *Object) runtime.Object {
 		accessor.SetLabels(o.Labels.Map())
 		accessor.SetResourceVersion(strconv.FormatUint(o.RV, 10))
 	}
-	if pod, ok := obj.(*corev1.Pod); ok {
-		pod.Spec.NodeName = o.NodeName
+	switch t := obj.(type) {
+	case *corev1.Pod:
+		t.Spec.NodeName = o.NodeName
+	case *corev1.Secret:
+		t.Type = corev1.SecretType(o.SecretType())
 	}
 	return obj
 }

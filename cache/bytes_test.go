@@ -7,11 +7,14 @@ import (
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -43,11 +46,22 @@ func podState(obj interface{}) string {
 // writes it, type meta on the envelope, without managedFields.
 func kubeAPIServerProtobuf(t *testing.T, pod *corev1.Pod) []byte {
 	t.Helper()
-	p := pod.DeepCopy()
-	p.ManagedFields = nil
-	p.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+	return kubeAPIServerBytes(t, pod.DeepCopy(), "Pod")
+}
+
+// kubeAPIServerBytes is obj, which it changes, as kube-apiserver's
+// protobuf serializer writes an object of kind in v1: type meta on the
+// envelope, without managedFields.
+func kubeAPIServerBytes(t *testing.T, obj runtime.Object, kind string) []byte {
+	t.Helper()
+	accessor, err := meta.Accessor(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accessor.SetManagedFields(nil)
+	obj.GetObjectKind().SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind))
 	var b bytes.Buffer
-	if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(p, &b); err != nil {
+	if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(obj, &b); err != nil {
 		t.Fatal(err)
 	}
 	return b.Bytes()
@@ -58,7 +72,7 @@ func kubeAPIServerProtobuf(t *testing.T, pod *corev1.Pod) []byte {
 // object; protobuf readers get those bytes, typed readers an object equal
 // to what was decoded, JSON readers its JSON; its handlers see every
 // change typed, the version before included; and a status write shares
-// the spec's bytes with the version before.
+// the spec's bytes and the key fields with the version before.
 func TestPodsAreKeptAsBytes(t *testing.T) {
 	s := newStore(served[0], 16)
 	rec := &recorder{}
@@ -141,10 +155,10 @@ func TestPodsAreKeptAsBytes(t *testing.T) {
 		}
 	}
 	first, second := events[0].Object, events[1].Object
-	if !sameSlice(first.raw[1], events[0].Prev.raw[1]) || !sameSlice(second.raw[1], first.raw[1]) {
+	if !sameString(first.raw.part[1], events[0].Prev.raw.part[1]) || !sameString(second.raw.part[1], first.raw.part[1]) {
 		t.Errorf("a status write does not share the spec's bytes with the version before")
 	}
-	if sameSlice(second.raw[2], first.raw[2]) {
+	if sameString(second.raw.part[2], first.raw.part[2]) {
 		t.Errorf("two statuses share their bytes")
 	}
 	if !sameString(second.Name, first.Name) || second.Labels != first.Labels {
@@ -152,23 +166,51 @@ func TestPodsAreKeptAsBytes(t *testing.T) {
 	}
 }
 
-// TestSegmentsJoinToTheWhole: an object cut in segments joins to its
-// bytes as they were; one without a pod's three fields is kept whole.
+// inBytes says whether s is held in b's memory.
+func inBytes(s, b string) bool {
+	if s == "" || b == "" {
+		return false
+	}
+	p, start := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.StringData(b)))
+	return p >= start && p+uintptr(len(s)) <= start+uintptr(len(b))
+}
+
+// TestSegmentsJoinToTheWhole: an object is cut as its type's layout
+// says (a pod after its metadata and its spec; a secret after its
+// metadata only, its data one piece whatever its keys) and its segments
+// join to its bytes as they were; bytes without kube-apiserver's shape
+// are kept whole.
 func TestSegmentsJoinToTheWhole(t *testing.T) {
 	pod := kubeAPIServerProtobuf(t, workload.DeploymentPod("shop", "web", 1, "node-1", workload.PodRunning))
-	s := splitSegments(pod)
-	if s[1] == nil || s[2] == nil {
-		t.Fatalf("a pod is kept whole")
+	secret := func(data map[string][]byte) []byte {
+		return kubeAPIServerBytes(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s", ResourceVersion: "3"}, Data: data, Type: corev1.SecretTypeOpaque}, "Secret")
 	}
-	if !bytes.Equal(s.join(), pod) {
-		t.Errorf("a pod's segments do not join to its bytes")
-	}
-	secret, err := protobufOf("v1", "Secret", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Type: corev1.SecretTypeOpaque})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s := splitSegments(secret); s[1] != nil || !bytes.Equal(s.join(), secret) {
-		t.Errorf("a secret without data (fields 1 and 3) is cut in segments")
+	for _, tc := range []struct {
+		name   string
+		whole  []byte
+		layout cuts
+		pieces int
+	}{
+		{"pod", pod, metadataSpecStatus, 3},
+		{"secret with three keys", secret(map[string][]byte{"a": []byte("1"), "b": []byte("2"), "c": []byte("3")}), metadataRest, 2},
+		{"secret without data", secret(nil), metadataRest, 2},
+		{"not kube-apiserver's", []byte("k8s\x00\xff"), metadataRest, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := splitSegments(tc.whole, tc.layout)
+			pieces := 0
+			for _, p := range s.part {
+				if p != "" {
+					pieces++
+				}
+			}
+			if pieces != tc.pieces || s.layout() != cuts(tc.pieces-1) {
+				t.Errorf("cut in %d pieces (layout %d), want %d", pieces, s.layout(), tc.pieces)
+			}
+			if !bytes.Equal(s.join(), tc.whole) {
+				t.Errorf("the segments do not join to the bytes")
+			}
+		})
 	}
 }
 

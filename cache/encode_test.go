@@ -3,6 +3,7 @@ package cache
 import (
 	"bytes"
 	"strconv"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -68,8 +69,10 @@ func TestEncodeProtobufIsKubeAPIServersEncoding(t *testing.T) {
 // channels, and as protobuf, for channels that ask for it; and a
 // Deployment's running pod (workload.DeploymentPod) kept decoded and kept
 // as bytes, as JSON, as protobuf, and decoded for a reader that needs it
-// typed (a node view, for its references). docs/benchmarks.md has the
-// figures.
+// typed (a node view, for its references); and a 1 KiB secret (the one
+// of BenchmarkBytesPerSecret) likewise: the JSON of a secret kept as
+// bytes is what a bulk get's first read of a version costs.
+// docs/benchmarks.md has the figures.
 //
 //	go test ./cache -run '^$' -bench EncodeObject -count 5
 func BenchmarkEncodeObject(b *testing.B) {
@@ -92,7 +95,24 @@ func BenchmarkEncodeObject(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := asBytes.keepBytes("v1", "Pod", nil); err != nil {
+	if err := asBytes.keepBytes("v1", "Pod", metadataSpecStatus, nil); err != nil {
+		b.Fatal(err)
+	}
+	secrets := newStore(servedKind(b, "Secret"), 8)
+	secret := func() *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "0b1a6c2e-4b8f-4a3e-9d6e-000000000001",
+			ResourceVersion: "7", Labels: map[string]string{"app": "web"}}, Type: corev1.SecretTypeOpaque,
+			Data: map[string][]byte{"password": []byte(strings.Repeat("x", 1024))}}
+	}
+	secretDecoded, err := newObject(secret())
+	if err != nil {
+		b.Fatal(err)
+	}
+	secretBytes, err := newObject(secret())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := secretBytes.keepBytes("v1", "Secret", metadataRest, nil); err != nil {
 		b.Fatal(err)
 	}
 	joined := func(_ *Store, o *Object) ([]byte, error) { return o.raw.join(), nil }
@@ -111,6 +131,11 @@ func BenchmarkEncodeObject(b *testing.B) {
 		{"pod/kept=bytes/json", pods, asBytes, encodeObject},
 		{"pod/kept=bytes/protobuf", pods, asBytes, joined},
 		{"pod/kept=bytes/typed", pods, asBytes, typed},
+		{"secret/kept=decoded/json", secrets, secretDecoded, encodeObject},
+		{"secret/kept=decoded/protobuf", secrets, secretDecoded, encodeProtobuf},
+		{"secret/kept=bytes/json", secrets, secretBytes, encodeObject},
+		{"secret/kept=bytes/protobuf", secrets, secretBytes, joined},
+		{"secret/kept=bytes/typed", secrets, secretBytes, typed},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -66,7 +66,7 @@ func (s *Store) takeInListed(obj interface{}) (interface{}, error) {
 	if err != nil {
 		return obj, nil
 	}
-	if err := o.keepBytes(s.apiVersion, s.Kind, nil); err != nil {
+	if err := o.keepBytes(s.apiVersion, s.Kind, s.layout, nil); err != nil {
 		return obj, nil
 	}
 	listedAsBytes.WithLabelValues(s.Resource.Resource).Inc()
@@ -91,6 +91,9 @@ func (s *Store) keepListed(o, prev *Object) bool {
 		return false
 	}
 	o.shareBytes(prev)
+	if s.layout == metadataRest {
+		o.keysInBytes(o.raw.join()) // after shareBytes, as keepBytes does
+	}
 	return true
 }
 

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strconv"
 	"testing"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -122,8 +123,55 @@ func TestAListTakenInAsItStreamsIsKeptAsAListHandedWhole(t *testing.T) {
 	}
 	unchanged, _ := streamed.Snapshot().Get(pods[0].Namespace, pods[0].Name)
 	first, _ := got.Get(pods[0].Namespace, pods[0].Name)
-	if !sameSlice(unchanged.raw[1], first.raw[1]) {
+	if !sameString(unchanged.raw.part[1], first.raw.part[1]) {
 		t.Error("an unchanged pod does not share its bytes with the version it had")
+	}
+}
+
+// TestASecretListTakenInAsItStreamsKeepsItsKeysInItsOwnBytes: a
+// secret taken in as it was listed and then relisted at a new version
+// holds the same bytes and index as one handed decoded, its type for
+// the selector, and its name in its own metadata's bytes, not in the
+// version before's.
+func TestASecretListTakenInAsItStreamsKeepsItsKeysInItsOwnBytes(t *testing.T) {
+	secret := func(rv string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "creds", UID: "u-1", ResourceVersion: rv,
+			Labels: map[string]string{"rev": rv}}, Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"password": []byte("x")}}
+	}
+	direct, streamed := newStore(served[1], 16), newStore(served[1], 16)
+	listThrough := func(s *Store, rv string) {
+		t.Helper()
+		temporary := toolscache.NewStore(toolscache.DeletionHandlingMetaNamespaceKeyFunc, toolscache.WithTransformer(s.Transformer()))
+		if err := temporary.Add(secret(rv)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Replace(temporary.List(), rv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listThrough(streamed, "5")
+	listThrough(streamed, "6")
+	if err := direct.Replace([]interface{}{secret("5")}, "5"); err != nil {
+		t.Fatal(err)
+	}
+	if err := direct.Replace([]interface{}{secret("6")}, "6"); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := direct.Snapshot().Get("shop", "creds")
+	g, ok := streamed.Snapshot().Get("shop", "creds")
+	if !ok {
+		t.Fatal("the secret is not in the store")
+	}
+	if w.raw.join() == nil || !bytes.Equal(g.raw.join(), w.raw.join()) || g.raw.secretType != w.raw.secretType {
+		t.Error("other bytes or type than a list handed decoded")
+	}
+	if g.Name != w.Name || g.Namespace != w.Namespace || g.UID != w.UID || g.RV != 6 {
+		t.Errorf("index %s/%s %s %d", g.Namespace, g.Name, g.UID, g.RV)
+	}
+	first := g.raw.part[0]
+	if p := unsafe.StringData(g.Name); uintptr(unsafe.Pointer(p)) < uintptr(unsafe.Pointer(unsafe.StringData(first))) ||
+		uintptr(unsafe.Pointer(p)) >= uintptr(unsafe.Pointer(unsafe.StringData(first)))+uintptr(len(first)) {
+		t.Error("the secret's name is not in its own metadata's bytes")
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"strconv"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -18,10 +19,10 @@ import (
 // as they like, and the next version is a new Object.
 //
 // An object is kept either decoded (typed) or as the protobuf
-// kube-apiserver's serializer writes for it (keptAsBytes: pods), with the
-// key fields beside it so that lookups, indexes and selectors never decode
-// (docs/architecture.md, "Objects as kube-apiserver's bytes"). Readers that
-// need the typed object call Typed. For a decoded object the key fields
+// kube-apiserver's serializer writes for it (keptAsBytes: pods, secrets,
+// configmaps), with the key fields beside it so that lookups, indexes and
+// selectors never decode (docs/architecture.md, "Objects as
+// kube-apiserver's bytes"). Readers that need the typed object call Typed. For a decoded object the key fields
 // repeat its own metadata only as string headers (the bytes are shared),
 // so the indexes cost a pointer per object, not a copy of it.
 type Object struct {
@@ -91,6 +92,22 @@ func (o *Object) Typed() (runtime.Object, error) {
 		return nil, fmt.Errorf("decode %s/%s: %w", o.Namespace, o.Name, err)
 	}
 	return obj, nil
+}
+
+// SecretType is a Secret's type ("" for every other type), read from the
+// index beside the bytes or from the object kept decoded: never decoded
+// for the caller, so a selector on it costs a scan nothing more.
+func (o *Object) SecretType() string {
+	if !o.raw.empty() {
+		if o.raw.secretType == (unique.Handle[string]{}) {
+			return ""
+		}
+		return o.raw.secretType.Value()
+	}
+	if secret, ok := o.obj.(*corev1.Secret); ok {
+		return string(secret.Type)
+	}
+	return ""
 }
 
 // readKeys points the key fields at the object's own metadata.

@@ -222,7 +222,7 @@ func atVersion(o *Object, rv uint64) (*Object, error) {
 		return nil, err
 	}
 	if !o.raw.empty() {
-		if err := n.keepBytes(tm.APIVersion, tm.Kind, o); err != nil {
+		if err := n.keepBytes(tm.APIVersion, tm.Kind, o.raw.layout(), o); err != nil {
 			return nil, fmt.Errorf("%s/%s: %w", o.Namespace, o.Name, err)
 		}
 	} else {

@@ -5,51 +5,95 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unique"
+	"unsafe"
 )
 
 // segments are an object's bytes (protobufOf's) in up to three pieces,
-// each its own allocation, whose concatenation is the whole: up to the
-// end of the object's first top-level field (the envelope's head and
-// metadata), its second (spec), and the rest (status and the envelope's
-// tail). A version takes each piece of the version before it that is
-// equal to its own (shareBytes), and a kubelet's status write changes
-// metadata (resourceVersion) and status, never a pod's spec: so the
-// change log's history of a pod costs its status writes, not a whole pod
-// each (docs/benchmarks.md, "The hub's heap per cached object").
+// each its own allocation, whose concatenation is the whole: the
+// envelope's head and the object's metadata, then what follows cut where
+// the type's layout says (cuts). A version takes each piece of the
+// version before it that is equal to its own (shareBytes); a version's
+// metadata always differs (its resourceVersion), so what is worth a piece
+// of its own is what a type's writes leave alone:
+//   - a pod: metadata, spec, status. A kubelet's status write changes
+//     metadata and status, never the spec, so the change log's history of
+//     a pod costs its status writes, not a whole pod each.
+//   - a secret or a configmap: metadata, then the rest (data, type). A
+//     write of labels or annotations (a controller's, a reloader's hash)
+//     keeps the data, most of the bytes; a write of the data changes both
+//     pieces, and a third piece for the few bytes after the data (a
+//     Secret's type) would cost more in its allocation and header than
+//     it shares.
 //
-// Where the bytes do not have that shape (fewer than three fields, or
-// out of order) the first segment holds them whole. An Object points at
-// its segments, so that one kept decoded pays a pointer for them.
-type segments [3][]byte
+// Where the bytes do not have that shape (metadata not first, or nothing
+// after it) the first segment holds them whole. An Object points at its
+// segments, so that one kept decoded pays a pointer for them.
+//
+// secretType is a Secret's type, the one field a selector reads of a
+// type kept as bytes that the Object's own fields do not hold (bulk's
+// "type=" selector), read at ingest and interned (a cluster has a handful
+// of types). It is kept here rather than on Object so that no other
+// object pays for it: an Object fills its size class (112 bytes) and a
+// word more would take every object, pods included, to 128; the segments
+// take 56 bytes of 64, so the handle costs nothing
+// (docs/architecture.md, "Objects as kube-apiserver's bytes").
+//
+// Each piece is a string: what a version holds is never written once the
+// store made it, which a string's type says, and a string header is two
+// words where a slice's is three, which puts the segments in the 64-byte
+// size class rather than 80.
+type segments struct {
+	part       [3]string
+	secretType unique.Handle[string]
+}
 
-// splitSegments cuts whole into segments, copying each so that sharing
-// one keeps nothing else of whole alive.
-func splitSegments(whole []byte) *segments {
-	at, ok := cutPoints(whole)
-	if !ok {
-		return &segments{whole}
+// cuts is how many times a type's bytes are cut after the object's
+// metadata: at the first field after it, and at each later change of
+// field number (a map's entries are one field repeated, so a Secret's
+// data is one piece however many keys it has), at most cuts times.
+type cuts int
+
+const (
+	metadataSpecStatus cuts = 2 // pods
+	metadataRest       cuts = 1 // secrets and configmaps
+)
+
+// splitSegments cuts whole as layout says, copying each piece so that
+// sharing one keeps nothing else of whole alive, and so that nothing
+// can write them.
+func splitSegments(whole []byte, layout cuts) *segments {
+	at := cutPoints(whole, layout)
+	if len(at) == 0 {
+		return &segments{part: [3]string{string(whole)}}
 	}
 	s := &segments{}
 	from := 0
-	for i, to := range []int{at[0], at[1], len(whole)} {
-		s[i] = bytes.Clone(whole[from:to])
+	for i, to := range append(at, len(whole)) {
+		s.part[i] = string(whole[from:to])
 		from = to
 	}
 	return s
 }
 
-// cutPoints are where the object's second and third top-level fields
-// begin in whole.
-func cutPoints(whole []byte) ([2]int, bool) {
+// cutPoints are where whole is cut (see cuts): none when the object's
+// first field is not its metadata or nothing follows it.
+func cutPoints(whole []byte, layout cuts) []int {
 	raw, ok := envelopeRaw(whole)
 	if !ok {
-		return [2]int{}, false
+		return nil
 	}
 	fs, err := topLevelFields(whole[raw.start:raw.end])
-	if err != nil || len(fs) < 3 || fs[0].num != 1 || fs[1].num != 2 || fs[2].num != 3 {
-		return [2]int{}, false
+	if err != nil || len(fs) < 2 || fs[0].num != 1 {
+		return nil
 	}
-	return [2]int{raw.start + fs[1].tag, raw.start + fs[2].tag}, true
+	var at []int
+	for i := 1; i < len(fs) && len(at) < int(layout); i++ {
+		if fs[i].num != fs[i-1].num {
+			at = append(at, raw.start+fs[i].tag)
+		}
+	}
+	return at
 }
 
 // envelopeRaw is where the object's own bytes (the runtime.Unknown's
@@ -72,30 +116,44 @@ func envelopeRaw(whole []byte) (protoField, bool) {
 	return protoField{}, false
 }
 
-// join is the whole: the first segment itself when it is all, else a new
-// copy the caller owns; nil for no segments.
+// join is the whole: the first segment itself when it is all (which the
+// caller must not modify), else a new copy the caller owns; nil for no
+// segments.
 func (s *segments) join() []byte {
 	if s == nil {
 		return nil
 	}
-	if s[1] == nil && s[2] == nil {
-		return s[0]
+	p := &s.part
+	if p[1] == "" && p[2] == "" {
+		return unsafe.Slice(unsafe.StringData(p[0]), len(p[0]))
 	}
-	b := make([]byte, 0, len(s[0])+len(s[1])+len(s[2]))
-	return append(append(append(b, s[0]...), s[1]...), s[2]...)
+	b := make([]byte, 0, len(p[0])+len(p[1])+len(p[2]))
+	return append(append(append(b, p[0]...), p[1]...), p[2]...)
+}
+
+// layout is how s was cut, for a copy cut alike: one cut fewer than it
+// has pieces.
+func (s *segments) layout() cuts {
+	n := cuts(0)
+	for _, p := range s.part[1:] {
+		if p != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // empty says whether the object is kept decoded (it has no segments).
-func (s *segments) empty() bool { return s == nil || s[0] == nil }
+func (s *segments) empty() bool { return s == nil || s.part[0] == "" }
 
 // share makes each segment equal to prev's (if any) be prev's.
 func (s *segments) share(prev *segments) {
 	if prev == nil {
 		return
 	}
-	for i := range s {
-		if s[i] != nil && bytes.Equal(s[i], prev[i]) {
-			s[i] = prev[i]
+	for i, p := range s.part {
+		if p != "" && p == prev.part[i] {
+			s.part[i] = prev.part[i]
 		}
 	}
 }
@@ -151,8 +209,8 @@ func topLevelFields(b []byte) ([]protoField, error) {
 // their second (a pod's spec) as one allocation: share made it so
 // because the bytes were equal.
 func (s *segments) sameSpec(other *segments) bool {
-	if s.empty() || other.empty() || len(s[1]) == 0 || len(s[1]) != len(other[1]) {
+	if s.empty() || other.empty() || s.part[2] == "" || other.part[2] == "" || len(s.part[1]) != len(other.part[1]) || s.part[1] == "" {
 		return false
 	}
-	return &s[1][0] == &other[1][0]
+	return unsafe.StringData(s.part[1]) == unsafe.StringData(other.part[1])
 }

@@ -50,6 +50,7 @@ type Store struct {
 	// asBytes: the store keeps its objects as bytes (keptAsBytes), with
 	// apiVersion and Kind on their envelope.
 	asBytes    bool
+	layout     cuts
 	apiVersion string
 
 	current atomic.Pointer[Snapshot]
@@ -67,7 +68,8 @@ func newStore(r resource, logSize int) *Store {
 		objects:    btree.NewG(btreeDegree, byKey),
 		logSize:    logSize,
 		metrics:    newStoreMetrics(r.gvr.Resource),
-		asBytes:    keptAsBytes[r.gvr],
+		asBytes:    keptAsBytes[r.gvr] > 0,
+		layout:     keptAsBytes[r.gvr],
 		apiVersion: r.gvr.GroupVersion().String(),
 	}
 	if r.byNode {

@@ -41,6 +41,7 @@ var (
 	runtimeClassesGVR = nodev1.SchemeGroupVersion.WithResource("runtimeclasses")
 	csiDriversGVR     = storagev1.SchemeGroupVersion.WithResource("csidrivers")
 	nodesGVR          = corev1.SchemeGroupVersion.WithResource("nodes")
+	secretsGVR        = corev1.SchemeGroupVersion.WithResource("secrets")
 )
 
 // selectorCases are the selectors kubelets and kube-proxy send, and around
@@ -85,6 +86,18 @@ var selectorCases = []selectorCase{
 	{resource: runtimeClassesGVR, labels: "tier"},
 	{resource: csiDriversGVR},
 	{resource: csiDriversGVR, fields: "metadata.name!=a.example.com", labels: "!tier"},
+	// a Secret's type, which the hub reads from its index (secrets are
+	// kept as bytes): one without data, and one whose type names none
+	// of kube-apiserver's
+	{resource: secretsGVR, namespaced: true},
+	{resource: secretsGVR, namespaced: true, fields: "type=Opaque"},
+	{resource: secretsGVR, namespaced: true, fields: "type==kubernetes.io/tls"},
+	{resource: secretsGVR, namespaced: true, fields: "type!=Opaque"},
+	{resource: secretsGVR, namespaced: true, fields: "type=example.com/custom"},
+	{resource: secretsGVR, namespaced: true, fields: "type="},
+	{resource: secretsGVR, namespaced: true, fields: "type!="},
+	{resource: secretsGVR, namespaced: true, fields: "type!=Opaque,metadata.name!=tls"},
+	{resource: secretsGVR, namespaced: true, fields: "type=Opaque", labels: "tier=gold"},
 }
 
 // refusedCases are field selectors kube-apiserver does not know.
@@ -95,10 +108,11 @@ var refusedCases = []selectorCase{
 	{resource: csiDriversGVR, fields: "spec.attachRequired=true"},
 	{resource: serviceCIDRsGVR, fields: "metadata.name=kubernetes,spec.cidrs=10.0.0.0/24"},
 	{resource: nodesGVR, fields: "metadata.namespace=x"},
+	{resource: secretsGVR, namespaced: true, fields: "data.password=x"},
 }
 
 // TestSelectorsAsKubeAPIServerEvaluatesThem creates services, endpoint
-// slices, runtime classes, CSI drivers and a service CIDR, then asks
+// slices, secrets, runtime classes, CSI drivers and a service CIDR, then asks
 // kube-apiserver and the hub the same lists, once the hub holds every
 // object made: the hub must select the same objects, in the same order,
 // and refuse what kube-apiserver refuses with its status and its words.
@@ -123,6 +137,9 @@ func TestSelectorsAsKubeAPIServerEvaluatesThem(t *testing.T) {
 			return sameSelection(ctx, t, dyn, hub, everything, "")
 		})
 	}
+	testserver.Eventually(t, 30*time.Second, "the hub holds every secret of "+ns, func(ctx context.Context) error {
+		return sameSelection(ctx, t, dyn, hub, selectorCase{resource: secretsGVR, namespaced: true}, ns)
+	})
 	for _, tc := range selectorCases {
 		t.Run(tc.String(), func(t *testing.T) {
 			if err := sameSelection(ctx, t, dyn, hub, tc, ns); err != nil {
@@ -217,8 +234,10 @@ func keys(t *testing.T, out *v1alpha1.BulkGetOperation) []string {
 }
 
 // createClusterWideObjects makes, in ns: services of each kind (one
-// headless, one ExternalName without a clusterIP, one for another proxy)
-// and endpoint slices with and without the headless label; and, cluster
+// headless, one ExternalName without a clusterIP, one for another proxy),
+// endpoint slices with and without the headless label, and secrets of
+// three types (Opaque with and without data, TLS, and a type of the
+// user's own); and, cluster
 // wide, two runtime classes, two CSI drivers and a service CIDR. The
 // cluster-wide ones are made once per control plane.
 func createClusterWideObjects(t *testing.T, admin kubernetes.Interface, ns string) {
@@ -245,6 +264,18 @@ func createClusterWideObjects(t *testing.T, admin kubernetes.Interface, ns strin
 	}
 	for _, s := range endpointSlices {
 		if _, err := admin.DiscoveryV1().EndpointSlices(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tls := map[string][]byte{corev1.TLSCertKey: []byte("cert"), corev1.TLSPrivateKeyKey: []byte("key")}
+	for _, s := range []*corev1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Name: "opaque", Labels: map[string]string{"tier": "gold"}}, Data: map[string][]byte{"password": []byte("x")}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "empty"}, Type: corev1.SecretTypeOpaque},
+		{ObjectMeta: metav1.ObjectMeta{Name: "tls", Labels: map[string]string{"tier": "gold"}}, Type: corev1.SecretTypeTLS, Data: tls},
+		{ObjectMeta: metav1.ObjectMeta{Name: "tls-2"}, Type: corev1.SecretTypeTLS, Data: tls},
+		{ObjectMeta: metav1.ObjectMeta{Name: "custom"}, Type: "example.com/custom", Data: map[string][]byte{"k": []byte("v")}},
+	} {
+		if _, err := admin.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
