@@ -20,8 +20,10 @@ import (
 type typedRecorder struct{ added, updated []*corev1.Pod }
 
 func (r *typedRecorder) OnAdd(obj interface{}, _ bool) { r.added = append(r.added, obj.(*corev1.Pod)) }
-func (r *typedRecorder) OnUpdate(_, obj interface{})   { r.updated = append(r.updated, obj.(*corev1.Pod)) }
-func (r *typedRecorder) OnDelete(interface{})          {}
+func (r *typedRecorder) OnUpdate(_, obj interface{}) {
+	r.updated = append(r.updated, obj.(*corev1.Pod))
+}
+func (r *typedRecorder) OnDelete(interface{}) {}
 
 // TestAListTakenInAsItStreamsIsKeptAsAListHandedWhole: a pod store is a
 // TransformingStore, and a list that goes through client-go's temporary
