@@ -90,9 +90,14 @@ func (s *Store) keepListed(o, prev *Object) bool {
 	if o.obj != nil || o.raw == nil {
 		return false
 	}
+	if prev == nil {
+		return true // as takeInListed made it: its keys in its own bytes
+	}
 	o.shareBytes(prev)
 	if s.layout == metadataRest {
-		o.keysInBytes(o.raw.join()) // after shareBytes, as keepBytes does
+		// shareBytes took prev's keys, in prev's bytes: point them at
+		// o's own again, as keepBytes does after sharing.
+		o.keysInBytes(o.raw.join())
 	}
 	return true
 }

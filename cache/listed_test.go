@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/nodeproxy/nodeproxy/test/workload"
 )
@@ -111,7 +111,13 @@ func TestAListTakenInAsItStreamsIsKeptAsAListHandedWhole(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	decodes := func() float64 { return gatheredCounter(t, "nodeproxy_cache_object_decodes_total", "kind", "Pod") }
+	decodes := func() float64 {
+		n, err := testutil.GetCounterMetricValue(objectDecodes.WithLabelValues("Pod"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	before := decodes()
 	if err := streamed.Replace(temporary.List(), "21"); err != nil {
 		t.Fatal(err)
@@ -185,28 +191,4 @@ func TestAStoreKeptDecodedHasNoTransformer(t *testing.T) {
 			t.Errorf("%s: a transformer %v, kept as bytes %v", r.gvr.Resource, s.Transformer() != nil, s.asBytes)
 		}
 	}
-}
-
-// gatheredCounter is the sum of the named counter's series whose label
-// has value, from the registry /metrics serves.
-func gatheredCounter(t *testing.T, name, label, value string) float64 {
-	t.Helper()
-	families, err := legacyregistry.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return sum
 }

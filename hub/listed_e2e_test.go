@@ -3,11 +3,8 @@ package hub_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -62,30 +59,15 @@ func TestAHubStartsWithItsPodsTakenInAsTheyStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := srv.Client(t, node)
-	body := fmt.Sprintf(`{"apiVersion":"bulk.k8s.io/v1alpha1","kind":"BulkGetOperation","spec":{"operations":[`+
-		`{"resource":{"group":"","version":"v1","resource":"pods"},"namespace":%q,"options":{"fieldSelector":"spec.nodeName=node-listed-0"}}]}}`, ns)
-	resp, err := client.Post(srv.URL+"/apis/bulk.k8s.io/v1alpha1/bulkgetoperations", "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("bulk get: %d %s", resp.StatusCode, raw)
-	}
-	var out v1alpha1.BulkGetOperation
-	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatal(err)
+	code, raw, status := postBulkGet(t, srv, srv.Client(t, node), v1alpha1.GetOperation{
+		Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, Namespace: ns,
+		Options: metav1.ListOptions{FieldSelector: "spec.nodeName=node-listed-0"},
+	})
+	if code != http.StatusCreated {
+		t.Fatalf("bulk get: %d %v", code, status)
 	}
 	var fromHub corev1.PodList
-	if len(out.Status.Results) != 1 {
-		t.Fatalf("%d results", len(out.Status.Results))
-	}
-	if err := json.Unmarshal(out.Status.Results[0].Raw, &fromHub); err != nil {
+	if err := json.Unmarshal(raw, &fromHub); err != nil {
 		t.Fatal(err)
 	}
 	want, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=node-listed-0"})
