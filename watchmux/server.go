@@ -61,9 +61,20 @@ func NewServer(h Handler, o Options) *Server {
 			// cross-origin request carries no client certificate or
 			// token the server would accept.
 			CheckOrigin: func(*http.Request) bool { return true },
+			// A connection holds a write buffer only while it writes a
+			// message: most connections are idle most of the time (a
+			// node's view between its pods' changes), and without a pool
+			// each would keep the 4 KiB buffer the upgrade hijacked for
+			// as long as it lives.
+			WriteBufferPool: &messageBuffers,
 		},
 	}
 }
+
+// messageBuffers are the write buffers of every connection's messages
+// (websocket.Upgrader.WriteBufferPool); one pool, as gorilla asks, since
+// every connection's buffers have one size.
+var messageBuffers sync.Pool
 
 // IsUpgrade reports whether r asks for a bulk watch: a websocket upgrade
 // with watch=1 (or true).
