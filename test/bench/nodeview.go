@@ -43,10 +43,10 @@ type NodeViewLoad struct {
 	// "The endpoint with many services in the cluster").
 	CopyOnly bool
 	// FillLog is how many changes of each type whose changes the nodes
-	// make (pods, Nodes) are written before either side starts, to fill
-	// the hub's change logs (fillChangeLogs): the hub's --cache-log-size
-	// for the heap figures to be a node's cost at any cluster size. 0
-	// writes none.
+	// make (pods, Nodes) are written before each reading of the hub's
+	// heap, to fill its change logs (fillChangeLogs): the hub's
+	// --cache-log-size for the heap figures to be a node's cost at any
+	// cluster size. 0 writes none.
 	FillLog int
 	// Profiles, when set, is a directory the hub's heap profiles go to,
 	// before and after each side's nodes (hub-heap-<side>-<when>.pprof),
@@ -135,7 +135,7 @@ func runNodeView(ctx context.Context, env *Env, t Target) (_ *Result, err error)
 	}
 	copied.secrets, perObject.secrets = base.secrets, base.secrets
 	if l.FillLog > 0 {
-		if err := base.fillChangeLogs(ctx, l.FillLog); err != nil {
+		if err := base.makeFillers(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -199,8 +199,8 @@ func (o *nodeViewOutcome) footprintFigures() []Figure {
 	}
 	for _, t := range filledTypes {
 		out = append(out,
-			Figure{"channels and memory: the hub's changes of " + t + " per node, a channel per object (its log filled first)", p.changes[t], ""},
-			Figure{"channels and memory: the hub's changes of " + t + " per node, the copy (its log filled first)", c.changes[t], ""})
+			Figure{"channels and memory: the hub's changes of " + t + " per node, a channel per object (its log refilled before each heap reading)", p.changes[t], ""},
+			Figure{"channels and memory: the hub's changes of " + t + " per node, the copy (its log refilled before each heap reading)", c.changes[t], ""})
 	}
 	out = append(out, []Figure{
 		{"channels and memory: objects in each endpoint's copy, mean", c.copyObjects, ""},

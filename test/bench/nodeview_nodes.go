@@ -76,6 +76,11 @@ func (s *viewSide) start(ctx context.Context, dir string, endpointArgs []string)
 	if err := waitHubChannels(ctx, s.t, s.idleChannels); err != nil {
 		return f, err
 	}
+	if s.load.FillLog > 0 {
+		if err := s.fillChangeLogs(ctx, s.load.FillLog); err != nil {
+			return f, err
+		}
+	}
 	channels0, heap0, _, err := hubFootprint(ctx, s.t, s.profile("before"))
 	if err != nil {
 		return f, err
@@ -132,12 +137,7 @@ func (s *viewSide) start(ctx context.Context, dir string, endpointArgs []string)
 	if err := sleepUntil(ctx, time.Now().Add(5*time.Second)); err != nil {
 		return f, err
 	}
-	channels1, heap1, views, err := hubFootprint(ctx, s.t, s.profile("after"))
-	if err != nil {
-		return f, err
-	}
 	n := float64(len(s.nodes))
-	f.channels, f.heap, f.views = (channels1-channels0)/n, (heap1-heap0)/n, views
 	changes1, err := s.hubChanges(ctx)
 	if err != nil {
 		return f, err
@@ -146,6 +146,16 @@ func (s *viewSide) start(ctx context.Context, dir string, endpointArgs []string)
 	for k := range f.changes {
 		f.changes[k] /= n
 	}
+	if s.load.FillLog > 0 {
+		if err := s.fillChangeLogs(ctx, s.load.FillLog); err != nil {
+			return f, err
+		}
+	}
+	channels1, heap1, views, err := hubFootprint(ctx, s.t, s.profile("after"))
+	if err != nil {
+		return f, err
+	}
+	f.channels, f.heap, f.views = (channels1-channels0)/n, (heap1-heap0)/n, views
 	usage, err := endpointUsage(s.nodes)
 	if err != nil {
 		return f, err

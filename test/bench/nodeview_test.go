@@ -43,10 +43,10 @@ func TestNodeViewScenario(t *testing.T) {
 		t.Errorf("hub channels per node without the copy: %v, want at least one per object (4)", got)
 	}
 	// Each side's nodes registered and ran a pod: the hub took in their
-	// changes (on logs filled with FillLog's first).
+	// changes, counted before the logs were refilled (FillLog).
 	for _, t2 := range []string{"a channel per object", "the copy"} {
 		for _, kind := range filledTypes {
-			if got := figure("channels and memory: the hub's changes of " + kind + " per node, " + t2 + " (its log filled first)"); got < 1 {
+			if got := figure("channels and memory: the hub's changes of " + kind + " per node, " + t2 + " (its log refilled before each heap reading)"); got < 1 {
 				t.Errorf("the hub's changes of %s per node, %s: %v, want at least one", kind, t2, got)
 			}
 		}
