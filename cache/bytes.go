@@ -101,8 +101,15 @@ func (o *Object) keepBytes(apiVersion, kind string, layout cuts, prev *Object) e
 		return err
 	}
 	raw := splitSegments(whole, layout)
-	if secret, ok := o.obj.(*corev1.Secret); ok && secret.Type != "" {
-		raw.secretType = unique.Make(string(secret.Type))
+	switch t := o.obj.(type) {
+	case *corev1.Secret:
+		if t.Type != "" {
+			raw.selected = unique.Make(string(t.Type))
+		}
+	case *corev1.Node:
+		if t.Spec.Unschedulable {
+			raw.selected = unique.Make("true")
+		}
 	}
 	o.raw, o.obj = raw, nil
 	o.shareBytes(prev)
@@ -195,6 +202,9 @@ var keptAsBytes = map[schema.GroupVersionResource]cuts{
 	corev1.SchemeGroupVersion.WithResource("pods"):       metadataSpecStatus,
 	corev1.SchemeGroupVersion.WithResource("secrets"):    metadataRest,
 	corev1.SchemeGroupVersion.WithResource("configmaps"): metadataRest,
+	// A Node's status (heartbeats, images, conditions) changes where its
+	// spec and most of its metadata do not.
+	corev1.SchemeGroupVersion.WithResource("nodes"): metadataSpecStatus,
 }
 
 // keep makes o, about to be published after prev (or nil), hold as

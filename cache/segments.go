@@ -30,22 +30,23 @@ import (
 // after it) the first segment holds them whole. An Object points at its
 // segments, so that one kept decoded pays a pointer for them.
 //
-// secretType is a Secret's type, the one field a selector reads of a
-// type kept as bytes that the Object's own fields do not hold (bulk's
-// "type=" selector), read at ingest and interned (a cluster has a handful
-// of types). It is kept here rather than on Object so that no other
-// object pays for it: an Object fills its size class (112 bytes) and a
-// word more would take every object, pods included, to 128; the segments
-// take 56 bytes of 64, so the handle costs nothing
-// (docs/architecture.md, "Objects as kube-apiserver's bytes").
+// selected is the one field a selector reads of a type kept as bytes
+// that the Object's own fields do not hold, read at ingest and interned
+// (a cluster has a handful of values): a Secret's type (bulk's "type="
+// selector), a Node's spec.unschedulable ("true", or the zero handle for
+// false). It is kept here rather than on Object so that no other object
+// pays for it: an Object fills its size class (112 bytes) and a word more
+// would take every object, pods included, to 128; the segments take 56
+// bytes of 64, so the handle costs nothing (docs/architecture.md,
+// "Objects as kube-apiserver's bytes").
 //
 // Each piece is a string: what a version holds is never written once the
 // store made it, which a string's type says, and a string header is two
 // words where a slice's is three, which puts the segments in the 64-byte
 // size class rather than 80.
 type segments struct {
-	part       [3]string
-	secretType unique.Handle[string]
+	part     [3]string
+	selected unique.Handle[string]
 }
 
 // cuts is how many times a type's bytes are cut after the object's
