@@ -196,15 +196,14 @@ func (o *Object) shareBytes(prev *Object) {
 // dominates a cluster's cache and whose versions a hub sends most, and
 // secrets and configmaps, the objects every pod references, of which a
 // decoded one costs about twice its bytes (docs/benchmarks.md, "The hub's
-// heap per cached object"). Their only selector beyond the index is a
-// Secret's type, kept beside the bytes.
+// heap per cached object"), and Nodes, whose kubelets' status writes
+// fill the change log with versions that differ in a few conditions. Their only selectors beyond the index are a Secret's type and
+// a Node's spec.unschedulable, kept beside the bytes (segments.selected).
 var keptAsBytes = map[schema.GroupVersionResource]cuts{
 	corev1.SchemeGroupVersion.WithResource("pods"):       metadataSpecStatus,
 	corev1.SchemeGroupVersion.WithResource("secrets"):    metadataRest,
 	corev1.SchemeGroupVersion.WithResource("configmaps"): metadataRest,
-	// A Node's status (heartbeats, images, conditions) changes where its
-	// spec and most of its metadata do not.
-	corev1.SchemeGroupVersion.WithResource("nodes"): metadataSpecStatus,
+	corev1.SchemeGroupVersion.WithResource("nodes"):      nodeImages,
 }
 
 // keep makes o, about to be published after prev (or nil), hold as

@@ -20,7 +20,7 @@ import (
 //
 // An object is kept either decoded (typed) or as the protobuf
 // kube-apiserver's serializer writes for it (keptAsBytes: pods, secrets,
-// configmaps), with the key fields beside it so that lookups, indexes and
+// configmaps, nodes), with the key fields beside it so that lookups, indexes and
 // selectors never decode (docs/architecture.md, "Objects as
 // kube-apiserver's bytes"). Readers that need the typed object call Typed. For a decoded object the key fields
 // repeat its own metadata only as string headers (the bytes are shared),

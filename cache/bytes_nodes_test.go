@@ -1,0 +1,149 @@
+package cache
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// statusNode is a Node as its kubelet writes it at resourceVersion rv:
+// a heartbeat in its Ready condition at beat, images images, and volumes
+// in use (status fields after the images).
+func statusNode(rv, beat, images int) *corev1.Node {
+	at := metav1.NewTime(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC).Add(time.Duration(beat) * 10 * time.Second))
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: "3e1f0c2a-7b6d-4c5e-9f8a-000000000001", ResourceVersion: strconv.Itoa(rv),
+			Labels:        map[string]string{"kubernetes.io/hostname": "node-1"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate}}},
+		Spec: corev1.NodeSpec{PodCIDR: "10.1.2.0/24", ProviderID: "aws:///eu-west-1a/i-0123456789abcdef0"},
+		Status: corev1.NodeStatus{
+			Conditions:   []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: at, Reason: "KubeletReady"}},
+			Addresses:    []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.1.1"}},
+			VolumesInUse: []corev1.UniqueVolumeName{"kubernetes.io/csi/ebs.csi.aws.com^vol-0123"},
+		},
+	}
+	for j := range images {
+		repo := fmt.Sprintf("registry.example.com/team/service-%d", j)
+		n.Status.Images = append(n.Status.Images, corev1.ContainerImage{Names: []string{repo + ":1.0", repo + "@sha256:" + fmt.Sprintf("%064x", j)}, SizeBytes: int64(j+1) << 20})
+	}
+	return n
+}
+
+// imagesBytes are a NodeStatus's images as its protobuf encoding holds
+// them: each entry of field 8 (its tag, its length, the image), and
+// nothing else.
+func imagesBytes(t *testing.T, n *corev1.Node) string {
+	t.Helper()
+	var b []byte
+	for _, image := range n.Status.Images {
+		entry, err := image.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = append(binary.AppendUvarint(append(b, 8<<3|2), uint64(len(entry))), entry...)
+	}
+	return string(b)
+}
+
+// TestANodeIsCutAroundItsImages: a Node's bytes are cut so that its
+// status's images, and nothing else, are the middle segment, the
+// segments join to kube-apiserver's bytes, and a Node without images is
+// kept whole.
+func TestANodeIsCutAroundItsImages(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		node   *corev1.Node
+		pieces int
+	}{
+		{"with images", statusNode(2, 0, 3), 3},
+		{"with images and nothing after them", func() *corev1.Node { n := statusNode(2, 0, 3); n.Status.VolumesInUse = nil; return n }(), 3},
+		{"without images", statusNode(2, 0, 0), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			whole := kubeAPIServerBytes(t, tc.node.DeepCopy(), "Node")
+			s := splitSegments(whole, nodeImages)
+			pieces := 0
+			for _, p := range s.part {
+				if p != "" {
+					pieces++
+				}
+			}
+			if pieces != tc.pieces {
+				t.Errorf("cut in %d pieces, want %d", pieces, tc.pieces)
+			}
+			if tc.pieces == 3 && s.part[1] != imagesBytes(t, tc.node) {
+				t.Errorf("the middle segment is %d bytes, not the %d of the images", len(s.part[1]), len(imagesBytes(t, tc.node)))
+			}
+			if !bytes.Equal(s.join(), whole) {
+				t.Errorf("the segments do not join to the bytes")
+			}
+		})
+	}
+}
+
+// TestANodeStatusWriteSharesItsImages: a node store keeps each version
+// as kube-apiserver's bytes; a heartbeat (a condition's time) shares the
+// version before's images and what follows them, and an image pulled
+// makes the images a segment of their own. Each version reads back as
+// the object written, SameSpec never takes a Node's shared images for a
+// spec, and spec.unschedulable is read beside the bytes.
+func TestANodeStatusWriteSharesItsImages(t *testing.T) {
+	s := newStore(resource{gvr: corev1.SchemeGroupVersion.WithResource("nodes"), kind: "Node"}, 16)
+	listed, heartbeat, pulled := statusNode(2, 0, 3), statusNode(3, 1, 3), statusNode(4, 1, 4)
+	cordoned := statusNode(5, 1, 4)
+	cordoned.Spec.Unschedulable = true
+	if err := s.Replace([]interface{}{listed.DeepCopy()}, "2"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*corev1.Node{heartbeat, pulled, cordoned} {
+		if err := s.Update(n.DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events, err := s.Snapshot().Changes(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 3 {
+		t.Fatalf("%d events, want 3", len(events))
+	}
+	for i, want := range []*corev1.Node{heartbeat, pulled, cordoned} {
+		o := events[i].Object
+		if o.raw.empty() || o.obj != nil {
+			t.Fatalf("version %s is kept decoded", want.ResourceVersion)
+		}
+		typed, err := o.Typed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stripped := want.DeepCopy()
+		stripped.ManagedFields = nil
+		if !equality.Semantic.DeepEqual(typed, stripped) {
+			t.Errorf("version %s: the typed readers get another object than was written: %s", want.ResourceVersion, cmp.Diff(stripped, typed))
+		}
+		if o.Unschedulable() != want.Spec.Unschedulable {
+			t.Errorf("version %s: unschedulable %v, want %v", want.ResourceVersion, o.Unschedulable(), want.Spec.Unschedulable)
+		}
+	}
+	first, beat, pull := events[0].Prev.raw, events[0].Object.raw, events[1].Object.raw
+	if !sameString(beat.part[1], first.part[1]) || !sameString(beat.part[2], first.part[2]) {
+		t.Error("a heartbeat does not share the images, and what follows them, with the version before")
+	}
+	if sameString(beat.part[0], first.part[0]) {
+		t.Error("a heartbeat shares the segment its conditions are in")
+	}
+	if sameString(pull.part[1], beat.part[1]) || !sameString(pull.part[2], beat.part[2]) {
+		t.Error("an image pulled does not make the images a segment of their own, or the rest of the status another")
+	}
+	if events[0].Object.SameSpec(events[0].Prev) {
+		t.Error("SameSpec takes a Node's shared images for its spec")
+	}
+}
