@@ -1,16 +1,13 @@
 package cache
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -53,42 +50,6 @@ func imagesBytes(t *testing.T, n *corev1.Node) string {
 	return string(b)
 }
 
-// TestANodeIsCutAroundItsImages: a Node's bytes are cut so that its
-// status's images, and nothing else, are the middle segment, the
-// segments join to kube-apiserver's bytes, and a Node without images is
-// kept whole.
-func TestANodeIsCutAroundItsImages(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		node   *corev1.Node
-		pieces int
-	}{
-		{"with images", statusNode(2, 0, 3), 3},
-		{"with images and nothing after them", func() *corev1.Node { n := statusNode(2, 0, 3); n.Status.VolumesInUse = nil; return n }(), 3},
-		{"without images", statusNode(2, 0, 0), 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			whole := kubeAPIServerBytes(t, tc.node.DeepCopy(), "Node")
-			s := splitSegments(whole, nodeImages)
-			pieces := 0
-			for _, p := range s.part {
-				if p != "" {
-					pieces++
-				}
-			}
-			if pieces != tc.pieces {
-				t.Errorf("cut in %d pieces, want %d", pieces, tc.pieces)
-			}
-			if tc.pieces == 3 && s.part[1] != imagesBytes(t, tc.node) {
-				t.Errorf("the middle segment is %d bytes, not the %d of the images", len(s.part[1]), len(imagesBytes(t, tc.node)))
-			}
-			if !bytes.Equal(s.join(), whole) {
-				t.Errorf("the segments do not join to the bytes")
-			}
-		})
-	}
-}
-
 // TestANodeStatusWriteSharesItsImages: a node store keeps each version
 // as kube-apiserver's bytes; a heartbeat (a condition's time) shares the
 // version before's images and what follows them, and an image pulled
@@ -120,15 +81,7 @@ func TestANodeStatusWriteSharesItsImages(t *testing.T) {
 		if o.raw.empty() || o.obj != nil {
 			t.Fatalf("version %s is kept decoded", want.ResourceVersion)
 		}
-		typed, err := o.Typed()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stripped := want.DeepCopy()
-		stripped.ManagedFields = nil
-		if !equality.Semantic.DeepEqual(typed, stripped) {
-			t.Errorf("version %s: the typed readers get another object than was written: %s", want.ResourceVersion, cmp.Diff(stripped, typed))
-		}
+		typedAsWritten(t, o, want)
 		if o.Unschedulable() != want.Spec.Unschedulable {
 			t.Errorf("version %s: unschedulable %v, want %v", want.ResourceVersion, o.Unschedulable(), want.Spec.Unschedulable)
 		}
