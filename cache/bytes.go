@@ -203,7 +203,7 @@ var keptAsBytes = map[schema.GroupVersionResource]cuts{
 	corev1.SchemeGroupVersion.WithResource("pods"):       metadataSpecStatus,
 	corev1.SchemeGroupVersion.WithResource("secrets"):    metadataRest,
 	corev1.SchemeGroupVersion.WithResource("configmaps"): metadataRest,
-	corev1.SchemeGroupVersion.WithResource("nodes"):      nodeImages,
+	corev1.SchemeGroupVersion.WithResource("nodes"):      nodeStatusWrites,
 }
 
 // keep makes o, about to be published after prev (or nil), hold as

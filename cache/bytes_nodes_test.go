@@ -34,26 +34,34 @@ func statusNode(rv, beat, images int) *corev1.Node {
 	return n
 }
 
-// imagesBytes are a NodeStatus's images as its protobuf encoding holds
-// them: each entry of field 8 (its tag, its length, the image), and
-// nothing else.
-func imagesBytes(t *testing.T, n *corev1.Node) string {
+// statusWritesBytes are a NodeStatus's fields from its addresses to its
+// images (nodeStatusWrites) as its protobuf encoding holds them: each
+// field's tag, length and value, and nothing else.
+func statusWritesBytes(t *testing.T, n *corev1.Node) string {
 	t.Helper()
 	var b []byte
-	for _, image := range n.Status.Images {
-		entry, err := image.Marshal()
+	field := func(num byte, m interface{ Marshal() ([]byte, error) }) {
+		v, err := m.Marshal()
 		if err != nil {
 			t.Fatal(err)
 		}
-		b = append(binary.AppendUvarint(append(b, 8<<3|2), uint64(len(entry))), entry...)
+		b = append(binary.AppendUvarint(append(b, num<<3|2), uint64(len(v))), v...)
+	}
+	for i := range n.Status.Addresses {
+		field(5, &n.Status.Addresses[i])
+	}
+	field(6, &n.Status.DaemonEndpoints)
+	field(7, &n.Status.NodeInfo)
+	for i := range n.Status.Images {
+		field(8, &n.Status.Images[i])
 	}
 	return string(b)
 }
 
 // TestANodeStatusWriteSharesItsImages: a node store keeps each version
 // as kube-apiserver's bytes; a heartbeat (a condition's time) shares the
-// version before's images and what follows them, and an image pulled
-// makes the images a segment of their own. Each version reads back as
+// version before's images (with its addresses and node info) and what
+// follows them, and an image pulled makes that middle segment anew. Each version reads back as
 // the object written, SameSpec never takes a Node's shared images for a
 // spec, and spec.unschedulable is read beside the bytes.
 func TestANodeStatusWriteSharesItsImages(t *testing.T) {
@@ -94,7 +102,7 @@ func TestANodeStatusWriteSharesItsImages(t *testing.T) {
 		t.Error("a heartbeat shares the segment its conditions are in")
 	}
 	if sameString(pull.part[1], beat.part[1]) || !sameString(pull.part[2], beat.part[2]) {
-		t.Error("an image pulled does not make the images a segment of their own, or the rest of the status another")
+		t.Error("an image pulled does not make the middle segment anew, or the rest of the status another")
 	}
 	if events[0].Object.SameSpec(events[0].Prev) {
 		t.Error("SameSpec takes a Node's shared images for its spec")

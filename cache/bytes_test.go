@@ -191,15 +191,16 @@ func inBytes(s, b string) bool {
 // TestSegmentsJoinToTheWhole: an object is cut as its type's layout
 // says (a pod after its metadata and its spec; a secret after its
 // metadata only, its data one piece whatever its keys; a Node around
-// its status's images, which are the middle piece and nothing else) and
-// its segments join to its bytes as they were; bytes without
-// kube-apiserver's shape, or a Node without images, are kept whole.
+// its status from its addresses to its images, which are the middle
+// piece and nothing else, images or none) and its segments join to its
+// bytes as they were; bytes without kube-apiserver's shape are kept
+// whole.
 func TestSegmentsJoinToTheWhole(t *testing.T) {
 	pod := kubeAPIServerProtobuf(t, workload.DeploymentPod("shop", "web", 1, "node-1", workload.PodRunning))
 	secret := func(data map[string][]byte) []byte {
 		return kubeAPIServerBytes(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s", ResourceVersion: "3"}, Data: data, Type: corev1.SecretTypeOpaque}, "Secret")
 	}
-	node, imagesLast := statusNode(2, 0, 3), statusNode(2, 0, 3)
+	node, imagesLast, noImages := statusNode(2, 0, 3), statusNode(2, 0, 3), statusNode(2, 0, 0)
 	imagesLast.Status.VolumesInUse = nil
 	nodeBytes := func(n *corev1.Node) []byte { return kubeAPIServerBytes(t, n.DeepCopy(), "Node") }
 	for _, tc := range []struct {
@@ -213,9 +214,9 @@ func TestSegmentsJoinToTheWhole(t *testing.T) {
 		{"secret with three keys", secret(map[string][]byte{"a": []byte("1"), "b": []byte("2"), "c": []byte("3")}), metadataRest, 2, ""},
 		{"secret without data", secret(nil), metadataRest, 2, ""},
 		{"not kube-apiserver's", []byte("k8s\x00\xff"), metadataRest, 1, ""},
-		{"node", nodeBytes(node), nodeImages, 3, imagesBytes(t, node)},
-		{"node with nothing after its images", nodeBytes(imagesLast), nodeImages, 3, imagesBytes(t, imagesLast)},
-		{"node without images", nodeBytes(statusNode(2, 0, 0)), nodeImages, 1, ""},
+		{"node", nodeBytes(node), nodeStatusWrites, 3, statusWritesBytes(t, node)},
+		{"node with nothing after its images", nodeBytes(imagesLast), nodeStatusWrites, 3, statusWritesBytes(t, imagesLast)},
+		{"node without images", nodeBytes(noImages), nodeStatusWrites, 3, statusWritesBytes(t, noImages)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := splitSegments(tc.whole, tc.layout)

@@ -24,20 +24,25 @@ import (
 //     pieces, and a third piece for the few bytes after the data (a
 //     Secret's type) would cost more in its allocation and header than
 //     it shares.
-//   - a Node: everything up to its status's images, the images, then the
-//     rest of the status. The images (status.images, a kubelet's list of
-//     up to 50 pulled images) are most of a Node's bytes and change only
-//     when an image is pulled or removed; a kubelet's status write
-//     (conditions' heartbeats) changes the first piece, and its spec and
-//     metadata are too small to pay for a piece of their own. The first
-//     piece holds the status's length, which differs between versions
-//     whose images are the same: each version's pieces are cut from its
-//     own whole, so the pieces it shares are equal bytes, whatever the
-//     prefix before them says.
+//   - a Node: everything up to its status's conditions included; the
+//     status from its addresses to its images; the rest of the status
+//     (volumes in use and attached, config, runtime handlers, features).
+//     A kubelet's status write (its conditions' heartbeats) changes the
+//     first piece alone. The middle piece is what a kubelet writes at
+//     its start or when it changes: its images (a list of up to 50
+//     pulled images, most of a Node's bytes, written anew when one is
+//     pulled or removed), and its addresses and node info (about 300
+//     bytes, which a heartbeat would otherwise copy). The last follows
+//     the pods' volumes. A Node's spec and metadata are too small to pay
+//     for a piece of their own. The first piece holds the status's
+//     length, which may differ between versions whose middle piece is
+//     the same: each version's pieces are cut from its own whole, so the
+//     pieces it shares are equal bytes, whatever the prefix before them
+//     says.
 //
 // Where the bytes do not have that shape (metadata not first, nothing
-// after it, a Node without images) the first segment holds them whole. An Object points at its
-// segments, so that one kept decoded pays a pointer for them.
+// after it) the first segment holds them whole. An Object points at its segments, so that one kept
+// decoded pays a pointer for them.
 //
 // selected is the one field a selector reads of a type kept as bytes
 // that the Object's own fields do not hold, read at ingest and interned
@@ -62,18 +67,19 @@ type segments struct {
 // (field 1): at the first field after it and at each later change of
 // top-level field number, at most top times (a map's entries are one
 // field repeated, so a Secret's data is one piece however many keys it
-// has); or, where within is not zero, around the fields numbered nested
-// inside the top-level field within: before the first and after the
-// last, so that they are the middle piece (a Node's status.images).
+// has); or, where within is not zero, around the fields numbered from
+// through to inside the top-level field within: before the first and
+// after the last, so that they are the middle piece (a Node's status from
+// its addresses to its images).
 type cuts struct {
-	top            int
-	within, nested uint64
+	top              int
+	within, from, to uint64
 }
 
 var (
-	metadataSpecStatus = cuts{top: 2}               // pods
-	metadataRest       = cuts{top: 1}               // secrets and configmaps
-	nodeImages         = cuts{within: 3, nested: 8} // Node.status (3), NodeStatus.images (8): k8s.io/api's generated.proto
+	metadataSpecStatus = cuts{top: 2}                    // pods
+	metadataRest       = cuts{top: 1}                    // secrets and configmaps
+	nodeStatusWrites   = cuts{within: 3, from: 5, to: 8} // Node.status (3): NodeStatus.addresses (5) to images (8), k8s.io/api's generated.proto
 )
 
 // splitSegments cuts whole as layout says, copying each piece so that
@@ -94,8 +100,8 @@ func splitSegments(whole []byte, layout cuts) *segments {
 }
 
 // cutPoints are where whole is cut (see cuts): none when the object's
-// first field is not its metadata, nothing follows it, or (within) the
-// nested fields are not there.
+// first field is not its metadata, nothing follows it, or (within) none
+// of the fields to cut around is there.
 func cutPoints(whole []byte, layout cuts) []int {
 	raw, ok := envelopeRaw(whole)
 	if !ok {
@@ -117,11 +123,12 @@ func cutPoints(whole []byte, layout cuts) []int {
 	return at
 }
 
-// cutsAround are the two cuts around the first run of fields numbered
-// layout.nested inside the top-level field layout.within of fs (the
-// object's fields, at base in whole): where the run's first tag begins
-// and where its last value ends. A repeated field is one run, since
-// kube-apiserver's encoder writes fields in order.
+// cutsAround are the two cuts around the fields numbered layout.from
+// through layout.to inside the top-level field layout.within of fs (the
+// object's fields, at base in whole): where the first one's tag begins
+// and where the last one's value ends. They are one run, since
+// kube-apiserver's encoder writes a message's fields in the order of
+// their numbers, a repeated field's entries together.
 func cutsAround(whole []byte, base int, fs []protoField, layout cuts) []int {
 	for _, f := range fs {
 		if f.num != layout.within {
@@ -133,11 +140,11 @@ func cutsAround(whole []byte, base int, fs []protoField, layout cuts) []int {
 			return nil
 		}
 		for i, g := range inner {
-			if g.num != layout.nested {
+			if g.num < layout.from || g.num > layout.to {
 				continue
 			}
 			last := i
-			for last+1 < len(inner) && inner[last+1].num == layout.nested {
+			for last+1 < len(inner) && inner[last+1].num >= layout.from && inner[last+1].num <= layout.to {
 				last++
 			}
 			return []int{from + g.tag, from + inner[last].end}
