@@ -197,8 +197,9 @@ func (o *Object) shareBytes(prev *Object) {
 // secrets and configmaps, the objects every pod references, of which a
 // decoded one costs about twice its bytes (docs/benchmarks.md, "The hub's
 // heap per cached object"), and Nodes, whose kubelets' status writes
-// fill the change log with versions that differ in a few conditions. Their only selectors beyond the index are a Secret's type and
-// a Node's spec.unschedulable, kept beside the bytes (segments.selected).
+// fill the change log with versions that differ in a few conditions.
+// Their only selectors beyond the index are a Secret's type and a Node's
+// spec.unschedulable, kept beside the bytes (segments.selected).
 var keptAsBytes = map[schema.GroupVersionResource]cuts{
 	corev1.SchemeGroupVersion.WithResource("pods"):       metadataSpecStatus,
 	corev1.SchemeGroupVersion.WithResource("secrets"):    metadataRest,

@@ -41,8 +41,8 @@ import (
 //     says.
 //
 // Where the bytes do not have that shape (metadata not first, nothing
-// after it) the first segment holds them whole. An Object points at its segments, so that one kept
-// decoded pays a pointer for them.
+// after it) the first segment holds them whole. An Object points at its
+// segments, so that one kept decoded pays a pointer for them.
 //
 // selected is the one field a selector reads of a type kept as bytes
 // that the Object's own fields do not hold, read at ingest and interned
@@ -253,7 +253,8 @@ func topLevelFields(b []byte) ([]protoField, error) {
 
 // specTag begins a pod's spec (field 2, length-delimited): the tag
 // sameSpec finds at the start of a second segment that is a spec, and not
-// at the start of one cut inside a field (a Node's images).
+// at the start of one cut inside a field (a Node's, at its status's
+// addresses).
 const specTag = 2<<3 | 2
 
 // sameSpec says whether s and other are in three segments whose second is
