@@ -61,6 +61,11 @@ func NewServer(h Handler, o Options) *Server {
 			// cross-origin request carries no client certificate or
 			// token the server would accept.
 			CheckOrigin: func(*http.Request) bool { return true },
+			// A client sends little (channel opens and closes, progress
+			// requests): a read buffer of its own, smaller than the HTTP
+			// server's 4 KiB that gorilla would otherwise keep, which a
+			// connection served detached then lets go of.
+			ReadBufferSize: 1024,
 			// A connection holds a write buffer only while it writes a
 			// message: most connections are idle most of the time (a
 			// node's view between its pods' changes), and without a pool
