@@ -178,12 +178,14 @@ func startInProcess(ctx context.Context, c *workload.Cluster, objectSize int) (*
 	gets := bulkget.NewREST(bulkget.NewGetter(catalog), bulkget.DefaultLimits())
 	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u := &user.DefaultInfo{Name: r.Header.Get(transport.ImpersonateUserHeader), Groups: r.Header.Values(transport.ImpersonateGroupHeader)}
-		r = r.WithContext(request.WithUser(r.Context(), u))
 		if r.Method == http.MethodPost {
-			serveBulkGet(gets, w, r)
+			serveBulkGet(gets, w, r.WithContext(request.WithUser(r.Context(), u)))
 			return
 		}
-		mux.ServeHTTP(w, r)
+		// As the hub serves a connection: detached from its request,
+		// under a context that carries the caller alone.
+		conn, done := context.WithCancel(request.WithUser(context.Background(), u))
+		mux.ServeDetached(conn, w, r, nil, done)
 	}))
 	hs.EnableHTTP2 = false
 	hs.StartTLS()
