@@ -1,0 +1,258 @@
+package nodeview
+
+import (
+	"iter"
+
+	"github.com/nodeproxy/nodeproxy/graph"
+)
+
+// reachIndex is what every view reaches or holds of the graph's kinds
+// (and of namespaceKind), kept once for all views: one entry per object,
+// holding the view that reaches it and that view's reach (paths, held).
+// It answers both questions a step asks, which views a change of an
+// object concerns (routing) and what a view knows of an object (addPath,
+// show, hide), from the same entry.
+//
+// Why one index rather than a map per view beside a map of views per
+// object: the two held the same (object, view) pairs, each keyed by the
+// object, so every object a view reaches cost two map slots with a
+// 40-byte key; the index's entries were most of what an open view costs
+// the hub (docs/benchmarks.md, "The views' memory"). Here a pair costs
+// one slot of 40 bytes, key and value together.
+//
+// Why its key is not graph.ObjectRef: a Kind and two strings take 40
+// bytes with the Kind's padding, and an entry's key is most of its slot.
+// The kind and the namespace are interned together as a space (a handful
+// per namespace), so the key is a space id and the name: 24 bytes. A
+// space goes when its last entry does, so a cluster that creates and
+// deletes namespaces does not grow the table of spaces.
+//
+// Most objects are reached by one view (a pod's own secrets), whose
+// reach is held inline; an object several views reach (a namespace's
+// kube-root-ca.crt, the namespace itself) has a map of its views in
+// shared, and its entry no view. A view does not list its own entries:
+// dropping views scans the index once for every view closed in a step,
+// which costs the index's size per step that closes views rather than
+// 40 bytes an object on every open view (views.go, dropViewsLocked).
+//
+// Go maps never give back the memory of entries deleted from them, so
+// once three quarters of the entries it held at its largest have gone
+// (views closed, pods moved), entries is copied to a map of its size:
+// the memory of views gone does not stay with the hub.
+//
+// It has no lock: Views keeps it under its mu.
+type reachIndex struct {
+	entries map[indexKey]indexEntry
+	shared  map[indexKey]map[*view]reach
+	// peak is the most entries held since entries was last made.
+	peak int
+
+	spaces map[space]uint32
+	// byID are the spaces by id, with how many entries each has; free
+	// are the ids of spaces gone, to reuse.
+	byID []spaceCount
+	free []uint32
+}
+
+type spaceCount struct {
+	space
+	entries int32
+}
+
+// space is the part of an object's identity that many objects share.
+type space struct {
+	kind      graph.Kind
+	namespace string
+}
+
+type indexKey struct {
+	space uint32
+	name  string
+}
+
+// indexEntry is one object's views: v and its reach when one view
+// reaches it; v nil when several do (reachIndex.shared has them).
+type indexEntry struct {
+	v *view
+	r reach
+}
+
+// rebuildAbove is the fewest entries at its largest for which entries
+// is copied when it empties: a map that small costs less than the copy.
+const rebuildAbove = 1024
+
+func newReachIndex() *reachIndex {
+	return &reachIndex{entries: map[indexKey]indexEntry{}, shared: map[indexKey]map[*view]reach{}, spaces: map[space]uint32{}}
+}
+
+// key is ref's key, false when no entry has ref's space (nor ref).
+func (x *reachIndex) key(ref graph.ObjectRef) (indexKey, bool) {
+	id, ok := x.spaces[space{ref.Kind, ref.Namespace}]
+	return indexKey{space: id, name: ref.Name}, ok
+}
+
+// reach is what v knows of ref: none when it neither reaches nor holds it.
+func (x *reachIndex) reach(v *view, ref graph.ObjectRef) reach {
+	k, ok := x.key(ref)
+	if !ok {
+		return reach{}
+	}
+	switch e := x.entries[k]; e.v {
+	case v:
+		return e.r
+	case nil:
+		return x.shared[k][v]
+	}
+	return reach{}
+}
+
+// setReach records r as what v knows of ref; an empty r takes v's entry
+// out.
+func (x *reachIndex) setReach(v *view, ref graph.ObjectRef, r reach) {
+	if r == (reach{}) {
+		x.remove(v, ref)
+		return
+	}
+	sp := space{ref.Kind, ref.Namespace}
+	id, ok := x.spaces[sp]
+	if !ok {
+		id = x.newSpace(sp)
+	}
+	k := indexKey{space: id, name: ref.Name}
+	e, ok := x.entries[k]
+	switch {
+	case !ok:
+		x.entries[k] = indexEntry{v: v, r: r}
+		x.byID[id].entries++
+		x.peak = max(x.peak, len(x.entries))
+	case e.v == v:
+		x.entries[k] = indexEntry{v: v, r: r}
+	case e.v == nil:
+		x.shared[k][v] = r
+	default:
+		x.shared[k] = map[*view]reach{e.v: e.r, v: r}
+		x.entries[k] = indexEntry{}
+	}
+}
+
+// remove takes v's entry for ref out, going back to one view inline when
+// one is left, so that an object once shared does not keep its map.
+func (x *reachIndex) remove(v *view, ref graph.ObjectRef) {
+	k, ok := x.key(ref)
+	if !ok {
+		return
+	}
+	e, ok := x.entries[k]
+	switch {
+	case !ok:
+	case e.v == v:
+		x.deleteEntry(k)
+	case e.v == nil:
+		x.leaveShared(k, func(w *view) bool { return w == v })
+	}
+}
+
+// leaveShared takes out of the shared entry k the views gone says, and
+// puts it back inline, or deletes it, when one or none is left.
+func (x *reachIndex) leaveShared(k indexKey, gone func(*view) bool) {
+	set := x.shared[k]
+	for w := range set {
+		if gone(w) {
+			delete(set, w)
+		}
+	}
+	switch len(set) {
+	case 0:
+		delete(x.shared, k)
+		x.deleteEntry(k)
+	case 1:
+		delete(x.shared, k)
+		for w, r := range set {
+			x.entries[k] = indexEntry{v: w, r: r}
+		}
+	}
+}
+
+func (x *reachIndex) deleteEntry(k indexKey) {
+	delete(x.entries, k)
+	if x.byID[k.space].entries--; x.byID[k.space].entries == 0 {
+		delete(x.spaces, x.byID[k.space].space)
+		x.byID[k.space] = spaceCount{}
+		x.free = append(x.free, k.space)
+	}
+}
+
+func (x *reachIndex) newSpace(sp space) uint32 {
+	var id uint32
+	if n := len(x.free); n > 0 {
+		id, x.free = x.free[n-1], x.free[:n-1]
+	} else {
+		id = uint32(len(x.byID))
+		x.byID = append(x.byID, spaceCount{})
+	}
+	x.spaces[sp] = id
+	x.byID[id].space = sp
+	return id
+}
+
+// shared says whether more than one view reaches or holds ref.
+func (x *reachIndex) isShared(ref graph.ObjectRef) bool {
+	k, ok := x.key(ref)
+	if !ok {
+		return false
+	}
+	e, ok := x.entries[k]
+	return ok && e.v == nil
+}
+
+// views yields the views that reach or hold ref, in no order.
+func (x *reachIndex) views(ref graph.ObjectRef) iter.Seq[*view] {
+	return func(yield func(*view) bool) {
+		k, ok := x.key(ref)
+		if !ok {
+			return
+		}
+		e, ok := x.entries[k]
+		switch {
+		case !ok:
+		case e.v != nil:
+			yield(e.v)
+		default:
+			for v := range x.shared[k] {
+				if !yield(v) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// dropViews takes every entry of the views gone says out, in one pass
+// over the index.
+func (x *reachIndex) dropViews(gone func(*view) bool) {
+	for k, e := range x.entries {
+		switch {
+		case e.v == nil:
+			x.leaveShared(k, gone)
+		case gone(e.v):
+			x.deleteEntry(k)
+		}
+	}
+}
+
+// compact copies entries to a map of its size once three quarters of
+// the entries it held at its largest have gone (reachIndex).
+func (x *reachIndex) compact() {
+	if x.peak < rebuildAbove || len(x.entries) > x.peak/4 {
+		return
+	}
+	entries := make(map[indexKey]indexEntry, len(x.entries))
+	for k, e := range x.entries {
+		entries[k] = e
+	}
+	x.entries, x.peak = entries, len(entries)
+	indexRebuilds.Inc()
+}
+
+// len is how many objects some view reaches or holds.
+func (x *reachIndex) len() int { return len(x.entries) }
