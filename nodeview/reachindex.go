@@ -33,7 +33,7 @@ import (
 // shared, and its entry no view. A view does not list its own entries:
 // dropping views scans the index once for every view closed in a step,
 // which costs the index's size per step that closes views rather than
-// 40 bytes an object on every open view (views.go, dropViewsLocked).
+// 40 bytes an object on every open view (Views.dropReachedLocked).
 //
 // Go maps never give back the memory of entries deleted from them, so
 // once three quarters of the entries it held at its largest have gone
@@ -52,6 +52,13 @@ type reachIndex struct {
 	// are the ids of spaces gone, to reuse.
 	byID []spaceCount
 	free []uint32
+	// last is the space looked up last, and its id (ok: it has one):
+	// a view's build and a pod's references go through one namespace's
+	// objects in a row, and each of them is read and written several
+	// times, so most lookups of spaces are the one before.
+	last   space
+	lastID uint32
+	lastOK bool
 }
 
 type spaceCount struct {
@@ -78,7 +85,8 @@ type indexEntry struct {
 }
 
 // rebuildAbove is the fewest entries at its largest for which entries
-// is copied when it empties: a map that small costs less than the copy.
+// is copied when most go: below it, what the map keeps of entries gone
+// is a few groups of slots, not worth a copy.
 const rebuildAbove = 1024
 
 func newReachIndex() *reachIndex {
@@ -87,20 +95,39 @@ func newReachIndex() *reachIndex {
 
 // key is ref's key, false when no entry has ref's space (nor ref).
 func (x *reachIndex) key(ref graph.ObjectRef) (indexKey, bool) {
-	id, ok := x.spaces[space{ref.Kind, ref.Namespace}]
+	id, ok := x.spaceID(space{ref.Kind, ref.Namespace})
 	return indexKey{space: id, name: ref.Name}, ok
+}
+
+func (x *reachIndex) spaceID(sp space) (uint32, bool) {
+	if x.lastOK && sp == x.last {
+		return x.lastID, true
+	}
+	id, ok := x.spaces[sp]
+	if ok {
+		x.last, x.lastID, x.lastOK = sp, id, true
+	}
+	return id, ok
+}
+
+// lookup is ref's entry and its key, false when it has none.
+func (x *reachIndex) lookup(ref graph.ObjectRef) (indexKey, indexEntry, bool) {
+	k, ok := x.key(ref)
+	if !ok {
+		return k, indexEntry{}, false
+	}
+	e, ok := x.entries[k]
+	return k, e, ok
 }
 
 // reach is what v knows of ref: none when it neither reaches nor holds it.
 func (x *reachIndex) reach(v *view, ref graph.ObjectRef) reach {
-	k, ok := x.key(ref)
-	if !ok {
-		return reach{}
-	}
-	switch e := x.entries[k]; e.v {
-	case v:
+	k, e, ok := x.lookup(ref)
+	switch {
+	case !ok:
+	case e.v == v:
 		return e.r
-	case nil:
+	case e.v == nil:
 		return x.shared[k][v]
 	}
 	return reach{}
@@ -114,7 +141,7 @@ func (x *reachIndex) setReach(v *view, ref graph.ObjectRef, r reach) {
 		return
 	}
 	sp := space{ref.Kind, ref.Namespace}
-	id, ok := x.spaces[sp]
+	id, ok := x.spaceID(sp)
 	if !ok {
 		id = x.newSpace(sp)
 	}
@@ -138,11 +165,7 @@ func (x *reachIndex) setReach(v *view, ref graph.ObjectRef, r reach) {
 // remove takes v's entry for ref out, going back to one view inline when
 // one is left, so that an object once shared does not keep its map.
 func (x *reachIndex) remove(v *view, ref graph.ObjectRef) {
-	k, ok := x.key(ref)
-	if !ok {
-		return
-	}
-	e, ok := x.entries[k]
+	k, e, ok := x.lookup(ref)
 	switch {
 	case !ok:
 	case e.v == v:
@@ -176,6 +199,9 @@ func (x *reachIndex) leaveShared(k indexKey, gone func(*view) bool) {
 func (x *reachIndex) deleteEntry(k indexKey) {
 	delete(x.entries, k)
 	if x.byID[k.space].entries--; x.byID[k.space].entries == 0 {
+		if x.lastID == k.space {
+			x.lastOK = false
+		}
 		delete(x.spaces, x.byID[k.space].space)
 		x.byID[k.space] = spaceCount{}
 		x.free = append(x.free, k.space)
@@ -195,24 +221,16 @@ func (x *reachIndex) newSpace(sp space) uint32 {
 	return id
 }
 
-// shared says whether more than one view reaches or holds ref.
+// isShared says whether more than one view reaches or holds ref.
 func (x *reachIndex) isShared(ref graph.ObjectRef) bool {
-	k, ok := x.key(ref)
-	if !ok {
-		return false
-	}
-	e, ok := x.entries[k]
+	_, e, ok := x.lookup(ref)
 	return ok && e.v == nil
 }
 
 // views yields the views that reach or hold ref, in no order.
 func (x *reachIndex) views(ref graph.ObjectRef) iter.Seq[*view] {
 	return func(yield func(*view) bool) {
-		k, ok := x.key(ref)
-		if !ok {
-			return
-		}
-		e, ok := x.entries[k]
+		k, e, ok := x.lookup(ref)
 		switch {
 		case !ok:
 		case e.v != nil:
