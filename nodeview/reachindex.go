@@ -18,7 +18,7 @@ import (
 // object, so every object a view reaches cost two map slots with a
 // 40-byte key; the index's entries were most of what an open view costs
 // the hub (docs/benchmarks.md, "The views' memory"). Here a pair costs
-// one slot of 40 bytes, key and value together.
+// one slot of 32 bytes, key and value together.
 //
 // Why its key is not graph.ObjectRef: a Kind and two strings take 40
 // bytes with the Kind's padding, and an entry's key is most of its slot.
@@ -28,9 +28,12 @@ import (
 // deletes namespaces does not grow the table of spaces.
 //
 // Most objects are reached by one view (a pod's own secrets), whose
-// reach is held inline; an object several views reach (a namespace's
-// kube-root-ca.crt, the namespace itself) has a map of its views in
-// shared, and its entry no view. A view does not list its own entries:
+// reach is held inline with the view's id (ids rather than pointers
+// halve the value, 8 bytes with the reach packed); an object several
+// views reach (a namespace's kube-root-ca.crt, the namespace itself) has
+// a map of its views in shared, and its entry no view (id 0). A view's
+// id is freed only once the scan that drops it has taken out its every
+// entry, so no entry names a view that is not the one it was made for. A view does not list its own entries:
 // dropping views scans the index once for every view closed in a step,
 // which costs the index's size per step that closes views rather than
 // 40 bytes an object on every open view (Views.dropReachedLocked).
@@ -46,6 +49,10 @@ type reachIndex struct {
 	shared  map[indexKey]map[*view]reach
 	// peak is the most entries held since entries was last made.
 	peak int
+	// members are the views by id (id 0 is none); freeIDs are the ids
+	// of views dropped, to reuse.
+	members []*view
+	freeIDs []uint32
 
 	spaces map[space]uint32
 	// byID are the spaces by id, with how many entries each has; free
@@ -77,12 +84,28 @@ type indexKey struct {
 	name  string
 }
 
-// indexEntry is one object's views: v and its reach when one view
-// reaches it; v nil when several do (reachIndex.shared has them).
+// indexEntry is one object's views: the id of the view that reaches it
+// and its reach (packed), or id 0 when several do (reachIndex.shared has
+// them).
 type indexEntry struct {
-	v *view
-	r reach
+	id uint32
+	r  packedReach
 }
+
+// packedReach is a reach in 32 bits: paths, shifted, and held in the
+// low bit. A view's paths to an object are its pods and volumes that
+// use it, far below 2^31.
+type packedReach uint32
+
+func pack(r reach) packedReach {
+	p := packedReach(r.paths) << 1
+	if r.held {
+		p |= 1
+	}
+	return p
+}
+
+func (p packedReach) reach() reach { return reach{paths: int32(p >> 1), held: p&1 == 1} }
 
 // rebuildAbove is the fewest entries at its largest for which entries
 // is copied when most go: below it, what the map keeps of entries gone
@@ -90,7 +113,22 @@ type indexEntry struct {
 const rebuildAbove = 1024
 
 func newReachIndex() *reachIndex {
-	return &reachIndex{entries: map[indexKey]indexEntry{}, shared: map[indexKey]map[*view]reach{}, spaces: map[space]uint32{}}
+	return &reachIndex{entries: map[indexKey]indexEntry{}, shared: map[indexKey]map[*view]reach{}, spaces: map[space]uint32{}, members: []*view{nil}}
+}
+
+// idOf is v's id, given it at its first entry.
+func (x *reachIndex) idOf(v *view) uint32 {
+	if v.id != 0 {
+		return v.id
+	}
+	if n := len(x.freeIDs); n > 0 {
+		v.id, x.freeIDs = x.freeIDs[n-1], x.freeIDs[:n-1]
+	} else {
+		v.id = uint32(len(x.members))
+		x.members = append(x.members, nil)
+	}
+	x.members[v.id] = v
+	return v.id
 }
 
 // key is ref's key, false when no entry has ref's space (nor ref).
@@ -125,10 +163,10 @@ func (x *reachIndex) reach(v *view, ref graph.ObjectRef) reach {
 	k, e, ok := x.lookup(ref)
 	switch {
 	case !ok:
-	case e.v == v:
-		return e.r
-	case e.v == nil:
+	case e.id == 0:
 		return x.shared[k][v]
+	case e.id == v.id:
+		return e.r.reach()
 	}
 	return reach{}
 }
@@ -149,15 +187,15 @@ func (x *reachIndex) setReach(v *view, ref graph.ObjectRef, r reach) {
 	e, ok := x.entries[k]
 	switch {
 	case !ok:
-		x.entries[k] = indexEntry{v: v, r: r}
+		x.entries[k] = indexEntry{id: x.idOf(v), r: pack(r)}
 		x.byID[id].entries++
 		x.peak = max(x.peak, len(x.entries))
-	case e.v == v:
-		x.entries[k] = indexEntry{v: v, r: r}
-	case e.v == nil:
+	case e.id == 0:
 		x.shared[k][v] = r
+	case e.id == v.id:
+		x.entries[k] = indexEntry{id: e.id, r: pack(r)}
 	default:
-		x.shared[k] = map[*view]reach{e.v: e.r, v: r}
+		x.shared[k] = map[*view]reach{x.members[e.id]: e.r.reach(), v: r}
 		x.entries[k] = indexEntry{}
 	}
 }
@@ -168,10 +206,10 @@ func (x *reachIndex) remove(v *view, ref graph.ObjectRef) {
 	k, e, ok := x.lookup(ref)
 	switch {
 	case !ok:
-	case e.v == v:
-		x.deleteEntry(k)
-	case e.v == nil:
+	case e.id == 0:
 		x.leaveShared(k, func(w *view) bool { return w == v })
+	case e.id == v.id:
+		x.deleteEntry(k)
 	}
 }
 
@@ -191,7 +229,7 @@ func (x *reachIndex) leaveShared(k indexKey, gone func(*view) bool) {
 	case 1:
 		delete(x.shared, k)
 		for w, r := range set {
-			x.entries[k] = indexEntry{v: w, r: r}
+			x.entries[k] = indexEntry{id: x.idOf(w), r: pack(r)}
 		}
 	}
 }
@@ -224,7 +262,7 @@ func (x *reachIndex) newSpace(sp space) uint32 {
 // isShared says whether more than one view reaches or holds ref.
 func (x *reachIndex) isShared(ref graph.ObjectRef) bool {
 	_, e, ok := x.lookup(ref)
-	return ok && e.v == nil
+	return ok && e.id == 0
 }
 
 // views yields the views that reach or hold ref, in no order.
@@ -233,8 +271,8 @@ func (x *reachIndex) views(ref graph.ObjectRef) iter.Seq[*view] {
 		k, e, ok := x.lookup(ref)
 		switch {
 		case !ok:
-		case e.v != nil:
-			yield(e.v)
+		case e.id != 0:
+			yield(x.members[e.id])
 		default:
 			for v := range x.shared[k] {
 				if !yield(v) {
@@ -246,14 +284,20 @@ func (x *reachIndex) views(ref graph.ObjectRef) iter.Seq[*view] {
 }
 
 // dropViews takes every entry of the views gone says out, in one pass
-// over the index.
+// over the index, then frees their ids.
 func (x *reachIndex) dropViews(gone func(*view) bool) {
 	for k, e := range x.entries {
 		switch {
-		case e.v == nil:
+		case e.id == 0:
 			x.leaveShared(k, gone)
-		case gone(e.v):
+		case gone(x.members[e.id]):
 			x.deleteEntry(k)
+		}
+	}
+	for id, v := range x.members {
+		if v != nil && gone(v) {
+			v.id, x.members[id] = 0, nil
+			x.freeIDs = append(x.freeIDs, uint32(id))
 		}
 	}
 }

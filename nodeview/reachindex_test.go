@@ -89,6 +89,17 @@ func TestReachIndexForgetsClosedViewsAndTheSpacesOnlyTheyHad(t *testing.T) {
 	if _, ok := x.spaces[space{graph.Secret, "b"}]; ok || len(x.spaces) != 2 || len(x.free) != 1 {
 		t.Errorf("spaces after the drop: %v, free %v: want b's gone and its id free", slices.Collect(maps.Keys(x.spaces)), x.free)
 	}
+	if closed.id != 0 || len(x.freeIDs) != 1 {
+		t.Errorf("the closed view keeps id %d, %d ids free: want its id freed", closed.id, len(x.freeIDs))
+	}
+	next := &view{node: "next", joined: true}
+	x.setReach(next, secretRef("a", "t"), reach{paths: 2})
+	if len(x.freeIDs) != 0 {
+		t.Errorf("a new view's first entry left %d ids free, want the freed one taken", len(x.freeIDs))
+	}
+	if x.reach(next, secretRef("a", "s")) != (reach{}) || x.reach(open, secretRef("a", "t")) != (reach{}) || x.reach(next, both) != (reach{}) {
+		t.Error("the view given the freed id reads another view's entries, or the other its own")
+	}
 	x.setReach(open, secretRef("c", "s"), reach{paths: 1})
 	if len(x.free) != 0 || len(x.byID) != 3 {
 		t.Errorf("a new space took %d ids in all and left %v free, want b's id reused", len(x.byID), x.free)

@@ -204,6 +204,8 @@ type view struct {
 	//
 	// held counts the objects of ix the consumer holds.
 	held int
+	// id names the view in ix's entries, 0 before its first (ix keeps it).
+	id uint32
 	// built are the objects build recorded as held, for sendAll to send
 	// (nil once sent): the initial state's, gone once it is.
 	built []graph.ObjectRef
