@@ -348,9 +348,16 @@ func (v *view) sendAll(st *state, pos Position) {
 			}
 			slices.SortFunc(refs, compareRefs)
 			for _, r := range refs {
+				// build recorded it held: sent as show sends what the
+				// consumer lacks, or withheld and then not held. Its
+				// entry is written only then, which most are not.
+				if !v.live.Reachable(v.node, r) {
+					withheld.Inc()
+					v.setHeld(r, false)
+					continue
+				}
 				o, _ := st.get(i, r.Namespace, r.Name)
-				v.setHeld(r, false)
-				v.show(i, r, o, watch.Added, st)
+				v.emit(watch.Added, v.encode(st, i, o))
 			}
 		case ownNode:
 			if o, ok := st.get(i, "", v.node); ok {
