@@ -113,10 +113,11 @@ var (
 // makes it; "" for a field the set does not hold. ok is false when o
 // cannot be read (Matches then selects nothing rather than guess). The
 // key fields are the cache's index (a Secret's type among them); the
-// others are read from the typed object, which the types that have them
-// (services, nodes) keep decoded, so that a scan never decodes: a type
-// kept as bytes selects on its index alone (pods: name, namespace,
-// spec.nodeName; secrets: name, namespace, type).
+// others are read from the typed object, which the type that has them
+// (services) keeps decoded, so that a scan never decodes: a type kept as
+// bytes selects on its index alone (pods: name, namespace,
+// spec.nodeName; secrets: name, namespace, type; nodes: name,
+// spec.unschedulable).
 func fieldValue(o *cache.Object, field string) (value string, ok bool) {
 	switch field {
 	case fieldName:
@@ -128,6 +129,9 @@ func fieldValue(o *cache.Object, field string) (value string, ok bool) {
 	case fieldSecretType:
 		// Only secrets accept the field (selectableFields).
 		return o.SecretType(), true
+	case fieldUnschedulable:
+		// Only nodes accept the field.
+		return strconv.FormatBool(o.Unschedulable()), true
 	}
 	obj, err := o.Typed()
 	if err != nil {
@@ -140,10 +144,6 @@ func fieldValue(o *cache.Object, field string) (value string, ok bool) {
 			return t.Spec.ClusterIP, true
 		case fieldServiceType:
 			return string(t.Spec.Type), true
-		}
-	case *corev1.Node:
-		if field == fieldUnschedulable {
-			return strconv.FormatBool(t.Spec.Unschedulable), true
 		}
 	}
 	return "", true

@@ -186,6 +186,10 @@ func benchmarkBytesPerSecret(b *testing.B, kept representation) {
 // 3,000 pods of 10 replicas per Deployment, 10 Deployments per
 // namespace, 30 per node: the history is that of a log of
 // DefaultLogSize changes over 12,000 writes, so it is the last third's.
+// The log's size is fixed, so what it holds is spread over however many
+// pods there are: hub-B/pod-marginal is what 3,000 pods more, written
+// alike once the log is full, cost each (their changes take the place
+// of older ones), which is what a pod costs a replica of any size.
 //
 //	go test ./cache -run '^$' -bench 'BytesPerPod$' -benchtime 1x -count 3
 func BenchmarkBytesPerPod(b *testing.B) {
@@ -219,16 +223,17 @@ func benchmarkBytesPerPod(b *testing.B, n int, kept representation, pod func(i i
 		return raw
 	}
 	// writes[s][i] is pod i's write at stage s, at resourceVersion
-	// 2+s*n+i: each stage for every pod, then the next.
+	// 2+s*2n+i: each stage for every pod, then the next; pods n to 2n
+	// are the marginal ones, written after the first n.
 	writes := make([][][]byte, len(workload.PodStages))
 	for s, stage := range workload.PodStages {
-		writes[s] = make([][]byte, n)
-		for i := range n {
-			writes[s][i] = encode(pod(i, stage), 2+s*n+i)
+		writes[s] = make([][]byte, 2*n)
+		for i := range 2 * n {
+			writes[s][i] = encode(pod(i, stage), 2+s*2*n+i)
 		}
 	}
 	running := writes[len(writes)-1]
-	last := strconv.Itoa(1 + len(writes)*n)
+	last := strconv.Itoa(1 + len(writes)*2*n)
 	list := func(c *cache.Cache) {
 		objs := make([]interface{}, n)
 		for i := range objs {
@@ -271,20 +276,29 @@ func benchmarkBytesPerPod(b *testing.B, n int, kept representation, pod func(i i
 		if err := store.Replace(nil, "1"); err != nil {
 			b.Fatal(err)
 		}
-		base = liveHeap()
-		for s := range writes {
-			for i := range n {
-				p := decodeJSON[corev1.Pod](b, writes[s][i])
-				write := store.Update
-				if s == 0 {
-					write = store.Add
-				}
-				if err := write(p); err != nil {
-					b.Fatal(err)
+		written := func(from, to int) {
+			for s := range writes {
+				for i := from; i < to; i++ {
+					p := decodeJSON[corev1.Pod](b, writes[s][i])
+					write := store.Update
+					if s == 0 {
+						write = store.Add
+					}
+					if err := write(p); err != nil {
+						b.Fatal(err)
+					}
 				}
 			}
 		}
-		hub := perObject(base, n)
+		base = liveHeap()
+		written(0, n)
+		first := liveHeap()
+		hub := float64(int64(first)-int64(base)) / float64(n)
+		// As many more: the log was full, so they take the place of
+		// older changes in it, as a pod more does in a cluster past a
+		// few thousand pods.
+		written(n, 2*n)
+		marginal := perObject(first, n)
 		runtime.KeepAlive(c)
 
 		b.ReportMetric(float64(len(running[0])), "json-B/pod")
@@ -293,6 +307,7 @@ func benchmarkBytesPerPod(b *testing.B, n int, kept representation, pod func(i i
 		b.ReportMetric(listed-cached, "graph-B/pod")
 		b.ReportMetric(hub-listed, "history-B/pod")
 		b.ReportMetric(hub, "hub-B/pod")
+		b.ReportMetric(marginal, "hub-B/pod-marginal")
 	}
 }
 

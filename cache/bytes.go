@@ -101,8 +101,15 @@ func (o *Object) keepBytes(apiVersion, kind string, layout cuts, prev *Object) e
 		return err
 	}
 	raw := splitSegments(whole, layout)
-	if secret, ok := o.obj.(*corev1.Secret); ok && secret.Type != "" {
-		raw.secretType = unique.Make(string(secret.Type))
+	switch t := o.obj.(type) {
+	case *corev1.Secret:
+		if t.Type != "" {
+			raw.selected = unique.Make(string(t.Type))
+		}
+	case *corev1.Node:
+		if t.Spec.Unschedulable {
+			raw.selected = unique.Make("true")
+		}
 	}
 	o.raw, o.obj = raw, nil
 	o.shareBytes(prev)
@@ -189,12 +196,15 @@ func (o *Object) shareBytes(prev *Object) {
 // dominates a cluster's cache and whose versions a hub sends most, and
 // secrets and configmaps, the objects every pod references, of which a
 // decoded one costs about twice its bytes (docs/benchmarks.md, "The hub's
-// heap per cached object"). Their only selector beyond the index is a
-// Secret's type, kept beside the bytes.
+// heap per cached object"), and Nodes, whose kubelets' status writes
+// fill the change log with versions that differ in a few conditions.
+// Their only selectors beyond the index are a Secret's type and a Node's
+// spec.unschedulable, kept beside the bytes (segments.selected).
 var keptAsBytes = map[schema.GroupVersionResource]cuts{
 	corev1.SchemeGroupVersion.WithResource("pods"):       metadataSpecStatus,
 	corev1.SchemeGroupVersion.WithResource("secrets"):    metadataRest,
 	corev1.SchemeGroupVersion.WithResource("configmaps"): metadataRest,
+	corev1.SchemeGroupVersion.WithResource("nodes"):      nodeStatusWrites,
 }
 
 // keep makes o, about to be published after prev (or nil), hold as

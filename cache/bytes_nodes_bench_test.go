@@ -76,8 +76,8 @@ func kubeletNode(i, beat int) *corev1.Node {
 // BenchmarkBytesPerNode measures what a Node as a kubelet keeps it
 // (kubeletNode) costs the hub: listed (cached-B/node), and then
 // written again by ten heartbeats as watch events (hub-B/node, with the
-// change log's history of the status writes), kept=hub as the hub runs
-// the cache (Nodes are kept decoded), kept=decoded every object decoded.
+// change log's history of the status writes). kept=hub keeps Nodes as
+// bytes, kept=decoded as they were.
 //
 //	go test ./cache -run '^$' -bench BytesPerNode -benchtime 1x -count 3
 func BenchmarkBytesPerNode(b *testing.B) {

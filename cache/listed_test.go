@@ -170,7 +170,7 @@ func TestASecretListTakenInAsItStreamsKeepsItsKeysInItsOwnBytes(t *testing.T) {
 	if !ok {
 		t.Fatal("the secret is not in the store")
 	}
-	if w.raw.join() == nil || !bytes.Equal(g.raw.join(), w.raw.join()) || g.raw.secretType != w.raw.secretType {
+	if w.raw.join() == nil || !bytes.Equal(g.raw.join(), w.raw.join()) || g.raw.selected != w.raw.selected {
 		t.Error("other bytes or type than a list handed decoded")
 	}
 	if g.Name != w.Name || g.Namespace != w.Namespace || g.UID != w.UID || g.RV != 6 {

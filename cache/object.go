@@ -20,7 +20,7 @@ import (
 //
 // An object is kept either decoded (typed) or as the protobuf
 // kube-apiserver's serializer writes for it (keptAsBytes: pods, secrets,
-// configmaps), with the key fields beside it so that lookups, indexes and
+// configmaps, nodes), with the key fields beside it so that lookups, indexes and
 // selectors never decode (docs/architecture.md, "Objects as
 // kube-apiserver's bytes"). Readers that need the typed object call Typed. For a decoded object the key fields
 // repeat its own metadata only as string headers (the bytes are shared),
@@ -99,15 +99,27 @@ func (o *Object) Typed() (runtime.Object, error) {
 // for the caller, so a selector on it costs a scan nothing more.
 func (o *Object) SecretType() string {
 	if !o.raw.empty() {
-		if o.raw.secretType == (unique.Handle[string]{}) {
+		if o.raw.selected == (unique.Handle[string]{}) {
 			return ""
 		}
-		return o.raw.secretType.Value()
+		return o.raw.selected.Value()
 	}
 	if secret, ok := o.obj.(*corev1.Secret); ok {
 		return string(secret.Type)
 	}
 	return ""
+}
+
+// Unschedulable is a Node's spec.unschedulable (false for every other
+// type), read as SecretType is: never decoded for the caller.
+func (o *Object) Unschedulable() bool {
+	if !o.raw.empty() {
+		return o.raw.selected == unique.Make("true")
+	}
+	if node, ok := o.obj.(*corev1.Node); ok {
+		return node.Spec.Unschedulable
+	}
+	return false
 }
 
 // readKeys points the key fields at the object's own metadata.

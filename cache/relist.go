@@ -72,7 +72,7 @@ const (
 // It declines where no such sequence exists or would tell the truth: the
 // list is older than the store, a listed object's version is not in
 // (prevRV, listRV], two listed objects share a version.
-func relistChanges(old, list *btree.BTreeG[*Object], prevRV, listRV uint64) (relist, string) {
+func relistChanges(old, list *btree.BTreeG[*Object], prevRV, listRV uint64, layout cuts) (relist, string) {
 	if listRV < prevRV {
 		return relist{}, restartListOlder
 	}
@@ -117,7 +117,7 @@ func relistChanges(old, list *btree.BTreeG[*Object], prevRV, listRV uint64) (rel
 	}
 	deleted := make([]*Event, 0, len(gone))
 	for _, d := range gone {
-		o, err := atVersion(d.prev, d.rv)
+		o, err := atVersion(d.prev, d.rv, layout)
 		if err != nil {
 			return relist{}, restartVersionOutside
 		}
@@ -200,8 +200,9 @@ func placeDeletions(gone []deletion, changes []*Event, prevRV, listRV uint64) (s
 
 // atVersion is a copy of o's last state with resourceVersion rv, the
 // object a DELETED event at rv carries, kept as o is: decoded, or as
-// bytes (decoded, changed and encoded again; relists only).
-func atVersion(o *Object, rv uint64) (*Object, error) {
+// bytes (decoded, changed and encoded again, cut as layout says, the
+// store's; relists only).
+func atVersion(o *Object, rv uint64, layout cuts) (*Object, error) {
 	var obj runtime.Object
 	var tm runtime.TypeMeta
 	if o.obj != nil {
@@ -222,7 +223,7 @@ func atVersion(o *Object, rv uint64) (*Object, error) {
 		return nil, err
 	}
 	if !o.raw.empty() {
-		if err := n.keepBytes(tm.APIVersion, tm.Kind, o.raw.layout(), o); err != nil {
+		if err := n.keepBytes(tm.APIVersion, tm.Kind, layout, o); err != nil {
 			return nil, fmt.Errorf("%s/%s: %w", o.Namespace, o.Name, err)
 		}
 	} else {

@@ -63,7 +63,7 @@ func TestRelistOfAnEtcdHistoryNeedsNoSharedVersion(t *testing.T) {
 		}
 		listRV := rv + uint64(r.IntN(2))
 		list := tree(t, live)
-		got, reason := relistChanges(old, list, prevRV, listRV)
+		got, reason := relistChanges(old, list, prevRV, listRV, metadataSpecStatus)
 		if reason != "" {
 			t.Fatalf("round %d: the relist from %d to %d started the log over: %s", round, prevRV, listRV, reason)
 		}

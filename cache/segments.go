@@ -10,8 +10,7 @@ import (
 )
 
 // segments are an object's bytes (protobufOf's) in up to three pieces,
-// each its own allocation, whose concatenation is the whole: the
-// envelope's head and the object's metadata, then what follows cut where
+// each its own allocation, whose concatenation is the whole, cut where
 // the type's layout says (cuts). A version takes each piece of the
 // version before it that is equal to its own (shareBytes); a version's
 // metadata always differs (its resourceVersion), so what is worth a piece
@@ -25,38 +24,62 @@ import (
 //     pieces, and a third piece for the few bytes after the data (a
 //     Secret's type) would cost more in its allocation and header than
 //     it shares.
+//   - a Node: everything up to its status's conditions included; the
+//     status from its addresses to its images; the rest of the status
+//     (volumes in use and attached, config, runtime handlers, features).
+//     A kubelet's status write (its conditions' heartbeats) changes the
+//     first piece alone. The middle piece is what a kubelet writes at
+//     its start or when it changes: its images (a list of up to 50
+//     pulled images, most of a Node's bytes, written anew when one is
+//     pulled or removed), and its addresses and node info (about 300
+//     bytes, which a heartbeat would otherwise copy). The last follows
+//     the pods' volumes. A Node's spec and metadata are too small to pay
+//     for a piece of their own. The first piece holds the status's
+//     length, which may differ between versions whose middle piece is
+//     the same: each version's pieces are cut from its own whole, so the
+//     pieces it shares are equal bytes, whatever the prefix before them
+//     says.
 //
-// Where the bytes do not have that shape (metadata not first, or nothing
+// Where the bytes do not have that shape (metadata not first, nothing
 // after it) the first segment holds them whole. An Object points at its
 // segments, so that one kept decoded pays a pointer for them.
 //
-// secretType is a Secret's type, the one field a selector reads of a
-// type kept as bytes that the Object's own fields do not hold (bulk's
-// "type=" selector), read at ingest and interned (a cluster has a handful
-// of types). It is kept here rather than on Object so that no other
-// object pays for it: an Object fills its size class (112 bytes) and a
-// word more would take every object, pods included, to 128; the segments
-// take 56 bytes of 64, so the handle costs nothing
-// (docs/architecture.md, "Objects as kube-apiserver's bytes").
+// selected is the one field a selector reads of a type kept as bytes
+// that the Object's own fields do not hold, read at ingest and interned
+// (a cluster has a handful of values): a Secret's type (bulk's "type="
+// selector), a Node's spec.unschedulable ("true", or the zero handle for
+// false). It is kept here rather than on Object so that no other object
+// pays for it: an Object fills its size class (112 bytes) and a word more
+// would take every object, pods included, to 128; the segments take 56
+// bytes of 64, so the handle costs nothing (docs/architecture.md,
+// "Objects as kube-apiserver's bytes").
 //
 // Each piece is a string: what a version holds is never written once the
 // store made it, which a string's type says, and a string header is two
 // words where a slice's is three, which puts the segments in the 64-byte
 // size class rather than 80.
 type segments struct {
-	part       [3]string
-	secretType unique.Handle[string]
+	part     [3]string
+	selected unique.Handle[string]
 }
 
-// cuts is how many times a type's bytes are cut after the object's
-// metadata: at the first field after it, and at each later change of
-// field number (a map's entries are one field repeated, so a Secret's
-// data is one piece however many keys it has), at most cuts times.
-type cuts int
+// cuts is where a type's bytes are cut after the object's metadata
+// (field 1): at the first field after it and at each later change of
+// top-level field number, at most top times (a map's entries are one
+// field repeated, so a Secret's data is one piece however many keys it
+// has); or, where within is not zero, around the fields numbered from
+// through to inside the top-level field within: before the first and
+// after the last, so that they are the middle piece (a Node's status from
+// its addresses to its images).
+type cuts struct {
+	top              int
+	within, from, to uint64
+}
 
-const (
-	metadataSpecStatus cuts = 2 // pods
-	metadataRest       cuts = 1 // secrets and configmaps
+var (
+	metadataSpecStatus = cuts{top: 2}                    // pods
+	metadataRest       = cuts{top: 1}                    // secrets and configmaps
+	nodeStatusWrites   = cuts{within: 3, from: 5, to: 8} // Node.status (3): NodeStatus.addresses (5) to images (8), k8s.io/api's generated.proto
 )
 
 // splitSegments cuts whole as layout says, copying each piece so that
@@ -77,7 +100,8 @@ func splitSegments(whole []byte, layout cuts) *segments {
 }
 
 // cutPoints are where whole is cut (see cuts): none when the object's
-// first field is not its metadata or nothing follows it.
+// first field is not its metadata, nothing follows it, or (within) none
+// of the fields to cut around is there.
 func cutPoints(whole []byte, layout cuts) []int {
 	raw, ok := envelopeRaw(whole)
 	if !ok {
@@ -87,13 +111,47 @@ func cutPoints(whole []byte, layout cuts) []int {
 	if err != nil || len(fs) < 2 || fs[0].num != 1 {
 		return nil
 	}
+	if layout.within != 0 {
+		return cutsAround(whole, raw.start, fs, layout)
+	}
 	var at []int
-	for i := 1; i < len(fs) && len(at) < int(layout); i++ {
+	for i := 1; i < len(fs) && len(at) < layout.top; i++ {
 		if fs[i].num != fs[i-1].num {
 			at = append(at, raw.start+fs[i].tag)
 		}
 	}
 	return at
+}
+
+// cutsAround are the two cuts around the fields numbered layout.from
+// through layout.to inside the top-level field layout.within of fs (the
+// object's fields, at base in whole): where the first one's tag begins
+// and where the last one's value ends. They are one run, since
+// kube-apiserver's encoder writes a message's fields in the order of
+// their numbers, a repeated field's entries together.
+func cutsAround(whole []byte, base int, fs []protoField, layout cuts) []int {
+	for _, f := range fs {
+		if f.num != layout.within {
+			continue
+		}
+		from := base + f.start
+		inner, err := topLevelFields(whole[from : base+f.end])
+		if err != nil {
+			return nil
+		}
+		for i, g := range inner {
+			if g.num < layout.from || g.num > layout.to {
+				continue
+			}
+			last := i
+			for last+1 < len(inner) && inner[last+1].num >= layout.from && inner[last+1].num <= layout.to {
+				last++
+			}
+			return []int{from + g.tag, from + inner[last].end}
+		}
+		return nil
+	}
+	return nil
 }
 
 // envelopeRaw is where the object's own bytes (the runtime.Unknown's
@@ -129,18 +187,6 @@ func (s *segments) join() []byte {
 	}
 	b := make([]byte, 0, len(p[0])+len(p[1])+len(p[2]))
 	return append(append(append(b, p[0]...), p[1]...), p[2]...)
-}
-
-// layout is how s was cut, for a copy cut alike: one cut fewer than it
-// has pieces.
-func (s *segments) layout() cuts {
-	n := cuts(0)
-	for _, p := range s.part[1:] {
-		if p != "" {
-			n++
-		}
-	}
-	return n
 }
 
 // empty says whether the object is kept decoded (it has no segments).
@@ -205,12 +251,18 @@ func topLevelFields(b []byte) ([]protoField, error) {
 	return out, nil
 }
 
-// sameSpec says whether s and other are in three segments and share
-// their second (a pod's spec) as one allocation: share made it so
-// because the bytes were equal.
+// specTag begins a pod's spec (field 2, length-delimited): the tag
+// sameSpec finds at the start of a second segment that is a spec, and not
+// at the start of one cut inside a field (a Node's, at its status's
+// addresses).
+const specTag = 2<<3 | 2
+
+// sameSpec says whether s and other are in three segments whose second is
+// their second top-level field (a pod's spec), and share it as one
+// allocation: share made it so because the bytes were equal.
 func (s *segments) sameSpec(other *segments) bool {
 	if s.empty() || other.empty() || s.part[2] == "" || other.part[2] == "" || len(s.part[1]) != len(other.part[1]) || s.part[1] == "" {
 		return false
 	}
-	return unsafe.StringData(s.part[1]) == unsafe.StringData(other.part[1])
+	return s.part[1][0] == specTag && unsafe.StringData(s.part[1]) == unsafe.StringData(other.part[1])
 }

@@ -61,15 +61,16 @@ type Store struct {
 
 func newStore(r resource, logSize int) *Store {
 	RegisterMetrics()
+	layout, asBytes := keptAsBytes[r.gvr]
 	s := &Store{
+		asBytes:    asBytes,
 		Resource:   r.gvr,
 		Kind:       r.kind,
 		Namespaced: r.namespaced,
 		objects:    btree.NewG(btreeDegree, byKey),
 		logSize:    logSize,
 		metrics:    newStoreMetrics(r.gvr.Resource),
-		asBytes:    keptAsBytes[r.gvr] > 0,
-		layout:     keptAsBytes[r.gvr],
+		layout:     layout,
 		apiVersion: r.gvr.GroupVersion().String(),
 	}
 	if r.byNode {
@@ -298,7 +299,7 @@ func (s *Store) Replace(list []interface{}, rv string) error {
 	if !initial {
 		r, reason := relist{}, restartOption
 		if !s.restartLogOnRelist {
-			r, reason = relistChanges(s.objects, objects, old.RV, listRV)
+			r, reason = relistChanges(s.objects, objects, old.RV, listRV, s.layout)
 		}
 		if reason == "" {
 			s.objects, s.nodes = objects, nodes

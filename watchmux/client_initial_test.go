@@ -113,7 +113,9 @@ func TestAHeldChannelsEventsAllComeWhenItsConnectionEnds(t *testing.T) {
 		h := &testHandler{release: make(chan struct{})}
 		srv := NewServer(h, DefaultOptions())
 		end := make(chan *metav1.Status, 1)
-		hs := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { srv.ServeHTTPUntil(w, r, end) }))
+		hs := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			srv.ServeDetached(context.Background(), w, r, end, func() {})
+		}))
 		c, err := Dial(context.Background(), restConfigFor(hs))
 		if err != nil {
 			t.Fatal(err)

@@ -115,7 +115,7 @@ func (h *testHandler) Open(ctx context.Context, sel *v1alpha1.GetOperation, sink
 	return nil, &metav1.Status{Code: http.StatusBadRequest, Message: "unknown test selector " + name}
 }
 
-func startServer(t *testing.T, o Options) (*Server, *httptest.Server, *testHandler) {
+func startServer(t testing.TB, o Options) (*Server, *httptest.Server, *testHandler) {
 	t.Helper()
 	h := &testHandler{release: make(chan struct{})}
 	srv := NewServer(h, o)
@@ -488,14 +488,14 @@ func rawDial(t *testing.T, hs *httptest.Server) *websocket.Conn {
 	return ws
 }
 
-func send(t *testing.T, ws *websocket.Conn, msg string) {
+func send(t testing.TB, ws *websocket.Conn, msg string) {
 	t.Helper()
 	if err := ws.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func read(t *testing.T, ws *websocket.Conn) v1alpha1.ServerMessage {
+func read(t testing.TB, ws *websocket.Conn) v1alpha1.ServerMessage {
 	t.Helper()
 	_ = ws.SetReadDeadline(time.Now().Add(10 * time.Second))
 	_, data, err := ws.ReadMessage()

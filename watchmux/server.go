@@ -61,9 +61,25 @@ func NewServer(h Handler, o Options) *Server {
 			// cross-origin request carries no client certificate or
 			// token the server would accept.
 			CheckOrigin: func(*http.Request) bool { return true },
+			// A client sends little (channel opens and closes, progress
+			// requests): a read buffer of its own, smaller than the HTTP
+			// server's 4 KiB that gorilla would otherwise keep, which a
+			// connection served detached then lets go of.
+			ReadBufferSize: 1024,
+			// A connection holds a write buffer only while it writes a
+			// message: most connections are idle most of the time (a
+			// node's view between its pods' changes), and without a pool
+			// each would keep the 4 KiB buffer the upgrade hijacked for
+			// as long as it lives.
+			WriteBufferPool: &messageBuffers,
 		},
 	}
 }
+
+// messageBuffers are the write buffers of every connection's messages
+// (websocket.Upgrader.WriteBufferPool); one pool, as gorilla asks, since
+// every connection's buffers have one size.
+var messageBuffers sync.Pool
 
 // IsUpgrade reports whether r asks for a bulk watch: a websocket upgrade
 // with watch=1 (or true).
@@ -74,48 +90,80 @@ func IsUpgrade(r *http.Request) bool {
 
 // ServeHTTP upgrades r and serves the connection until it ends. The
 // caller has authenticated and authorized r.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.ServeHTTPUntil(w, r, nil) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if c := s.upgrade(r.Context(), w, r); c != nil {
+		s.run(c, nil)
+	}
+}
 
-// ServeHTTPUntil is ServeHTTP for a connection the caller may end: when
+// ServeDetached upgrades r and serves the connection on a goroutine of
+// its own, under ctx instead of r's context, and returns once the
+// upgrade is done; done is called when the connection has ended. When
 // end yields a status, every channel ends with it as its ERROR and the
 // connection closes once they are written (as Shutdown closes it; with
 // an ERROR 503 the client resumes its channels on another connection).
 // The hub ends a connection whose credential no longer authenticates
 // (401), or that has reached its maximum age (503).
-func (s *Server) ServeHTTPUntil(w http.ResponseWriter, r *http.Request, end <-chan *metav1.Status) {
+//
+// Served detached, a connection keeps nothing of the handler chain its
+// request came through: the chain's goroutine, its copies of the
+// request and their contexts, its audit and tracing state and the HTTP
+// server's read buffer all go once the upgrade is done, where ServeHTTP
+// holds them for the connection's life. ctx carries what the Handler
+// reads (the caller, request.UserFrom) and nothing else.
+func (s *Server) ServeDetached(ctx context.Context, w http.ResponseWriter, r *http.Request, end <-chan *metav1.Status, done func()) {
+	c := s.upgrade(ctx, w, r)
+	if c == nil {
+		done()
+		return
+	}
+	go func() {
+		defer done()
+		s.run(c, end)
+	}()
+}
+
+// upgrade answers r with the websocket upgrade and registers the
+// connection, counted in active; nil when r is refused (answered) or the
+// server is shutting down (the connection closed with a close frame).
+func (s *Server) upgrade(ctx context.Context, w http.ResponseWriter, r *http.Request) *conn {
 	if !websocket.IsWebSocketUpgrade(r) {
 		http.Error(w, "a bulk watch is a websocket upgrade with subprotocol "+v1alpha1.WatchSubprotocol, http.StatusBadRequest)
-		return
+		return nil
 	}
 	if !hasSubprotocol(r) {
 		http.Error(w, "subprotocol "+v1alpha1.WatchSubprotocol+" is required", http.StatusBadRequest)
-		return
+		return nil
 	}
 	hijacker := &batchingHijacker{ResponseWriter: w}
 	ws, err := s.upgrader.Upgrade(hijacker, r, nil)
 	if err != nil {
-		return // the upgrader answered the client
+		return nil // the upgrader answered the client
 	}
-	c := newConn(r.Context(), ws, s.handler, s.opts, &counters{
+	c := newConn(ctx, ws, s.handler, s.opts, &counters{
 		channels: channelsGauge, requests: requestsTotal, closed: closedTotal,
 		written: framesTotal, batch: batchFrames, writeTimeouts: writeTimeoutsTotal,
 	})
 	c.batch = hijacker.conn
 	c.protobuf = ws.Subprotocol() == v1alpha1.WatchSubprotocolProtobuf
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.shutdown {
-		s.mu.Unlock()
 		msg := websocket.FormatCloseMessage(websocket.CloseTryAgainLater, "server shutting down; resubscribe elsewhere")
 		_ = ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(s.opts.WriteTimeout))
 		ws.Close()
-		return
+		return nil
 	}
 	s.conns[c] = struct{}{}
 	s.active.Add(1)
-	s.mu.Unlock()
+	klog.V(4).InfoS("Bulk watch connection opened", "remote", r.RemoteAddr)
+	return c
+}
+
+// run serves c, which upgrade registered, until it ends.
+func (s *Server) run(c *conn, end <-chan *metav1.Status) {
 	defer s.active.Done()
 	connectionsGauge.Inc()
-	klog.V(4).InfoS("Bulk watch connection opened", "remote", r.RemoteAddr)
 	if end != nil {
 		go func() {
 			select {

@@ -40,7 +40,7 @@ func TestSessionEndsWhenItsCredentialIsRefused(t *testing.T) {
 					return
 				}
 				upgrades.Add(1)
-				srv.ServeHTTPUntil(w, r, end)
+				srv.ServeDetached(context.Background(), w, r, end, func() {})
 			}))
 			t.Cleanup(func() {
 				_ = srv.Shutdown(context.Background())

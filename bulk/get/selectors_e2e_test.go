@@ -95,6 +95,12 @@ var selectorCases = []selectorCase{
 	{resource: secretsGVR, namespaced: true, fields: "type!=Opaque"},
 	{resource: secretsGVR, namespaced: true, fields: "type=example.com/custom"},
 	{resource: secretsGVR, namespaced: true, fields: "type="},
+	// kubectl's and controllers' selectors of cordoned nodes: the hub
+	// keeps Nodes as bytes, with spec.unschedulable beside them.
+	{resource: nodesGVR, fields: "spec.unschedulable=true"},
+	{resource: nodesGVR, fields: "spec.unschedulable!=true"},
+	{resource: nodesGVR, fields: "spec.unschedulable=false"},
+	{resource: nodesGVR, fields: "spec.unschedulable==true,metadata.name!=nobody"},
 	{resource: secretsGVR, namespaced: true, fields: "type!="},
 	{resource: secretsGVR, namespaced: true, fields: "type!=Opaque,metadata.name!=tls"},
 	{resource: secretsGVR, namespaced: true, fields: "type=Opaque", labels: "tier=gold"},
@@ -131,7 +137,7 @@ func TestSelectorsAsKubeAPIServerEvaluatesThem(t *testing.T) {
 	// The hub's stores move on with their own type's changes, not with
 	// kube-apiserver's revision: wait until each holds every object made,
 	// then compare each selection once.
-	for _, gvr := range []schema.GroupVersionResource{servicesGVR, endpointSlicesGVR, serviceCIDRsGVR, runtimeClassesGVR, csiDriversGVR} {
+	for _, gvr := range []schema.GroupVersionResource{servicesGVR, endpointSlicesGVR, serviceCIDRsGVR, runtimeClassesGVR, csiDriversGVR, nodesGVR} {
 		everything := selectorCase{resource: gvr}
 		testserver.Eventually(t, 30*time.Second, "the hub holds every "+gvr.Resource, func(ctx context.Context) error {
 			return sameSelection(ctx, t, dyn, hub, everything, "")
@@ -264,6 +270,14 @@ func createClusterWideObjects(t *testing.T, admin kubernetes.Interface, ns strin
 	}
 	for _, s := range endpointSlices {
 		if _, err := admin.DiscoveryV1().EndpointSlices(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []*corev1.Node{
+		{ObjectMeta: metav1.ObjectMeta{Name: ns + "-cordoned"}, Spec: corev1.NodeSpec{Unschedulable: true}},
+		{ObjectMeta: metav1.ObjectMeta{Name: ns + "-open"}},
+	} {
+		if _, err := admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

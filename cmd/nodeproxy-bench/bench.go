@@ -126,6 +126,7 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 	fs.IntVar(&v.Services, "view-services", v.Services, "Services made in the cluster in the nodeview scenario, 100 to a namespace; each node gets a pod in two of their namespaces (its pods in three).")
 	fs.IntVar(&v.EndpointSlices, "view-endpointslices", v.EndpointSlices, "EndpointSlices made in the cluster in the nodeview scenario, spread over --view-services' services.")
 	fs.BoolVar(&v.CopyOnly, "view-copy-only", v.CopyOnly, "Skip the nodeview scenario's side with a channel per object (its figures are 0), for a shorter run.")
+	fs.IntVar(&v.FillLog, "view-fill-log", v.FillLog, "Changes of pods and of Nodes written before each reading of the hub's heap in the nodeview scenario, to fill its change logs: its --cache-log-size, for the hub's heap per node to be what a node costs a replica of any size (docs/benchmarks.md, \"The node view\"); 0 writes none.")
 	fs.StringVar(&v.Profiles, "view-profiles", v.Profiles, "A directory to write the hub's heap profiles to in the nodeview scenario, before and after each side's nodes (hub-heap-<side>-<before|after>.pprof); none when empty.")
 
 	fs = fss.FlagSet("target")
@@ -175,6 +176,9 @@ func (o *benchOptions) validate() error {
 	}
 	if o.nodeView.EndpointSlices > 0 && o.nodeView.Services == 0 {
 		errs = append(errs, fmt.Errorf("--view-endpointslices needs --view-services: the slices are spread over the services"))
+	}
+	if o.nodeView.FillLog < 0 {
+		errs = append(errs, fmt.Errorf("--view-fill-log may not be negative, got %d", o.nodeView.FillLog))
 	}
 	if o.nodeView.Outage <= 0 {
 		errs = append(errs, fmt.Errorf("--view-outage must be positive, got %s", o.nodeView.Outage))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	bulkwatch "github.com/nodeproxy/nodeproxy/bulk/watch"
+	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/test/controlplane"
 )
 
@@ -41,6 +42,12 @@ type NodeViewLoad struct {
 	// them over hub channels does not complete there (docs/benchmarks.md,
 	// "The endpoint with many services in the cluster").
 	CopyOnly bool
+	// FillLog is how many changes of each type whose changes the nodes
+	// make (pods, Nodes) are written before each reading of the hub's
+	// heap, to fill its change logs (fillChangeLogs): the hub's
+	// --cache-log-size for the heap figures to be a node's cost at any
+	// cluster size. 0 writes none.
+	FillLog int
 	// Profiles, when set, is a directory the hub's heap profiles go to,
 	// before and after each side's nodes (hub-heap-<side>-<when>.pprof),
 	// for `go tool pprof -base`.
@@ -50,9 +57,10 @@ type NodeViewLoad struct {
 // DefaultNodeViewLoad is the issue's shape: 20 kubelets, each with 5
 // pods of 20 objects, 100 secrets and configmaps in each node's copy,
 // and a 2-minute outage, followed for 11 minutes after (a kubelet
-// watch's longest timeout and a minute).
+// watch's longest timeout and a minute); the hub's change logs filled at
+// its default size.
 func DefaultNodeViewLoad() NodeViewLoad {
-	return NodeViewLoad{Nodes: 20, PodsPerNode: 5, ObjectsPerPod: 20, Restarts: 1, Outage: 2 * time.Minute, Settle: 11 * time.Minute}
+	return NodeViewLoad{Nodes: 20, PodsPerNode: 5, ObjectsPerPod: 20, Restarts: 1, Outage: 2 * time.Minute, Settle: 11 * time.Minute, FillLog: cache.DefaultLogSize}
 }
 
 // outageRestarts is how many kubelets restart during the outage: a
@@ -126,6 +134,11 @@ func runNodeView(ctx context.Context, env *Env, t Target) (_ *Result, err error)
 		return nil, err
 	}
 	copied.secrets, perObject.secrets = base.secrets, base.secrets
+	if l.FillLog > 0 {
+		if err := base.makeFillers(ctx); err != nil {
+			return nil, err
+		}
+	}
 
 	// 1. Channels and memory: today's one channel per object, then the
 	// copy, on the same objects.
@@ -183,13 +196,20 @@ func (o *nodeViewOutcome) footprintFigures() []Figure {
 		{"channels and memory: hub live heap per node, a channel per object", mib(p.heap), "MiB"},
 		{"channels and memory: hub live heap per node, the copy", mib(c.heap), "MiB"},
 		{"channels and memory: ratio of hub heap per node, a channel per object / the copy", ratio(p.heap, c.heap), "x"},
+	}
+	for _, t := range filledTypes {
+		out = append(out,
+			Figure{"channels and memory: the hub's changes of " + t + " per node, a channel per object (its log refilled before each heap reading)", p.changes[t], ""},
+			Figure{"channels and memory: the hub's changes of " + t + " per node, the copy (its log refilled before each heap reading)", c.changes[t], ""})
+	}
+	out = append(out, []Figure{
 		{"channels and memory: objects in each endpoint's copy, mean", c.copyObjects, ""},
 		{"channels and memory: the kubelet's open watches per node, a channel per object: hub", p.watches["hub"], ""},
 		{"channels and memory: the kubelet's open watches per node, a channel per object: kube-apiserver", p.watches["apiserver"], ""},
 		{"channels and memory: the kubelet's open watches per node, the copy: copy", c.watches["copy"], ""},
 		{"channels and memory: the kubelet's open watches per node, the copy: hub", c.watches["hub"], ""},
 		{"channels and memory: the kubelet's open watches per node, the copy: kube-apiserver", c.watches["apiserver"], ""},
-	}
+	}...)
 	for _, k := range c.hubWatches.sortedKeys() {
 		out = append(out, Figure{"channels and memory: the kubelets' watches off the copy, the copy, every node: " + k, c.hubWatches[k], ""})
 	}

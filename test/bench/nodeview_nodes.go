@@ -64,6 +64,9 @@ type viewFootprint struct {
 	hubWatches requestCounts
 	// upTook is from creating the pods to the last one Running.
 	upTook time.Duration
+	// changes are the changes the hub's cache took in while the nodes
+	// started, per node, by resource.
+	changes requestCounts
 }
 
 // start starts the side's nodes, binds their pods and waits for them to
@@ -73,7 +76,16 @@ func (s *viewSide) start(ctx context.Context, dir string, endpointArgs []string)
 	if err := waitHubChannels(ctx, s.t, s.idleChannels); err != nil {
 		return f, err
 	}
+	if s.load.FillLog > 0 {
+		if err := s.fillChangeLogs(ctx, s.load.FillLog); err != nil {
+			return f, err
+		}
+	}
 	channels0, heap0, _, err := hubFootprint(ctx, s.t, s.profile("before"))
+	if err != nil {
+		return f, err
+	}
+	changes0, err := s.hubChanges(ctx)
 	if err != nil {
 		return f, err
 	}
@@ -125,11 +137,24 @@ func (s *viewSide) start(ctx context.Context, dir string, endpointArgs []string)
 	if err := sleepUntil(ctx, time.Now().Add(5*time.Second)); err != nil {
 		return f, err
 	}
+	n := float64(len(s.nodes))
+	changes1, err := s.hubChanges(ctx)
+	if err != nil {
+		return f, err
+	}
+	f.changes = changes1.minus(changes0)
+	for k := range f.changes {
+		f.changes[k] /= n
+	}
+	if s.load.FillLog > 0 {
+		if err := s.fillChangeLogs(ctx, s.load.FillLog); err != nil {
+			return f, err
+		}
+	}
 	channels1, heap1, views, err := hubFootprint(ctx, s.t, s.profile("after"))
 	if err != nil {
 		return f, err
 	}
-	n := float64(len(s.nodes))
 	f.channels, f.heap, f.views = (channels1-channels0)/n, (heap1-heap0)/n, views
 	usage, err := endpointUsage(s.nodes)
 	if err != nil {

@@ -17,7 +17,7 @@ func TestNodeViewScenario(t *testing.T) {
 	// The scenario replaces the hub's process when it brings the hub
 	// back: stop whichever runs at the end.
 	t.Cleanup(func() { np.Process.Stop() })
-	env := &Env{NodeView: NodeViewLoad{Nodes: 2, PodsPerNode: 1, ObjectsPerPod: 4, Restarts: 1, Outage: 15 * time.Second}, Progress: os.Stderr}
+	env := &Env{NodeView: NodeViewLoad{Nodes: 2, PodsPerNode: 1, ObjectsPerPod: 4, Restarts: 1, Outage: 15 * time.Second, FillLog: 16}, Progress: os.Stderr}
 	r, err := runNodeView(context.Background(), env, localTarget(t, np))
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +41,15 @@ func TestNodeViewScenario(t *testing.T) {
 	// Without it, one per object and per type the kubelet watches.
 	if got := figure("channels and memory: hub channels per node, a channel per object (--node-view=false)"); got < 4 {
 		t.Errorf("hub channels per node without the copy: %v, want at least one per object (4)", got)
+	}
+	// Each side's nodes registered and ran a pod: the hub took in their
+	// changes, counted before the logs were refilled (FillLog).
+	for _, t2 := range []string{"a channel per object", "the copy"} {
+		for _, kind := range filledTypes {
+			if got := figure("channels and memory: the hub's changes of " + kind + " per node, " + t2 + " (its log refilled before each heap reading)"); got < 1 {
+				t.Errorf("the hub's changes of %s per node, %s: %v, want at least one", kind, t2, got)
+			}
+		}
 	}
 	if got := figure("channels and memory: endpoint RSS per node, the copy, mean"); got <= 0 {
 		t.Errorf("endpoint RSS not measured: %v", got)
