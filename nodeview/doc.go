@@ -82,7 +82,9 @@
 //     holds (a status write) keeps the paths it had, undecoded.
 //   - A view keeps identities and counts, never objects or bytes of its
 //     own: its pods and volumes are the cache's objects, at the version it
-//     took in.
+//     took in, and what it reaches of the graph's kinds is its entries in
+//     the one index of what views reach (reachindex.go), which also
+//     routes those objects' changes.
 //   - Step is the whole of a round and takes no other lock than Views.mu,
 //     besides the inboxes' (views closed, progress requests), held for a
 //     swap, which other goroutines put into without waiting for a step:

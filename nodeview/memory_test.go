@@ -122,8 +122,8 @@ func benchmarkBytesPerView(b *testing.B, protobuf bool) {
 			r.views.remove(v)
 		}
 		r.views.Step()
-		if len(r.views.all) != 0 || len(r.views.wants) != 0 {
-			b.Fatalf("%d views and %d wanted objects after every view closed", len(r.views.all), len(r.views.wants))
+		if len(r.views.all) != 0 || r.views.reached.len() != 0 {
+			b.Fatalf("%d views and %d wanted objects after every view closed", len(r.views.all), r.views.reached.len())
 		}
 		b.ReportMetric(float64(int64(churned)-int64(liveHeap()))/nodes, "B/view-churned")
 		if f := os.Getenv("NODEVIEW_HEAP_PROFILE"); f != "" {

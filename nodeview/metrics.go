@@ -123,6 +123,20 @@ var (
 		Help:           "Objects node views sent, by the encoding their client asked for: protobuf (the node endpoint's; a pod goes as the cache keeps it, not encoded) or json (an older endpoint's, or another client's). LEFT and BOOKMARK events are JSON on either and not counted.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"encoding"})
+	indexEntries = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "nodeview",
+		Name:           "index_entries",
+		Help:           "Objects of the graph's kinds (and namespaces) that at least one open node view reaches or holds: the entries of the index that routes their changes to the views, each with the reach of the one view that has it or a map of several.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	indexRebuilds = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "nodeview",
+		Name:           "index_rebuilds_total",
+		Help:           "Times the index of what node views reach was copied to a smaller map, three quarters of the entries it held at its largest gone (views closed, pods gone): a Go map keeps the memory of entries deleted from it.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	podReads = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace:      "nodeproxy",
 		Subsystem:      "nodeview",
@@ -146,7 +160,7 @@ var (
 // registry that k8s.io/apiserver serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(openViews, heldObjects, viewObjects, events, opens, settles, heldTooLong, withheld, progressRequests, progressRefusals, progressProofs, encodedObjects, podReads)
+		legacyregistry.MustRegister(openViews, heldObjects, viewObjects, events, opens, settles, heldTooLong, withheld, progressRequests, progressRefusals, progressProofs, encodedObjects, podReads, indexEntries, indexRebuilds)
 		for i, name := range encodingNames {
 			encodedCounters[i] = encodedObjects.WithLabelValues(name)
 		}

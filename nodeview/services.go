@@ -54,12 +54,14 @@ func (v *view) inNamespace(ns string) bool {
 	return ns == metav1.NamespaceDefault || v.paths(graph.ObjectRef{Kind: namespaceKind, Name: ns}) > 0
 }
 
-// namespaces are the namespaces whose services the view holds, in order.
+// namespaces are the namespaces whose services the view holds, in
+// order: those of its pods (each adds a path to its namespace while it
+// is in the view), and default.
 func (v *view) namespaces() []string {
 	out := []string{metav1.NamespaceDefault}
-	for r, e := range v.refs {
-		if r.Kind == namespaceKind && e.paths > 0 {
-			out = append(out, r.Name)
+	for k := range v.pods {
+		if !slices.Contains(out, k.namespace) {
+			out = append(out, k.namespace)
 		}
 	}
 	slices.Sort(out)

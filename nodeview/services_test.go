@@ -37,7 +37,7 @@ func TestNamespaceServicesEnterBeforeItsFirstPodAndLeaveAfterItsLast(t *testing.
 		"DELETED Pod web/p2", "LEFT Service web/api", "LEFT Service web/front", "BOOKMARK")
 	expect(t, "a service of the namespace the node left", step(r, c, k.put(servicesGVR, serviceIn("web", "front"))))
 	expect(t, "another node's view throughout", other.read())
-	if refs := len(r.views.wants); refs != 0 {
+	if refs := r.views.reached.len(); refs != 0 {
 		t.Errorf("%d objects in the index of what views reach after the last pod went, want 0", refs)
 	}
 

@@ -25,13 +25,14 @@ type Reachability interface {
 	Reachable(node string, ref graph.ObjectRef) bool
 }
 
-// index is told which graph objects a view reaches, so that their
-// changes are routed to it (Views keeps it); a view calls it when an
-// object's paths go from none to some and back. shared says whether more
-// than one view reaches ref.
+// index keeps what each view knows of the objects of the graph's kinds
+// it reaches or holds (their reach), for all views at once, so that
+// their changes are routed to the views that reach them (Views keeps it,
+// reachIndex). shared says whether more than one view reaches or holds
+// ref.
 type index interface {
-	want(v *view, ref graph.ObjectRef)
-	unwant(v *view, ref graph.ObjectRef)
+	reach(v *view, ref graph.ObjectRef) reach
+	setReach(v *view, ref graph.ObjectRef, r reach)
 	shared(ref graph.ObjectRef) bool
 }
 
@@ -193,13 +194,21 @@ type view struct {
 	live Reachability
 	ix   index
 
-	// refs are the objects of the graph's kinds the view reaches or the
-	// consumer holds, and the volumes it holds: one entry for both, since
-	// they are the same objects but while one is withheld or missing
-	// (reach). An entry goes when it is neither.
-	refs map[graph.ObjectRef]reach
-	// held counts the entries of refs the consumer holds.
+	// The objects of the graph's kinds the view reaches or the consumer
+	// holds, and the volumes it holds, are in ix with their reach: one
+	// entry for both, since they are the same objects but while one is
+	// withheld or missing. An entry goes when it is neither. The view
+	// keeps no list of them (reachIndex says why): what it must go
+	// through, it finds from its pods (namespaces) or records while it
+	// builds (built).
+	//
+	// held counts the objects of ix the consumer holds.
 	held int
+	// id names the view in ix's entries, 0 before its first (ix keeps it).
+	id uint32
+	// built are the objects build recorded as held, for sendAll to send
+	// (nil once sent): the initial state's, gone once it is.
+	built []graph.ObjectRef
 	// volumes are the PVs in the view, bound to a claim it reaches, each
 	// at the version whose secrets it added a path to: the cache's own
 	// object, which the view takes in again at each change.
@@ -256,26 +265,20 @@ type podEntry struct {
 func newView(node string, types v1alpha1.NodeViewTypeSet, sink watchmux.Sink, live Reachability, ix index) *view {
 	return &view{
 		node: node, types: types, sink: sink, live: live, ix: ix,
-		refs: map[graph.ObjectRef]reach{}, volumes: map[string]*cache.Object{}, pods: map[objectKey]podEntry{},
+		volumes: map[string]*cache.Object{}, pods: map[objectKey]podEntry{},
 	}
 }
 
 // paths is how many paths lead from ref to the node.
-func (v *view) paths(ref graph.ObjectRef) int32 { return v.refs[ref].paths }
+func (v *view) paths(ref graph.ObjectRef) int32 { return v.ix.reach(v, ref).paths }
 
 // holds says whether the consumer holds ref.
-func (v *view) holds(ref graph.ObjectRef) bool { return v.refs[ref].held }
+func (v *view) holds(ref graph.ObjectRef) bool { return v.ix.reach(v, ref).held }
 
-// setPaths and setHeld change one half of ref's entry, dropping the
-// entry once it is empty.
-func (v *view) setPaths(ref graph.ObjectRef, n int32) {
-	r := v.refs[ref]
-	r.paths = n
-	v.putRef(ref, r)
-}
-
+// setHeld changes one half of ref's entry, the index dropping the entry
+// once it is empty.
 func (v *view) setHeld(ref graph.ObjectRef, held bool) {
-	r := v.refs[ref]
+	r := v.ix.reach(v, ref)
 	switch {
 	case held && !r.held:
 		v.held++
@@ -283,15 +286,7 @@ func (v *view) setHeld(ref graph.ObjectRef, held bool) {
 		v.held--
 	}
 	r.held = held
-	v.putRef(ref, r)
-}
-
-func (v *view) putRef(ref graph.ObjectRef, r reach) {
-	if r == (reach{}) {
-		delete(v.refs, ref)
-		return
-	}
-	v.refs[ref] = r
+	v.ix.setReach(v, ref, r)
 }
 
 // objects is how many objects of its own the view holds: everything but
@@ -331,7 +326,7 @@ func (v *view) build(st *state) {
 	}
 }
 
-// sendAll sends the view build recorded as its initial state, in types
+// sendAll sends the view build recorded (built) as its initial state, in types
 // order, each type in key order, then the bookmark that ends it. An
 // object the live graph no longer lets the node reach is withheld (the
 // graph is ahead of the snapshot: the change that took it away is about
@@ -346,16 +341,23 @@ func (v *view) sendAll(st *state, pos Position) {
 		switch t.role {
 		case reached, boundVolume:
 			var refs []graph.ObjectRef
-			for r, e := range v.refs {
-				if e.held && r.Kind == t.kind {
+			for _, r := range v.built {
+				if r.Kind == t.kind {
 					refs = append(refs, r)
 				}
 			}
 			slices.SortFunc(refs, compareRefs)
 			for _, r := range refs {
+				// build recorded it held: sent as show sends what the
+				// consumer lacks, or withheld and then not held. Its
+				// entry is written only then, which most are not.
+				if !v.live.Reachable(v.node, r) {
+					withheld.Inc()
+					v.setHeld(r, false)
+					continue
+				}
 				o, _ := st.get(i, r.Namespace, r.Name)
-				v.setHeld(r, false)
-				v.show(i, r, o, watch.Added, st)
+				v.emit(watch.Added, v.encode(st, i, o))
 			}
 		case ownNode:
 			if o, ok := st.get(i, "", v.node); ok {
@@ -381,6 +383,7 @@ func (v *view) sendAll(st *state, pos Position) {
 			})
 		}
 	}
+	v.built = nil
 	v.sink.Initial(watch.Bookmark, bookmarkObject(v.positionOf(pos), true, ""))
 	v.sent, v.marked = 0, pos
 }
@@ -567,12 +570,15 @@ func (v *view) addPath(ref graph.ObjectRef, delta int32, st *state) {
 	if i < 0 {
 		return
 	}
-	before := v.paths(ref)
-	after := max(before+delta, 0)
-	v.setPaths(ref, after)
+	r := v.ix.reach(v, ref)
+	before := r.paths
+	r.paths = max(before+delta, 0)
+	after := r.paths
+	// The entry that routes ref's changes to the view comes and goes
+	// with its reach: first path in, last path and held out.
+	v.ix.setReach(v, ref, r)
 	switch {
 	case before == 0 && after > 0:
-		v.ix.want(v, ref)
 		if ref.Kind == namespaceKind {
 			v.namespaceIn(ref.Name, st)
 			return
@@ -604,7 +610,6 @@ func (v *view) addPath(ref graph.ObjectRef, delta int32, st *state) {
 				v.volumeOut(name, nil, v1alpha1.NodeViewLeft, st)
 			}
 		}
-		v.ix.unwant(v, ref)
 	}
 }
 
@@ -621,6 +626,7 @@ func (v *view) addPath(ref graph.ObjectRef, delta int32, st *state) {
 func (v *view) show(i int, ref graph.ObjectRef, o *cache.Object, t watch.EventType, st *state) {
 	if v.quiet {
 		v.setHeld(ref, true)
+		v.built = append(v.built, ref)
 		return
 	}
 	held := v.holds(ref)

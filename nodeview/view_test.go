@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+	"github.com/nodeproxy/nodeproxy/graph"
 )
 
 // step writes ws to r, steps its views once, and returns what c read.
@@ -64,6 +65,56 @@ func TestInitialStateSendsWhatAPodUsesBeforeThePod(t *testing.T) {
 		"ADDED Pod ns/p1",
 		"BOOKMARK initial-events-end",
 	)
+}
+
+// TestInitialStateWithholdsWhatTheLiveGraphNoLongerLetsTheNodeReach:
+// the graph takes in a change before the cache publishes it, so the
+// initial state may name an object the live graph already took away. It
+// is not sent, and the consumer is not taken to hold it: a change the
+// node may see again enters the view.
+func TestInitialStateWithholdsWhatTheLiveGraphNoLongerLetsTheNodeReach(t *testing.T) {
+	r := newReplica(t, 256)
+	var k cluster
+	for _, w := range []write{
+		k.put(secretsGVR, secret("s1", "a")),
+		k.put(secretsGVR, secret("s2", "a")),
+		k.put(secretsGVR, secret("csi-creds", "x")),
+		k.put(pvcGVR, claim("data")),
+		k.put(pvGVR, pv("vol", "data", "csi-creds")),
+		k.put(podsGVR, pod("p1", "n1", "secret/s1", "secret/s2", "claim/data")),
+	} {
+		r.write(w)
+	}
+	s2, vol := secretRef("ns", "s2"), graph.ObjectRef{Kind: graph.PersistentVolume, Name: "vol"}
+	live := &denying{Reachability: r.graph, deny: map[graph.ObjectRef]bool{s2: true, vol: true}}
+	c := &consumer{t: t, node: "n1", held: map[string]uint64{}}
+	c.view = newView("n1", v1alpha1.AllNodeViewTypes, &c.sink, live, r.views)
+	r.views.join(c.view, Position{}, false)
+	expect(t, "initial state", step(r, c),
+		"ADDED Secret ns/csi-creds",
+		"ADDED Secret ns/s1",
+		"ADDED PersistentVolumeClaim ns/data",
+		"ADDED Pod ns/p1",
+		"BOOKMARK initial-events-end",
+	)
+	if got := c.view.objects(); got != 4 {
+		t.Errorf("the view counts %d objects of its own, want 4 (2 secrets, the claim, the pod)", got)
+	}
+
+	clear(live.deny)
+	expect(t, "what was withheld changes, the live graph letting the node reach it",
+		step(r, c, k.put(secretsGVR, secret("s2", "b")), k.put(pvGVR, pv("vol", "data", "csi-creds"))),
+		"ENTERED Secret ns/s2", "ENTERED PersistentVolume vol", "BOOKMARK")
+}
+
+// denying is the live graph but for the objects in deny.
+type denying struct {
+	Reachability
+	deny map[graph.ObjectRef]bool
+}
+
+func (d *denying) Reachable(node string, ref graph.ObjectRef) bool {
+	return !d.deny[ref] && d.Reachability.Reachable(node, ref)
 }
 
 func TestPodArrivesAfterWhatItUses(t *testing.T) {

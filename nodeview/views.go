@@ -48,7 +48,7 @@ type Views struct {
 	holding     uint64                        // guarded by mu
 	holdingFrom time.Time                     // guarded by mu
 	byNode      map[string]map[*view]struct{} // guarded by mu
-	wants       map[graph.ObjectRef]viewSet   // guarded by mu
+	reached     *reachIndex                   // guarded by mu: what views reach, by object
 	all         map[*view]struct{}            // guarded by mu: joined views
 	joining     []*joinRequest                // guarded by mu
 
@@ -104,7 +104,7 @@ func NewViews(c *cache.Cache, live Reachability, bookmarkInterval time.Duration)
 	RegisterMetrics()
 	m := &Views{
 		live: live, interval: bookmarkInterval, wake: make(chan struct{}, 1), now: time.Now,
-		byNode: map[string]map[*view]struct{}{}, wants: map[graph.ObjectRef]viewSet{}, all: map[*view]struct{}{},
+		byNode: map[string]map[*view]struct{}{}, reached: newReachIndex(), all: map[*view]struct{}{},
 	}
 	for i, t := range types {
 		s := c.Store(t.gvr)
@@ -331,13 +331,13 @@ func (m *Views) routeLocked(i int, e *cache.Event) {
 	add := func(set map[*view]struct{}) { addAll(maps.Keys(set)) }
 	switch t := types[i]; t.role {
 	case reached:
-		addAll(m.wants[graph.ObjectRef{Kind: t.kind, Namespace: o.Namespace, Name: o.Name}].all())
+		addAll(m.reached.views(graph.ObjectRef{Kind: t.kind, Namespace: o.Namespace, Name: o.Name}))
 	case boundVolume:
 		if c, ok := claimOf(prev); ok {
-			addAll(m.wants[c].all())
+			addAll(m.reached.views(c))
 		}
 		if c, ok := claimOf(o); ok {
-			addAll(m.wants[c].all())
+			addAll(m.reached.views(c))
 		}
 		// Routed before the index moves: a view decides by what it
 		// holds and by the event, not by the index. A deleted volume is
@@ -355,7 +355,7 @@ func (m *Views) routeLocked(i int, e *cache.Event) {
 		add(m.all)
 	case podNamespaces:
 		if ref, ok := namespaceOf(o); ok {
-			addAll(m.wants[ref].all())
+			addAll(m.reached.views(ref))
 		} else {
 			add(m.all)
 		}
@@ -447,6 +447,7 @@ func (m *Views) resumeLocked(v *view, from Position) {
 	st.claims = claimsAt(st.snaps[pvIndex])
 	m.registerLocked(v)
 	v.build(&st)
+	v.built = nil // the consumer holds it already
 	// The catch-up is bounded by the change logs, not by the channel's
 	// queue: a view away for a while must not be refused as too slow for
 	// what it missed, as a watch's initial state is not.
@@ -480,27 +481,13 @@ func (m *Views) registerLocked(v *view) {
 	openViews.Inc()
 }
 
-// want and unwant keep the index of what views reach (index).
-func (m *Views) want(v *view, ref graph.ObjectRef) {
-	set := m.wants[ref]
-	set.add(v)
-	m.wants[ref] = set
-}
+// reach, setReach and shared keep what views reach (index) in
+// m.reached.
+func (m *Views) reach(v *view, ref graph.ObjectRef) reach { return m.reached.reach(v, ref) }
 
-func (m *Views) shared(ref graph.ObjectRef) bool { return m.wants[ref].more != nil }
+func (m *Views) setReach(v *view, ref graph.ObjectRef, r reach) { m.reached.setReach(v, ref, r) }
 
-func (m *Views) unwant(v *view, ref graph.ObjectRef) {
-	set, ok := m.wants[ref]
-	if !ok {
-		return
-	}
-	set.remove(v)
-	if set.empty() {
-		delete(m.wants, ref)
-	} else {
-		m.wants[ref] = set
-	}
-}
+func (m *Views) shared(ref graph.ObjectRef) bool { return m.reached.isShared(ref) }
 
 // markLocked sends the position to the views that were sent something
 // in this step or whose position answers a progress request, or, with
@@ -538,17 +525,30 @@ func (m *Views) markLocked(all bool) {
 }
 
 func (m *Views) sweepLocked() {
+	dropped := false
 	for _, v := range m.gone.take() {
-		m.dropLocked(v)
+		dropped = m.dropLocked(v) || dropped
+	}
+	if dropped {
+		m.dropReachedLocked()
 	}
 }
 
-// dropLocked takes v out of every index.
-func (m *Views) dropLocked(v *view) {
+// dropReachedLocked takes the entries of every view dropped since the
+// last call out of the index of what views reach: those no longer
+// joined. One pass over the index, whatever the number of views gone
+// (reachIndex says why views do not list their own entries).
+func (m *Views) dropReachedLocked() {
+	m.reached.dropViews(func(v *view) bool { return !v.joined })
+}
+
+// dropLocked takes v out of every index but the index of what views
+// reach (dropReachedLocked), and says whether it was in them.
+func (m *Views) dropLocked(v *view) bool {
 	v.dead = true
 	v.abandonProgress()
 	if !v.joined {
-		return
+		return false
 	}
 	v.joined = false
 	delete(m.all, v)
@@ -558,32 +558,42 @@ func (m *Views) dropLocked(v *view) {
 			delete(m.byNode, v.node)
 		}
 	}
-	for ref, r := range v.refs {
-		if r.paths > 0 {
-			m.unwant(v, ref)
-		}
-	}
 	openViews.Dec()
+	return true
 }
 
 func (m *Views) expireLocked(v *view, msg string) {
-	m.dropLocked(v)
+	if m.dropLocked(v) {
+		m.dropReachedLocked()
+	}
+	closeExpired(v, msg)
+}
+
+func closeExpired(v *view, msg string) {
 	v.sink.Close(&metav1.Status{Status: metav1.StatusFailure, Code: http.StatusGone, Reason: metav1.StatusReasonExpired, Message: msg})
 }
 
+// expireAllLocked ends every view. With none joined left, the index of
+// what views reach starts empty rather than scanned once per view.
 func (m *Views) expireAllLocked(msg string) {
 	klog.InfoS("Every node view starts again", "reason", msg, "views", len(m.all))
 	for v := range m.all {
-		m.expireLocked(v, msg)
+		m.dropLocked(v)
+		closeExpired(v, msg)
 	}
+	m.reached = newReachIndex()
 }
 
-// observeLocked sets the objects gauge: the sum over views is cheap next
-// to the step that changed it.
+// observeLocked sets the objects gauge, the sum over views being cheap
+// next to the step that changed it, and gives back the memory of the
+// index's entries gone if most have (reachIndex.compact): pods leave and
+// views close a step at a time.
 func (m *Views) observeLocked() {
 	n := 0
 	for v := range m.all {
 		n += v.objects()
 	}
 	heldObjects.Set(float64(n))
+	m.reached.compact()
+	indexEntries.Set(float64(m.reached.len()))
 }
