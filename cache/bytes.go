@@ -123,12 +123,12 @@ func (o *Object) keysInBytes(whole []byte) {
 	if err != nil || raw.Num == 0 {
 		return
 	}
-	fs, err := kubeproto.AppendFields(nil, raw.Value(whole))
+	fs, err := kubeproto.Fields(raw.Value(whole))
 	if err != nil || len(fs) == 0 || fs[0].Num != kubeproto.ObjectMetadata {
 		return
 	}
 	metaAt := raw.Start + fs[0].Start
-	metadata, err := kubeproto.AppendFields(nil, fs[0].Value(raw.Value(whole)))
+	metadata, err := kubeproto.Fields(fs[0].Value(raw.Value(whole)))
 	if err != nil {
 		return
 	}

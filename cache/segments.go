@@ -107,7 +107,7 @@ func cutPoints(whole []byte, layout cuts) []int {
 	if err != nil || raw.Num == 0 {
 		return nil
 	}
-	fs, err := kubeproto.AppendFields(nil, raw.Value(whole))
+	fs, err := kubeproto.Fields(raw.Value(whole))
 	if err != nil || len(fs) < 2 || fs[0].Num != kubeproto.ObjectMetadata {
 		return nil
 	}
@@ -135,7 +135,7 @@ func cutsAround(whole []byte, base int, fs []kubeproto.Field, layout cuts) []int
 			continue
 		}
 		from := base + f.Start
-		inner, err := kubeproto.AppendFields(nil, whole[from:base+f.End])
+		inner, err := kubeproto.Fields(whole[from : base+f.End])
 		if err != nil {
 			return nil
 		}
