@@ -23,33 +23,44 @@ func (f Field) Value(b []byte) []byte { return b[f.Start:f.End] }
 // len(b)); the next one begins at its End. An error says where b is
 // malformed or truncated.
 //
-// Most fields of an API object are length-delimited, with a one-byte tag
-// (numbers 1 to 15) and a length of one or two bytes (under 16 KiB):
-// Next reads those inline, and the rest, and anything malformed, with
-// protowire (FuzzFields holds the two to the same answers). The reads it
-// serves run at every write the cache keeps as bytes and at every event
-// the endpoint copies or the bulk watch client reads, where a call into
-// protowire per varint costs more than the walk itself (BenchmarkNext).
+// Most fields of an API object have a one-byte tag (numbers 1 to 15)
+// and are length-delimited with a length of one or two bytes (under 16
+// KiB), or a varint of one byte (a bool, a small number): Next reads
+// those inline, and the rest, and anything malformed, with protowire
+// (FuzzFields holds the two to the same answers). The reads it serves run
+// at every write the cache keeps as bytes and at every event the endpoint
+// copies or the bulk watch client reads, where calls into protowire for
+// the tag and again for the length cost more than the walk itself
+// (BenchmarkNext).
 func Next(b []byte, at int) (Field, error) {
 	if at >= 0 && at+1 < len(b) {
-		if tag := b[at]; tag >= 1<<3 && tag < 0x80 && tag&7 == byte(protowire.BytesType) {
-			l, start := int(b[at+1]), at+2
+		tag, l := b[at], int(b[at+1])
+		if tag < 1<<3 || tag >= 0x80 {
+			return consume(b, at)
+		}
+		switch protowire.Type(tag & 7) {
+		case protowire.BytesType:
+			start := at + 2
 			if l >= 0x80 {
 				if start >= len(b) || b[start] >= 0x80 {
-					return next(b, at)
+					return consume(b, at)
 				}
 				l, start = l&0x7f|int(b[start])<<7, start+1
 			}
-			if end := start + l; end <= len(b) {
-				return Field{Num: protowire.Number(tag >> 3), Type: protowire.BytesType, Tag: at, Start: start, End: end}, nil
+			if start+l <= len(b) {
+				return Field{Num: protowire.Number(tag >> 3), Type: protowire.BytesType, Tag: at, Start: start, End: start + l}, nil
+			}
+		case protowire.VarintType:
+			if l < 0x80 {
+				return Field{Num: protowire.Number(tag >> 3), Type: protowire.VarintType, Tag: at, Start: at + 1, End: at + 2}, nil
 			}
 		}
 	}
-	return next(b, at)
+	return consume(b, at)
 }
 
-// next is Next for any field.
-func next(b []byte, at int) (Field, error) {
+// consume is Next for any field, with protowire.
+func consume(b []byte, at int) (Field, error) {
 	if at < 0 || at > len(b) {
 		return Field{}, fmt.Errorf("field at byte %d of %d", at, len(b))
 	}

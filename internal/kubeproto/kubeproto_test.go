@@ -227,7 +227,7 @@ func TestEnvelopeOfBadBytes(t *testing.T) {
 }
 
 // FuzzFields: on any bytes, no reader panics; Next's inline reading
-// gives protowire's answer (next) at every field; and where Fields
+// gives protowire's answer (consume) at every field; and where Fields
 // succeeds its fields tile the bytes: each begins where the one before
 // ended, the last ends at the end, and each value lies within its field.
 func FuzzFields(f *testing.F) {
@@ -243,7 +243,7 @@ func FuzzFields(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for at := 0; at < len(b); {
 			got, err := Next(b, at)
-			want, wantErr := next(b, at)
+			want, wantErr := consume(b, at)
 			if got != want || (err == nil) != (wantErr == nil) {
 				t.Fatalf("at byte %d: Next %+v, %v; protowire %+v, %v", at, got, err, want, wantErr)
 			}
