@@ -23,37 +23,45 @@ func (f Field) Value(b []byte) []byte { return b[f.Start:f.End] }
 // len(b)); the next one begins at its End. An error says where b is
 // malformed or truncated.
 //
-// Most fields of an API object have a one-byte tag (numbers 1 to 15)
-// and are length-delimited with a length of one or two bytes (under 16
-// KiB), or a varint of one byte (a bool, a small number): Next reads
-// those inline, and the rest, and anything malformed, with protowire
-// (FuzzFields holds the two to the same answers). The reads it serves run
-// at every write the cache keeps as bytes and at every event the endpoint
-// copies or the bulk watch client reads, where calls into protowire for
-// the tag and again for the length cost more than the walk itself
-// (BenchmarkNext).
+// Most fields of an API object have a tag of one or two bytes (numbers
+// 1 to 2047) and are length-delimited with a length of one or two bytes
+// (under 16 KiB), or a varint of one byte (a bool, a small number): Next
+// reads those inline, and the rest, and anything malformed, with
+// protowire (FuzzFields holds the two to the same answers). The reads it
+// serves run at every write the cache keeps as bytes and at every event
+// the endpoint copies or the bulk watch client reads, where calls into
+// protowire for the tag and again for the length cost more than the walk
+// itself (BenchmarkNext).
 func Next(b []byte, at int) (Field, error) {
-	if at >= 0 && at+1 < len(b) {
-		tag, l := b[at], int(b[at+1])
-		if tag < 1<<3 || tag >= 0x80 {
+	if at < 0 || at >= len(b) {
+		return consume(b, at)
+	}
+	key, start := int(b[at]), at+1
+	if key >= 0x80 {
+		if start >= len(b) || b[start] >= 0x80 {
 			return consume(b, at)
 		}
-		switch protowire.Type(tag & 7) {
-		case protowire.BytesType:
-			start := at + 2
-			if l >= 0x80 {
-				if start >= len(b) || b[start] >= 0x80 {
-					return consume(b, at)
-				}
-				l, start = l&0x7f|int(b[start])<<7, start+1
+		key, start = key&0x7f|int(b[start])<<7, start+1
+	}
+	num, typ := protowire.Number(key>>3), protowire.Type(key&7)
+	if num < 1 || start >= len(b) {
+		return consume(b, at)
+	}
+	switch l := int(b[start]); typ {
+	case protowire.BytesType:
+		start++
+		if l >= 0x80 {
+			if start >= len(b) || b[start] >= 0x80 {
+				return consume(b, at)
 			}
-			if start+l <= len(b) {
-				return Field{Num: protowire.Number(tag >> 3), Type: protowire.BytesType, Tag: at, Start: start, End: start + l}, nil
-			}
-		case protowire.VarintType:
-			if l < 0x80 {
-				return Field{Num: protowire.Number(tag >> 3), Type: protowire.VarintType, Tag: at, Start: at + 1, End: at + 2}, nil
-			}
+			l, start = l&0x7f|int(b[start])<<7, start+1
+		}
+		if start+l <= len(b) {
+			return Field{Num: num, Type: typ, Tag: at, Start: start, End: start + l}, nil
+		}
+	case protowire.VarintType:
+		if l < 0x80 {
+			return Field{Num: num, Type: typ, Tag: at, Start: start, End: start + 1}, nil
 		}
 	}
 	return consume(b, at)

@@ -240,6 +240,8 @@ func FuzzFields(f *testing.F) {
 	f.Add(msg(nil, 1, bytes.Repeat([]byte{'x'}, 200)))
 	f.Add(msg(nil, 1, bytes.Repeat([]byte{'x'}, 20000)))
 	f.Add([]byte{0x0a, 0x80, 0x01})
+	f.Add(str(nil, 300, "two-byte tag"))
+	f.Add(varint(nil, 40, 1))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for at := 0; at < len(b); {
 			got, err := Next(b, at)
