@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeproxy/nodeproxy/internal/kubeproto"
 )
 
 // Objects kept as bytes (docs/architecture.md, "Objects as
@@ -21,10 +23,6 @@ import (
 // have seen it. A decoded pod of a Deployment costs several times its
 // protobuf (docs/benchmarks.md, "The hub's heap per cached object"):
 // most of a decoded object is Go's representation of it, not data.
-
-// protobufMagic starts every object kube-apiserver's protobuf serializer
-// writes.
-var protobufMagic = []byte("k8s\x00")
 
 // protobufOf is obj as kube-apiserver's protobuf serializer writes it:
 // the magic, then a runtime.Unknown carrying apiVersion, kind and the
@@ -41,7 +39,7 @@ func protobufOf(apiVersion, kind string, obj runtime.Object) ([]byte, error) {
 	}
 	unk := &runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: apiVersion, Kind: kind}, Raw: raw}
 	var b bytes.Buffer
-	b.Grow(unk.Size() + len(protobufMagic))
+	b.Grow(unk.Size() + len(kubeproto.Magic))
 	if err := protobufEnvelope.Encode(unk, &b); err != nil {
 		return nil, fmt.Errorf("encode %s as protobuf: %w", kind, err)
 	}
@@ -53,24 +51,12 @@ func protobufOf(apiVersion, kind string, obj runtime.Object) ([]byte, error) {
 // meta from the envelope.
 func decodeProtobuf(raw []byte) (runtime.Object, runtime.TypeMeta, error) {
 	var tm runtime.TypeMeta
-	if !bytes.HasPrefix(raw, protobufMagic) {
-		return nil, tm, fmt.Errorf("not kube-apiserver's protobuf: %d bytes without its magic", len(raw))
-	}
-	fs, err := topLevelFields(raw[len(protobufMagic):])
+	typeMeta, body, err := kubeproto.Envelope(raw)
 	if err != nil {
-		return nil, tm, fmt.Errorf("protobuf envelope: %w", err)
+		return nil, tm, fmt.Errorf("protobuf of %d bytes: %w", len(raw), err)
 	}
-	var body []byte
-	for _, f := range fs {
-		v := raw[len(protobufMagic)+f.start : len(protobufMagic)+f.end]
-		switch f.num {
-		case 1:
-			if err := tm.Unmarshal(v); err != nil {
-				return nil, tm, fmt.Errorf("protobuf envelope's type: %w", err)
-			}
-		case 2:
-			body = v
-		}
+	if err := tm.Unmarshal(typeMeta.Value(raw)); err != nil {
+		return nil, tm, fmt.Errorf("protobuf envelope's type: %w", err)
 	}
 	gvk := schema.FromAPIVersionAndKind(tm.APIVersion, tm.Kind)
 	obj, err := scheme.Scheme.New(gvk)
@@ -83,7 +69,7 @@ func decodeProtobuf(raw []byte) (runtime.Object, runtime.TypeMeta, error) {
 	}
 	// The generated Unmarshal copies every string and byte slice, so
 	// the object shares nothing with the cache's bytes.
-	if err := m.Unmarshal(body); err != nil {
+	if err := m.Unmarshal(body.Value(raw)); err != nil {
 		return nil, tm, fmt.Errorf("protobuf of %s: %w", gvk, err)
 	}
 	objectDecodes.WithLabelValues(tm.Kind).Inc()
@@ -133,32 +119,32 @@ func (o *Object) keepBytes(apiVersion, kind string, layout cuts, prev *Object) e
 // times larger and written at every status write, so pods' keys are
 // their own strings, shared from version to version.
 func (o *Object) keysInBytes(whole []byte) {
-	raw, ok := envelopeRaw(whole)
-	if !ok {
+	_, raw, err := kubeproto.Envelope(whole)
+	if err != nil || raw.Num == 0 {
 		return
 	}
-	fs, err := topLevelFields(whole[raw.start:raw.end])
-	if err != nil || len(fs) == 0 || fs[0].num != 1 {
+	fs, err := kubeproto.Fields(raw.Value(whole))
+	if err != nil || len(fs) == 0 || fs[0].Num != kubeproto.ObjectMetadata {
 		return
 	}
-	metaAt := raw.start + fs[0].start
-	metadata, err := topLevelFields(whole[metaAt : raw.start+fs[0].end])
+	metaAt := raw.Start + fs[0].Start
+	metadata, err := kubeproto.Fields(fs[0].Value(raw.Value(whole)))
 	if err != nil {
 		return
 	}
 	first := o.raw.part[0]
 	for _, f := range metadata {
-		start, end := metaAt+f.start, metaAt+f.end
+		start, end := metaAt+f.Start, metaAt+f.End
 		if end > len(first) || end == start {
 			continue
 		}
 		var key *string
-		switch f.num { // ObjectMeta's fields in k8s.io/apimachinery's generated.proto
-		case 1:
+		switch f.Num {
+		case kubeproto.MetaName:
 			key = &o.Name
-		case 3:
+		case kubeproto.MetaNamespace:
 			key = &o.Namespace
-		case 5:
+		case kubeproto.MetaUID:
 			key = (*string)(&o.UID)
 		default:
 			continue

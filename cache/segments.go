@@ -1,12 +1,12 @@
 package cache
 
 import (
-	"bytes"
-	"encoding/binary"
-	"errors"
-	"fmt"
 	"unique"
 	"unsafe"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/nodeproxy/nodeproxy/internal/kubeproto"
 )
 
 // segments are an object's bytes (protobufOf's) in up to three pieces,
@@ -73,7 +73,7 @@ type segments struct {
 // its addresses to its images).
 type cuts struct {
 	top              int
-	within, from, to uint64
+	within, from, to protowire.Number
 }
 
 var (
@@ -103,21 +103,21 @@ func splitSegments(whole []byte, layout cuts) *segments {
 // first field is not its metadata, nothing follows it, or (within) none
 // of the fields to cut around is there.
 func cutPoints(whole []byte, layout cuts) []int {
-	raw, ok := envelopeRaw(whole)
-	if !ok {
+	_, raw, err := kubeproto.Envelope(whole)
+	if err != nil || raw.Num == 0 {
 		return nil
 	}
-	fs, err := topLevelFields(whole[raw.start:raw.end])
-	if err != nil || len(fs) < 2 || fs[0].num != 1 {
+	fs, err := kubeproto.Fields(raw.Value(whole))
+	if err != nil || len(fs) < 2 || fs[0].Num != kubeproto.ObjectMetadata {
 		return nil
 	}
 	if layout.within != 0 {
-		return cutsAround(whole, raw.start, fs, layout)
+		return cutsAround(whole, raw.Start, fs, layout)
 	}
 	var at []int
 	for i := 1; i < len(fs) && len(at) < layout.top; i++ {
-		if fs[i].num != fs[i-1].num {
-			at = append(at, raw.start+fs[i].tag)
+		if fs[i].Num != fs[i-1].Num {
+			at = append(at, raw.Start+fs[i].Tag)
 		}
 	}
 	return at
@@ -129,49 +129,29 @@ func cutPoints(whole []byte, layout cuts) []int {
 // and where the last one's value ends. They are one run, since
 // kube-apiserver's encoder writes a message's fields in the order of
 // their numbers, a repeated field's entries together.
-func cutsAround(whole []byte, base int, fs []protoField, layout cuts) []int {
+func cutsAround(whole []byte, base int, fs []kubeproto.Field, layout cuts) []int {
 	for _, f := range fs {
-		if f.num != layout.within {
+		if f.Num != layout.within {
 			continue
 		}
-		from := base + f.start
-		inner, err := topLevelFields(whole[from : base+f.end])
+		from := base + f.Start
+		inner, err := kubeproto.Fields(whole[from : base+f.End])
 		if err != nil {
 			return nil
 		}
 		for i, g := range inner {
-			if g.num < layout.from || g.num > layout.to {
+			if g.Num < layout.from || g.Num > layout.to {
 				continue
 			}
 			last := i
-			for last+1 < len(inner) && inner[last+1].num >= layout.from && inner[last+1].num <= layout.to {
+			for last+1 < len(inner) && inner[last+1].Num >= layout.from && inner[last+1].Num <= layout.to {
 				last++
 			}
-			return []int{from + g.tag, from + inner[last].end}
+			return []int{from + g.Tag, from + inner[last].End}
 		}
 		return nil
 	}
 	return nil
-}
-
-// envelopeRaw is where the object's own bytes (the runtime.Unknown's
-// Raw, field 2) are in whole.
-func envelopeRaw(whole []byte) (protoField, bool) {
-	if !bytes.HasPrefix(whole, protobufMagic) {
-		return protoField{}, false
-	}
-	fs, err := topLevelFields(whole[len(protobufMagic):])
-	if err != nil {
-		return protoField{}, false
-	}
-	for _, f := range fs {
-		if f.num == 2 {
-			f.start += len(protobufMagic)
-			f.end += len(protobufMagic)
-			return f, true
-		}
-	}
-	return protoField{}, false
 }
 
 // join is the whole: the first segment itself when it is all (which the
@@ -202,53 +182,6 @@ func (s *segments) share(prev *segments) {
 			s.part[i] = prev.part[i]
 		}
 	}
-}
-
-// protoField is one top-level field of a protobuf message: its number,
-// where its tag begins, and where its value begins and ends (for a
-// length-delimited field, the bytes after the length).
-type protoField struct {
-	num             uint64
-	tag, start, end int
-}
-
-// topLevelFields lists b's top-level fields in order.
-func topLevelFields(b []byte) ([]protoField, error) {
-	var out []protoField
-	for i := 0; i < len(b); {
-		key, n := binary.Uvarint(b[i:])
-		if n <= 0 {
-			return nil, errors.New("truncated protobuf tag")
-		}
-		f := protoField{num: key >> 3, tag: i, start: i + n}
-		switch key & 7 {
-		case 0: // varint
-			_, m := binary.Uvarint(b[f.start:])
-			if m <= 0 {
-				return nil, errors.New("truncated protobuf varint")
-			}
-			f.end = f.start + m
-		case 1: // 64 bits
-			f.end = f.start + 8
-		case 2: // length-delimited
-			l, m := binary.Uvarint(b[f.start:])
-			if m <= 0 || l > uint64(len(b)) {
-				return nil, errors.New("truncated protobuf length")
-			}
-			f.start += m
-			f.end = f.start + int(l)
-		case 5: // 32 bits
-			f.end = f.start + 4
-		default:
-			return nil, fmt.Errorf("protobuf wire type %d", key&7)
-		}
-		if f.end > len(b) {
-			return nil, errors.New("truncated protobuf field")
-		}
-		out = append(out, f)
-		i = f.end
-	}
-	return out, nil
 }
 
 // specTag begins a pod's spec (field 2, length-delimited): the tag

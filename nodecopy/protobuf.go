@@ -1,76 +1,55 @@
 package nodecopy
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/nodeproxy/nodeproxy/internal/kubeproto"
 )
 
 // The hub sends a view that asks for it (the endpoint's) in
-// kube-apiserver's protobuf: the "k8s\x00" magic, then a runtime.Unknown
-// (typeMeta 1: apiVersion 1, kind 2; raw 2: the object). The copy keeps
-// such an object as it came, and reads its head from the few fields
-// below without decoding the rest: every API object has its ObjectMeta
-// as field 1 and its spec as field 2 (go-to-protobuf numbers a type's
-// fields in order), and the field numbers are part of the API's
-// compatibility promise.
+// kube-apiserver's protobuf (kubeproto has the envelope's layout). The
+// copy keeps such an object as it came, and reads its head from the few
+// fields below without decoding the rest; the field numbers are part of
+// the API's compatibility promise.
 const (
-	unknownTypeMeta, unknownRaw = 1, 2
-	typeMetaAPIVersion          = 1
-	typeMetaKind                = 2
-	objectMetadata, objectSpec  = 1, 2
-	metaName                    = 1
-	metaNamespace               = 3
-	metaResourceVersion         = 6
-	metaLabels                  = 11
-	mapEntryKey, mapEntryValue  = 1, 2
-	podSpecNodeName             = 10 // PodSpec.nodeName
-	serviceSpecClusterIP        = 3  // ServiceSpec.clusterIP
-	serviceSpecType             = 4  // ServiceSpec.type
+	podSpecNodeName      = 10 // PodSpec.nodeName
+	serviceSpecClusterIP = 3  // ServiceSpec.clusterIP
+	serviceSpecType      = 4  // ServiceSpec.type
 )
 
-// protobufMagic begins every object kube-apiserver encodes in protobuf;
-// no JSON document can begin with it. Never modified.
-var protobufMagic = []byte("k8s\x00")
-
 // IsProtobuf says whether raw, an object of the copy, is in
-// kube-apiserver's protobuf (else it is JSON).
-func IsProtobuf(raw []byte) bool { return bytes.HasPrefix(raw, protobufMagic) }
+// kube-apiserver's protobuf (else it is JSON): no JSON document begins
+// with its magic.
+func IsProtobuf(raw []byte) bool { return kubeproto.IsProtobuf(raw) }
 
 // protobufHead reads h from b, an object in kube-apiserver's protobuf.
 func protobufHead(b []byte) (head, error) {
 	var h head
-	if !IsProtobuf(b) {
-		return h, errors.New("no protobuf magic")
-	}
-	var raw []byte
-	err := eachField(b[len(protobufMagic):], func(num protowire.Number, v []byte) error {
-		switch num {
-		case unknownTypeMeta:
-			return eachField(v, func(num protowire.Number, v []byte) error {
-				switch num {
-				case typeMetaAPIVersion:
-					h.APIVersion = string(v)
-				case typeMetaKind:
-					h.Kind = string(v)
-				}
-				return nil
-			})
-		case unknownRaw:
-			raw = v
-		}
-		return nil
-	})
+	tm, raw, err := kubeproto.Envelope(b)
 	if err != nil {
-		return h, fmt.Errorf("runtime.Unknown: %w", err)
+		return h, err
 	}
-	err = eachField(raw, func(num protowire.Number, v []byte) error {
+	if tm.Num != 0 {
+		err := kubeproto.EachBytes(tm.Value(b), func(num protowire.Number, v []byte) error {
+			switch num {
+			case kubeproto.TypeMetaAPIVersion:
+				h.APIVersion = string(v)
+			case kubeproto.TypeMetaKind:
+				h.Kind = string(v)
+			}
+			return nil
+		})
+		if err != nil {
+			return h, fmt.Errorf("runtime.Unknown's typeMeta: %w", err)
+		}
+	}
+	err = kubeproto.EachBytes(raw.Value(b), func(num protowire.Number, v []byte) error {
 		switch num {
-		case objectMetadata:
+		case kubeproto.ObjectMetadata:
 			return readMeta(&h, v)
-		case objectSpec:
+		case kubeproto.ObjectSpec:
 			return readSpec(&h, v)
 		}
 		return nil
@@ -82,31 +61,23 @@ func protobufHead(b []byte) (head, error) {
 }
 
 func readMeta(h *head, b []byte) error {
-	return eachField(b, func(num protowire.Number, v []byte) error {
+	return kubeproto.EachBytes(b, func(num protowire.Number, v []byte) error {
 		switch num {
-		case metaName:
+		case kubeproto.MetaName:
 			h.Metadata.Name = string(v)
-		case metaNamespace:
+		case kubeproto.MetaNamespace:
 			h.Metadata.Namespace = string(v)
-		case metaResourceVersion:
+		case kubeproto.MetaResourceVersion:
 			h.Metadata.ResourceVersion = string(v)
-		case metaLabels:
-			var k, val string
-			if err := eachField(v, func(num protowire.Number, v []byte) error {
-				switch num {
-				case mapEntryKey:
-					k = string(v)
-				case mapEntryValue:
-					val = string(v)
-				}
-				return nil
-			}); err != nil {
+		case kubeproto.MetaLabels:
+			k, val, err := kubeproto.MapEntry(v)
+			if err != nil {
 				return fmt.Errorf("labels: %w", err)
 			}
 			if h.Metadata.Labels == nil {
 				h.Metadata.Labels = map[string]string{}
 			}
-			h.Metadata.Labels[k] = val
+			h.Metadata.Labels[string(k)] = string(val)
 		}
 		return nil
 	})
@@ -125,7 +96,7 @@ func readSpec(h *head, b []byte) error {
 	default:
 		return nil
 	}
-	return eachField(b, func(num protowire.Number, v []byte) error {
+	return kubeproto.EachBytes(b, func(num protowire.Number, v []byte) error {
 		if p, ok := want[num]; ok {
 			*p = string(v)
 		}
@@ -133,52 +104,22 @@ func readSpec(h *head, b []byte) error {
 	})
 }
 
-// eachField calls f with each length-delimited field of message b, in
-// order, and skips the others.
-func eachField(b []byte, f func(protowire.Number, []byte) error) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		b = b[n:]
-		if typ != protowire.BytesType {
-			m := protowire.ConsumeFieldValue(num, typ, b)
-			if m < 0 {
-				return protowire.ParseError(m)
-			}
-			b = b[m:]
-			continue
-		}
-		v, m := protowire.ConsumeBytes(b)
-		if m < 0 {
-			return protowire.ParseError(m)
-		}
-		b = b[m:]
-		if err := f(num, v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // protobufWithResourceVersion is b, an object in kube-apiserver's
 // protobuf, with metadata.resourceVersion rv: the three messages on the
 // way rebuilt around the new field, the rest of the bytes as they were.
 func protobufWithResourceVersion(b []byte, rv string) ([]byte, error) {
 	if !IsProtobuf(b) {
-		return nil, errors.New("no protobuf magic")
+		return nil, kubeproto.ErrNotProtobuf
 	}
-	var err error
-	envelope, err := replaceField(b[len(protobufMagic):], unknownRaw, func(raw []byte) ([]byte, error) {
-		return replaceField(raw, objectMetadata, func(meta []byte) ([]byte, error) {
-			return replaceField(meta, metaResourceVersion, func([]byte) ([]byte, error) { return []byte(rv), nil })
+	envelope, err := replaceField(b[len(kubeproto.Magic):], kubeproto.UnknownRaw, func(raw []byte) ([]byte, error) {
+		return replaceField(raw, kubeproto.ObjectMetadata, func(meta []byte) ([]byte, error) {
+			return replaceField(meta, kubeproto.MetaResourceVersion, func([]byte) ([]byte, error) { return []byte(rv), nil })
 		})
 	})
 	if err != nil {
 		return nil, err
 	}
-	return append(append(make([]byte, 0, len(protobufMagic)+len(envelope)), protobufMagic...), envelope...), nil
+	return append(append(make([]byte, 0, len(kubeproto.Magic)+len(envelope)), kubeproto.Magic...), envelope...), nil
 }
 
 // replaceField is message b with its length-delimited field num's value
@@ -188,26 +129,20 @@ func protobufWithResourceVersion(b []byte, rv string) ([]byte, error) {
 func replaceField(b []byte, num protowire.Number, f func([]byte) ([]byte, error)) ([]byte, error) {
 	out := make([]byte, 0, len(b)+16)
 	done := false
-	for len(b) > 0 {
-		got, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, protowire.ParseError(n)
+	for at := 0; at < len(b); {
+		fld, err := kubeproto.Next(b, at)
+		if err != nil {
+			return nil, err
 		}
-		m := protowire.ConsumeFieldValue(got, typ, b[n:])
-		if m < 0 {
-			return nil, protowire.ParseError(m)
-		}
-		whole := b[:n+m]
-		b = b[n+m:]
-		if got != num || typ != protowire.BytesType {
-			out = append(out, whole...)
+		at = fld.End
+		if fld.Num != num || fld.Type != protowire.BytesType {
+			out = append(out, b[fld.Tag:fld.End]...)
 			continue
 		}
 		if done {
 			continue
 		}
-		v, _ := protowire.ConsumeBytes(whole[n:])
-		nv, err := f(v)
+		nv, err := f(fld.Value(b))
 		if err != nil {
 			return nil, err
 		}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/nodeproxy/nodeproxy/internal/kubeproto"
 )
 
 // The list kube-apiserver writes in protobuf: the magic, then a
@@ -17,8 +19,6 @@ const (
 	listMetaSelfLink        = 1
 	listMetaResourceVersion = 2
 	listMetaContinue        = 3
-	unknownContentEncoding  = 3
-	unknownContentType      = 4
 )
 
 // ProtobufList is the list of kind (a "PodList") and apiVersion holding
@@ -33,16 +33,11 @@ func ProtobufList(apiVersion, kind string, rv uint64, objs []*Object) ([]byte, e
 		if !IsProtobuf(o.Raw) {
 			return nil, fmt.Errorf("%s/%s: %w", o.Namespace, o.Name, errNotProtobuf)
 		}
-		var raw []byte
-		err := eachField(o.Raw[len(protobufMagic):], func(num protowire.Number, v []byte) error {
-			if num == unknownRaw {
-				raw = v
-			}
-			return nil
-		})
-		if err != nil || raw == nil {
+		_, f, err := kubeproto.Envelope(o.Raw)
+		if err != nil || f.Num == 0 {
 			return nil, fmt.Errorf("%s/%s: no object in its runtime.Unknown: %v", o.Namespace, o.Name, err)
 		}
+		raw := f.Value(o.Raw)
 		items[i] = raw
 		size += len(raw) + 2*protowire.SizeVarint(uint64(len(raw)))
 	}
@@ -59,14 +54,14 @@ func ProtobufList(apiVersion, kind string, rv uint64, objs []*Object) ([]byte, e
 		list = protowire.AppendTag(list, listItems, protowire.BytesType)
 		list = protowire.AppendBytes(list, item)
 	}
-	typeMeta := appendString(appendString(nil, typeMetaAPIVersion, apiVersion), typeMetaKind, kind)
-	out := make([]byte, 0, len(protobufMagic)+len(typeMeta)+len(list)+16)
-	out = append(out, protobufMagic...)
-	out = protowire.AppendTag(out, unknownTypeMeta, protowire.BytesType)
+	typeMeta := appendString(appendString(nil, kubeproto.TypeMetaAPIVersion, apiVersion), kubeproto.TypeMetaKind, kind)
+	out := make([]byte, 0, len(kubeproto.Magic)+len(typeMeta)+len(list)+16)
+	out = append(out, kubeproto.Magic...)
+	out = protowire.AppendTag(out, kubeproto.UnknownTypeMeta, protowire.BytesType)
 	out = protowire.AppendBytes(out, typeMeta)
-	out = protowire.AppendTag(out, unknownRaw, protowire.BytesType)
+	out = protowire.AppendTag(out, kubeproto.UnknownRaw, protowire.BytesType)
 	out = protowire.AppendBytes(out, list)
-	return appendString(appendString(out, unknownContentEncoding, ""), unknownContentType, ""), nil
+	return appendString(appendString(out, kubeproto.UnknownContentEncoding, ""), kubeproto.UnknownContentType, ""), nil
 }
 
 // appendString appends field num of b, a string.

@@ -13,12 +13,12 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/klog/v2"
 )
 
@@ -144,7 +144,7 @@ func (a *API) create(w http.ResponseWriter, req *http.Request) {
 // newRecord is the record of an accepted pod, named <pod>-<node>: a new
 // UID, the Pod API's tag, no status.
 func (a *API) newRecord(pod *corev1.Pod) Record {
-	pod.UID = uuid.NewUUID()
+	pod.UID = types.UID(uuid.NewString()) // a random (version 4) UID, as kube-apiserver gives a created object
 	pod.CreationTimestamp = metav1.Now()
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}

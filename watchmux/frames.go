@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
+	"github.com/nodeproxy/nodeproxy/internal/kubeproto"
 )
 
 // frame is one message waiting to be written. An event frame points at
@@ -36,12 +37,8 @@ type frame struct {
 // decoders tell protobuf from JSON by the same magic, which no JSON
 // document can begin with.
 func (f *frame) binary() bool {
-	return f.raw == nil && bytes.HasPrefix(f.object, protobufMagic)
+	return f.raw == nil && kubeproto.IsProtobuf(f.object)
 }
-
-// protobufMagic begins every object kube-apiserver encodes in protobuf.
-// Never modified.
-var protobufMagic = []byte("k8s\x00")
 
 // writeTo writes f as one message body: a text message's JSON, or a
 // binary message's JSON head, newline, and protobuf object.
@@ -115,7 +112,7 @@ func withTypeMeta(s *metav1.Status) *metav1.Status {
 // object, and returns the object's protobuf bytes.
 func readBinaryEvent(data []byte, msg *v1alpha1.ServerMessage) ([]byte, error) {
 	head, object, ok := bytes.Cut(data, []byte{'\n'})
-	if !ok || !bytes.HasPrefix(object, protobufMagic) {
+	if !ok || !kubeproto.IsProtobuf(object) {
 		return nil, fmt.Errorf("server sent a binary message that is not an event with a protobuf object")
 	}
 	if err := json.Unmarshal(head, msg); err != nil || msg.Response != nil || msg.Object != nil || msg.Type == watch.Error {

@@ -100,6 +100,7 @@ func TestCheckReportsForbiddenLinks(t *testing.T) {
 		m("podapi/admission"):            {"k8s.io/kubernetes/pkg/apis/core/validation"},
 		m("cmd/nodeproxy-node-podadmit"): {m("podapi/admission"), m("internal/cli"), "k8s.io/kubernetes/pkg/apis/core/validation"},
 		m("test/controlplane"):           {"testing"},
+		m("internal/kubeproto"):          {"google.golang.org/protobuf/encoding/protowire"},
 	}
 	if v, err := Check(Rules, clean); err != nil || len(v) != 0 {
 		t.Fatalf("a clean module: violations %v, error %v", v, err)
@@ -112,6 +113,8 @@ func TestCheckReportsForbiddenLinks(t *testing.T) {
 		{"the graph imports the harness", "graph", m("test/controlplane")},
 		{"the authorizer imports the hub", "authorizer", m("hub")},
 		{"watchmux imports the cache", "watchmux", m("cache")},
+		{"the protobuf reader imports apimachinery", "internal/kubeproto", "k8s.io/apimachinery/pkg/runtime"},
+		{"the protobuf reader imports the cache", "internal/kubeproto", m("cache")},
 		{"bulk imports the hub", "bulk/get", m("hub")},
 		{"the node view imports the bulk watch", "nodeview", m("bulk/watch")},
 		{"the node view imports the hub", "nodeview", m("hub")},
