@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeproxy/nodeproxy/internal/liveheap"
+
 	corev1 "k8s.io/api/core/v1"
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,16 +30,6 @@ import (
 // allocated as they are in production. They live outside package cache
 // so that they can feed the authorization graph as the hub does
 // (hub.FeedGraph), which the cache must not import.
-
-// liveHeap is the heap still reachable: after a collection, HeapAlloc
-// counts nothing else.
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
 
 // newCache is a cache of the default sizes that keeps its objects as the
 // hub's does, or all decoded (kept).
@@ -70,7 +62,7 @@ var (
 
 // perObject is the heap added since base, per object.
 func perObject(since uint64, n int) float64 {
-	return float64(int64(liveHeap())-int64(since)) / float64(n)
+	return float64(int64(liveheap.Bytes())-int64(since)) / float64(n)
 }
 
 // decodeJSON decodes raw into a new object of example's type, as a
@@ -120,12 +112,12 @@ func benchmarkBytesPerSecret(b *testing.B, kept representation) {
 	for b.Loop() {
 		// Listed secrets: the object, then what the store adds.
 		c := newCache(b, kept)
-		base := liveHeap()
+		base := liveheap.Bytes()
 		list := make([]interface{}, n)
 		for i := range list {
 			list[i] = decodeJSON[corev1.Secret](b, secrets[i])
 		}
-		decoded := liveHeap()
+		decoded := liveheap.Bytes()
 		if err := c.Store(secretsGVR).Replace(list, strconv.Itoa(2*n+2)); err != nil {
 			b.Fatal(err)
 		}
@@ -152,9 +144,9 @@ func benchmarkBytesPerSecret(b *testing.B, kept representation) {
 				}
 			}
 		}
-		base = liveHeap()
+		base = liveheap.Bytes()
 		add(0, n)
-		first := liveHeap()
+		first := liveheap.Bytes()
 		add(n, 2*n)
 		pair := float64(first-base) / n
 		marginal := perObject(first, n)
@@ -249,7 +241,7 @@ func benchmarkBytesPerPod(b *testing.B, n int, kept representation, pod func(i i
 	for b.Loop() {
 		// Listed, no graph: the object, then the store.
 		c := newCache(b, kept)
-		base := liveHeap()
+		base := liveheap.Bytes()
 		decoded := make([]*corev1.Pod, n)
 		for i := range decoded {
 			decoded[i] = decodeJSON[corev1.Pod](b, running[i])
@@ -264,7 +256,7 @@ func benchmarkBytesPerPod(b *testing.B, n int, kept representation, pod func(i i
 		// Listed, with the graph.
 		c = newCache(b, kept)
 		withGraph(c)
-		base = liveHeap()
+		base = liveheap.Bytes()
 		list(c)
 		listed := perObject(base, n)
 		runtime.KeepAlive(c)
@@ -290,9 +282,9 @@ func benchmarkBytesPerPod(b *testing.B, n int, kept representation, pod func(i i
 				}
 			}
 		}
-		base = liveHeap()
+		base = liveheap.Bytes()
 		written(0, n)
-		first := liveHeap()
+		first := liveheap.Bytes()
 		hub := float64(int64(first)-int64(base)) / float64(n)
 		// As many more: the log was full, so they take the place of
 		// older changes in it, as a pod more does in a cluster past a

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeproxy/nodeproxy/internal/liveheap"
+
 	corev1 "k8s.io/api/core/v1"
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -86,7 +88,7 @@ func BenchmarkBytesPerNode(b *testing.B) {
 		b.Run("kept="+string(kept), func(b *testing.B) {
 			for b.Loop() {
 				c := newCache(b, kept)
-				base := liveHeap()
+				base := liveheap.Bytes()
 				list := make([]interface{}, n)
 				for i := range list {
 					list[i] = kubeletNode(i, 0)

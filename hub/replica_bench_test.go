@@ -5,9 +5,10 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"runtime/metrics"
 	"strconv"
 	"testing"
+
+	"github.com/nodeproxy/nodeproxy/internal/liveheap"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -117,10 +118,10 @@ func benchmarkReplicaHeap(b *testing.B, r workload.Replica, opts cache.Options) 
 		}
 	}
 
-	base := liveHeap()
+	base := liveheap.Bytes()
 	heap := base
 	perObject := func(kind string, n int) {
-		now := liveHeap()
+		now := liveheap.Bytes()
 		b.ReportMetric(float64(int64(now)-int64(heap))/float64(n), "B/"+kind)
 		heap = now
 	}
@@ -161,28 +162,17 @@ func BenchmarkReplicaGraphHeap(b *testing.B) {
 	for b.Loop() {
 		g := graph.New()
 		h := g.PodHandler()
-		base := liveHeap()
+		base := liveheap.Bytes()
 		for i := range r.Pods {
 			created := viaProtobuf(b, r.CreatedPod(i))
 			h.OnAdd(created, false)
 			h.OnUpdate(created, viaProtobuf(b, r.RunningPod(i)))
 		}
-		heap := liveHeap()
+		heap := liveheap.Bytes()
 		runtime.KeepAlive(g)
 		b.ReportMetric(float64(int64(heap)-int64(base))/float64(r.Pods), "graph-B/pod")
 		b.ReportMetric(float64(int64(heap)-int64(base))/(1<<20), "graph-MiB")
 	}
-}
-
-// liveHeap is what the last collection, forced here, found live:
-// runtime/metrics' /gc/heap/live:bytes, which the hub exports as
-// go_gc_heap_live_bytes, so that this benchmark and the one against
-// kube-apiserver read the same quantity.
-func liveHeap() uint64 {
-	runtime.GC()
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
 }
 
 // protobufObject is a typed API object with its generated protobuf

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeproxy/nodeproxy/internal/liveheap"
+
 	nodev1 "k8s.io/api/node/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,7 +86,7 @@ func benchmarkBytesPerView(b *testing.B, protobuf bool) {
 			}
 		}
 		r.views.Step()
-		base := liveHeap()
+		base := liveheap.Bytes()
 
 		sinks := make([]*discardSink, nodes)
 		for n := range nodes {
@@ -100,7 +102,7 @@ func benchmarkBytesPerView(b *testing.B, protobuf bool) {
 				b.Fatalf("a view sent %d events", s.events)
 			}
 		}
-		b.ReportMetric(float64(int64(liveHeap())-int64(base))/nodes, "B/view")
+		b.ReportMetric(float64(int64(liveheap.Bytes())-int64(base))/nodes, "B/view")
 		b.ReportMetric(float64(initial.Microseconds())/nodes, "initial-µs/view")
 		if f := os.Getenv("NODEVIEW_HEAP_PROFILE"); f != "" {
 			writeHeapProfile(b, f)
@@ -114,7 +116,7 @@ func benchmarkBytesPerView(b *testing.B, protobuf bool) {
 			r.write(w)
 		}
 		r.views.Step()
-		churned := liveHeap()
+		churned := liveheap.Bytes()
 		if f := os.Getenv("NODEVIEW_HEAP_PROFILE"); f != "" {
 			writeHeapProfile(b, f+".churned")
 		}
@@ -125,7 +127,7 @@ func benchmarkBytesPerView(b *testing.B, protobuf bool) {
 		if len(r.views.all) != 0 || r.views.reached.len() != 0 {
 			b.Fatalf("%d views and %d wanted objects after every view closed", len(r.views.all), r.views.reached.len())
 		}
-		b.ReportMetric(float64(int64(churned)-int64(liveHeap()))/nodes, "B/view-churned")
+		b.ReportMetric(float64(int64(churned)-int64(liveheap.Bytes()))/nodes, "B/view-churned")
 		if f := os.Getenv("NODEVIEW_HEAP_PROFILE"); f != "" {
 			writeHeapProfile(b, f+".closed")
 		}
@@ -143,14 +145,6 @@ func writeHeapProfile(b *testing.B, path string) {
 	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
 		b.Fatal(err)
 	}
-}
-
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }
 
 // discardSink counts what it is sent and keeps none of it.

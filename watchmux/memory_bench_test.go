@@ -3,10 +3,11 @@ package watchmux
 import (
 	"context"
 	"net/http"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/nodeproxy/nodeproxy/internal/liveheap"
 
 	"github.com/gorilla/websocket"
 
@@ -63,23 +64,15 @@ func benchmarkBytesPerConnection(b *testing.B, detached bool, pool websocket.Buf
 		return ws
 	}
 	dial().Close() // the TLS session cache, the handler's first allocations
-	base := heapAfterGC()
+	base := liveheap.Bytes()
 	open := make([]*websocket.Conn, conns)
 	for i := range open {
 		open[i] = dial()
 	}
-	b.ReportMetric(float64(int64(heapAfterGC())-int64(base))/conns, "B/conn")
+	b.ReportMetric(float64(int64(liveheap.Bytes())-int64(base))/conns, "B/conn")
 	var wg sync.WaitGroup
 	for _, ws := range open {
 		wg.Go(func() { ws.Close() })
 	}
 	wg.Wait()
-}
-
-func heapAfterGC() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }
