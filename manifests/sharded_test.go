@@ -1,0 +1,95 @@
+package manifests
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	sigsyaml "sigs.k8s.io/yaml"
+)
+
+// TestShardedOverlayIsTheBasesPodAsAStatefulSet: the sharded overlay runs
+// the base Deployment's pod, changed only by the sharding flag and the
+// pod's name and namespace in its environment, as a StatefulSet whose
+// service is the headless Service the flag names, and no Deployment; and
+// the serving certificate covers every replica's stable name, where a
+// redirect sends a node endpoint.
+func TestShardedOverlayIsTheBasesPodAsAStatefulSet(t *testing.T) {
+	base := deployment(t, "base")
+	_, out := build(t, "overlays/sharded")
+	var (
+		sts      *appsv1.StatefulSet
+		headless *corev1.Service
+		names    []string
+	)
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		var o struct {
+			Kind     string
+			Metadata struct{ Name string }
+			Spec     struct{ DNSNames []string }
+		}
+		if err := sigsyaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatal(err)
+		}
+		switch o.Kind + "/" + o.Metadata.Name {
+		case "Deployment/nodeproxy":
+			t.Error("the sharded overlay still builds the base's Deployment")
+		case "StatefulSet/nodeproxy":
+			sts = &appsv1.StatefulSet{}
+			if err := sigsyaml.Unmarshal([]byte(doc), sts); err != nil {
+				t.Fatal(err)
+			}
+		case "Service/nodeproxy-shards":
+			headless = &corev1.Service{}
+			if err := sigsyaml.Unmarshal([]byte(doc), headless); err != nil {
+				t.Fatal(err)
+			}
+		case "Certificate/nodeproxy-serving":
+			names = o.Spec.DNSNames
+		}
+	}
+	if sts == nil || headless == nil {
+		t.Fatalf("the sharded overlay lacks its StatefulSet or headless Service")
+	}
+	if headless.Spec.ClusterIP != corev1.ClusterIPNone || headless.Spec.PublishNotReadyAddresses {
+		t.Errorf("the headless Service: clusterIP %q, publishNotReadyAddresses %v; want None and false (a replica owns nodes once ready)",
+			headless.Spec.ClusterIP, headless.Spec.PublishNotReadyAddresses)
+	}
+	if sts.Spec.ServiceName != headless.Name {
+		t.Errorf("the StatefulSet's serviceName is %q, not the headless Service %q", sts.Spec.ServiceName, headless.Name)
+	}
+	want := "*." + headless.Name + "." + headless.Namespace + ".svc"
+	if !slices.Contains(names, want) {
+		t.Errorf("the serving certificate's names %q lack %q: a redirected endpoint could not verify the owner", names, want)
+	}
+
+	got := sts.Spec.Template.DeepCopy()
+	c := &got.Spec.Containers[0]
+	flag := "--shard-service=" + headless.Name
+	if !slices.Contains(c.Args, flag) {
+		t.Errorf("the StatefulSet's arguments %q lack %s", c.Args, flag)
+	}
+	c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return a == flag })
+	for _, e := range c.Env {
+		if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil {
+			t.Errorf("environment %s is not from the pod's fields", e.Name)
+		}
+	}
+	c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_NAME" || e.Name == "POD_NAMESPACE" })
+	if !equality.Semantic.DeepEqual(*got, base.Spec.Template) {
+		t.Errorf("the StatefulSet's pod differs from the base Deployment's by more than the sharding flag and environment:\n%s\n---\n%s",
+			mustYAML(t, got), mustYAML(t, base.Spec.Template))
+	}
+}
+
+func mustYAML(t *testing.T, v any) string {
+	t.Helper()
+	b, err := sigsyaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
