@@ -78,7 +78,8 @@ func TestModuleKeepsItsBoundaries(t *testing.T) {
 func TestCheckReportsForbiddenLinks(t *testing.T) {
 	m := func(p string) string { return Module + "/" + p }
 	clean := map[string][]string{
-		m("cache"):                       {"sync"},
+		m("cache"):                       {"sync", m("shard")},
+		m("shard"):                       {"k8s.io/api/discovery/v1"},
 		m("graph"):                       {"sync"},
 		m("authorizer"):                  {m("graph")},
 		m("watchmux"):                    {m("apis/bulk/v1alpha1")},
@@ -110,6 +111,7 @@ func TestCheckReportsForbiddenLinks(t *testing.T) {
 		pkg, dep string
 	}{
 		{"the cache imports a consumer", "cache", m("graph")},
+		{"the shard table imports the cache", "shard", m("cache")},
 		{"the graph imports the harness", "graph", m("test/controlplane")},
 		{"the authorizer imports the hub", "authorizer", m("hub")},
 		{"watchmux imports the cache", "watchmux", m("cache")},

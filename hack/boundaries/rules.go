@@ -41,7 +41,13 @@ var Rules = []Rule{
 		Name:   "the core's arrows point one way",
 		Why:    "data flows informers -> cache -> graph -> authorizer -> bulk: the cache and the graph hold state and know no consumer",
 		From:   []string{"cache", "graph"},
-		Within: []string{"internal/kubeproto"},
+		Within: []string{"internal/kubeproto", "shard"},
+	},
+	{
+		Name:   "the shard table is a leaf",
+		Why:    "which replica serves which node is a pure function of the replicas' names: the cache, the authorizer and the hub all read it, and it reads none of them",
+		From:   []string{"shard"},
+		Within: []string{},
 	},
 	{
 		Name: "kube-apiserver's protobuf is read by a leaf",
@@ -63,7 +69,7 @@ var Rules = []Rule{
 		Name:   "the authorizer reads only the graph",
 		Why:    "its decisions are the in-tree Node authorizer's, from the graph alone",
 		From:   []string{"authorizer"},
-		Within: []string{"graph"},
+		Within: []string{"graph", "shard"},
 	},
 	{
 		Name:   "watchmux is a transport",
@@ -75,19 +81,19 @@ var Rules = []Rule{
 		Name:   "the bulk API links only the core and the passthrough",
 		Why:    "bulk get and bulk watch are the hub's handlers; the hub wires them, never the reverse",
 		From:   []string{"bulk/...", "passthrough"},
-		Within: []string{"cache", "graph", "authorizer", "watchmux", "internal/kubeproto", "apis/...", "bulk/...", "passthrough"},
+		Within: []string{"cache", "graph", "authorizer", "watchmux", "internal/kubeproto", "shard", "apis/...", "bulk/...", "passthrough"},
 	},
 	{
 		Name:   "the node view links only the core and the bulk API",
 		Why:    "the node view is one of the hub's handlers, beside bulk get and bulk watch; the hub wires it, never the reverse",
 		From:   []string{"nodeview"},
-		Within: []string{"cache", "graph", "authorizer", "watchmux", "internal/kubeproto", "apis/...", "bulk", "passthrough"}, // passthrough through bulk
+		Within: []string{"cache", "graph", "authorizer", "watchmux", "internal/kubeproto", "shard", "apis/...", "bulk", "passthrough"}, // passthrough through bulk
 	},
 	{
 		Name:   "the hub links no harness and no node endpoint",
 		Why:    "the hub and the node endpoint are two rooms: the endpoint is the hub's client, and the hub does not know it exists",
 		From:   []string{"hub"},
-		Within: []string{"cache", "graph", "authorizer", "watchmux", "internal/kubeproto", "apis/...", "bulk/...", "passthrough", "nodeview", "satoken"},
+		Within: []string{"cache", "graph", "authorizer", "watchmux", "internal/kubeproto", "shard", "apis/...", "bulk/...", "passthrough", "nodeview", "satoken"},
 	},
 	{
 		Name: "the node endpoint does not link the hub's internals",
