@@ -34,6 +34,7 @@ type benchOptions struct {
 	causal        bench.CausalLoad
 	failover      bench.FailoverLoad
 	nodeView      bench.NodeViewLoad
+	shards        bench.ShardsLoad
 	revokeRate    int
 	phaseDuration time.Duration
 	output        string
@@ -49,7 +50,7 @@ type benchOptions struct {
 
 func newBenchOptions() *benchOptions {
 	return &benchOptions{shape: workload.ReferenceShape(), watch: bench.DefaultWatchLoad(), kubelets: bench.DefaultKubeletLoad(), proxies: bench.DefaultProxyLoad(),
-		causal: bench.DefaultCausalLoad(), failover: bench.DefaultFailoverLoad(), nodeView: bench.DefaultNodeViewLoad(),
+		causal: bench.DefaultCausalLoad(), failover: bench.DefaultFailoverLoad(), nodeView: bench.DefaultNodeViewLoad(), shards: bench.DefaultShardsLoad(),
 		revokeRate: 200, phaseDuration: 2 * time.Second, output: "table"}
 }
 
@@ -129,6 +130,14 @@ func (o *benchOptions) flags() cliflag.NamedFlagSets {
 	fs.IntVar(&v.FillLog, "view-fill-log", v.FillLog, "Changes of pods and of Nodes written before each reading of the hub's heap in the nodeview scenario, to fill its change logs: its --cache-log-size, for the hub's heap per node to be what a node costs a replica of any size (docs/benchmarks.md, \"The node view\"); 0 writes none.")
 	fs.StringVar(&v.Profiles, "view-profiles", v.Profiles, "A directory to write the hub's heap profiles to in the nodeview scenario, before and after each side's nodes (hub-heap-<side>-<before|after>.pprof); none when empty.")
 
+	fs = fss.FlagSet("shards")
+	sh := &o.shards
+	fs.IntVar(&sh.Nodes, "shard-nodes", sh.Nodes, "Nodes in the shards scenario: Node objects, no kubelets; each node's view is followed by a client of its own.")
+	fs.IntVar(&sh.PodsPerNode, "shard-pods", sh.PodsPerNode, "Pods bound to each node in the shards scenario, each mounting one of 100 configmaps.")
+	fs.IntVar(&sh.Replicas, "shard-replicas", sh.Replicas, "Sharded hub replicas in the shards scenario (at least 2), beside the one unsharded replica they are compared with.")
+	fs.IntVar(&sh.WriteRate, "shard-write-rate", sh.WriteRate, "Pod updates per second in the shards scenario while a replica is killed, node by node over every pod.")
+	fs.DurationVar(&sh.Settle, "shard-settle", sh.Settle, "How long pod writes go on in the shards scenario before the replica is killed; they go on three times as long after.")
+
 	fs = fss.FlagSet("target")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "Measure the cluster this kubeconfig reaches, with nodeproxy registered as its bulk.k8s.io APIService "+
 		"(for example make demo's), instead of nodeproxy in this process. Objects are created through the API in namespaces and simulated nodes "+
@@ -162,6 +171,7 @@ func (o *benchOptions) validate() error {
 		{"--causal-nodes", o.causal.Nodes}, {"--causal-pods", o.causal.Pods}, {"--causal-rate", o.causal.Rate},
 		{"--failover-conns", o.failover.Conns}, {"--failover-channels", o.failover.Channels}, {"--failover-write-rate", o.failover.WriteRate},
 		{"--proxy-nodes", o.proxies.Nodes}, {"--proxy-services", o.proxies.Services}, {"--proxy-pairs", o.proxies.Pairs},
+		{"--shard-nodes", o.shards.Nodes}, {"--shard-pods", o.shards.PodsPerNode}, {"--shard-write-rate", o.shards.WriteRate},
 		{"--view-nodes", o.nodeView.Nodes}, {"--view-pods", o.nodeView.PodsPerNode}, {"--view-objects", o.nodeView.ObjectsPerPod}, {"--view-restarts", o.nodeView.Restarts},
 		{"--kubelet-nodes", o.kubelets.Nodes}, {"--kubelet-pods", o.kubelets.PodsPerNode}, {"--kubelet-objects", o.kubelets.ObjectsPerPod}, {"--kubelet-pairs", o.kubelets.Pairs}} {
 		if f.value <= 0 {
@@ -182,6 +192,12 @@ func (o *benchOptions) validate() error {
 	}
 	if o.nodeView.Outage <= 0 {
 		errs = append(errs, fmt.Errorf("--view-outage must be positive, got %s", o.nodeView.Outage))
+	}
+	if o.shards.Replicas < 2 {
+		errs = append(errs, fmt.Errorf("--shard-replicas must be at least 2, got %d: one replica is unsharded", o.shards.Replicas))
+	}
+	if o.shards.Settle <= 0 {
+		errs = append(errs, fmt.Errorf("--shard-settle must be positive, got %s", o.shards.Settle))
 	}
 	if o.failover.Settle <= 0 {
 		errs = append(errs, fmt.Errorf("--failover-settle must be positive, got %s", o.failover.Settle))
@@ -277,7 +293,7 @@ func runBench(ctx context.Context, o *benchOptions, scenarios []bench.Scenario, 
 		fmt.Fprintf(progress, "generated %d nodes, %d pods, %d volumes in %s\n", len(cluster.Nodes), len(cluster.Pods), len(cluster.PVs),
 			time.Since(started).Round(time.Millisecond))
 	}
-	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, RevokeRate: o.revokeRate, Kubelets: o.kubelets, Proxies: o.proxies, Causal: o.causal, Failover: o.failover, NodeView: o.nodeView,
+	env := &bench.Env{Shape: o.shape, Cluster: cluster, PhaseDuration: o.phaseDuration, Watch: o.watch, RevokeRate: o.revokeRate, Kubelets: o.kubelets, Proxies: o.proxies, Causal: o.causal, Failover: o.failover, NodeView: o.nodeView, Shards: o.shards,
 		Progress: progress, Bar: progressBars(progress)}
 	// The cluster the scenarios that need one share: the kubeconfig's, or
 	// a local control plane started for the first of them.

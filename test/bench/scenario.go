@@ -56,6 +56,8 @@ type Env struct {
 	Failover FailoverLoad
 	// NodeView shapes the nodeview scenario.
 	NodeView NodeViewLoad
+	// Shards shapes the shards scenario.
+	Shards   ShardsLoad
 	Progress io.Writer
 	// Bar, when set, shows a phase of total steps as it advances (a
 	// progress bar on a terminal); nil means the phase's line in Progress
@@ -93,7 +95,7 @@ func (e *Env) progressf(format string, args ...any) {
 
 // Scenarios are the scenarios in the order `nodeproxy-bench` runs them
 // when none is named.
-var Scenarios = []Scenario{authzScenario, graphScenario, bulkgetScenario, fanoutScenario, revokeScenario, apiserverScenario, kubeletsScenario, proxiesScenario, causalScenario, failoverScenario, nodeViewScenario}
+var Scenarios = []Scenario{authzScenario, graphScenario, bulkgetScenario, fanoutScenario, revokeScenario, apiserverScenario, kubeletsScenario, proxiesScenario, causalScenario, failoverScenario, nodeViewScenario, shardsScenario}
 
 // Lookup returns the scenarios named, or for none every one that runs in
 // the mode: in-process, or against a cluster (--kubeconfig). An unknown

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -80,13 +81,19 @@ func (cp *ControlPlane) StartNodeproxy(ctx context.Context, bin string, port int
 // replica that was stopped replaces it, as a rollout does. The caller
 // stops the process.
 func (np *Nodeproxy) StartReplica(ctx context.Context, port int, name string) (*Nodeproxy, error) {
+	return np.StartReplicaWith(ctx, port, name)
+}
+
+// StartReplicaWith is StartReplica with args appended to np's: what one
+// replica has and its peers do not (a sharded replica's own name).
+func (np *Nodeproxy) StartReplicaWith(ctx context.Context, port int, name string, args ...string) (*Nodeproxy, error) {
 	files := np.Files
 	serving, err := np.cp.HubCA.ServingCert(np.cp.Dir, name+"-serving", LocalServiceName("nodeproxy", "nodeproxy"))
 	if err != nil {
 		return nil, err
 	}
 	files.ServingCert, files.ServingKey = serving.CertPath, serving.KeyPath
-	return np.cp.startNodeproxy(ctx, np.bin, port, name, files, np.args)
+	return np.cp.startNodeproxy(ctx, np.bin, port, name, files, append(slices.Clone(np.args), args...))
 }
 
 func (cp *ControlPlane) startNodeproxy(ctx context.Context, bin string, port int, name string, files NodeproxyFiles, args []string) (*Nodeproxy, error) {
