@@ -21,15 +21,51 @@ func ReadyMembers(slices []*discoveryv1.EndpointSlice) []string {
 			if e.Conditions.Terminating != nil && *e.Conditions.Terminating {
 				continue
 			}
-			switch {
-			case e.Hostname != nil && *e.Hostname != "":
-				out = append(out, *e.Hostname)
-			case e.TargetRef != nil && e.TargetRef.Kind == "Pod":
-				out = append(out, e.TargetRef.Name)
+			if name := memberName(e); name != "" {
+				out = append(out, name)
 			}
 		}
 	}
 	return out
+}
+
+// Members are every hub replica among a headless Service's
+// EndpointSlices, ready or not, terminating or not, by stable name, and
+// the set of those ready (ReadyMembers' rule).
+//
+// Why every replica and not the ready ones alone: what a replica holds
+// is decided by the table of every replica, so that replicas started
+// together (a StatefulSet's, in parallel) each list only their share from
+// the start, and a replica that restarts under the same name leaves the
+// table as it was: its peers hold its ranges warm as secondaries and
+// serve them while it is not ready (Table.Serving), with nothing to list
+// and nothing to drop. Only a replica added or removed for good changes
+// the table.
+func Members(slices []*discoveryv1.EndpointSlice) (all []string, ready map[string]bool) {
+	ready = map[string]bool{}
+	for _, s := range slices {
+		for _, e := range s.Endpoints {
+			name := memberName(e)
+			if name == "" {
+				continue
+			}
+			all = append(all, name)
+			if (e.Conditions.Ready == nil || *e.Conditions.Ready) && (e.Conditions.Terminating == nil || !*e.Conditions.Terminating) {
+				ready[name] = true
+			}
+		}
+	}
+	return all, ready
+}
+
+func memberName(e discoveryv1.Endpoint) string {
+	switch {
+	case e.Hostname != nil && *e.Hostname != "":
+		return *e.Hostname
+	case e.TargetRef != nil && e.TargetRef.Kind == "Pod":
+		return e.TargetRef.Name
+	}
+	return ""
 }
 
 // Host is a member's stable DNS name through the headless Service:

@@ -76,6 +76,20 @@ func (t *Table) Secondary(r int) string { return t.name(t.secondary[r]) }
 // OwnerOf is the member that serves node.
 func (t *Table) OwnerOf(node string) string { return t.Owner(Range(node)) }
 
+// Serving is the member that serves node now: its owner if ready, else
+// its secondary if ready (which holds the range warm), else "": no ready
+// replica holds the node, and its endpoint reads from kube-apiserver
+// until one does.
+func (t *Table) Serving(node string, ready func(member string) bool) string {
+	r := Range(node)
+	for _, m := range []string{t.Owner(r), t.Secondary(r)} {
+		if m != "" && ready(m) {
+			return m
+		}
+	}
+	return ""
+}
+
 func (t *Table) name(i int16) string {
 	if i < 0 {
 		return ""
