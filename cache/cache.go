@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeproxy/nodeproxy/shard"
 )
 
 // resource describes one cached type.
@@ -121,6 +123,11 @@ type Options struct {
 	// as before the cache kept pods as bytes; the memory benchmarks set
 	// it to measure the two side by side.
 	KeepDecoded bool
+	// Held, when set, makes the cache sharded: the per-node types
+	// (pods, nodes, csinodes, volumeattachments, resourceslices) keep
+	// only the objects of nodes in these ranges (held.go); Hold changes
+	// them. nil: everything is held, as a single replica does.
+	Held *shard.Set
 }
 
 // Defaults.
@@ -145,6 +152,11 @@ type Cache struct {
 	reflectors []*toolscache.Reflector
 	encoder    *Encoder
 	wg         sync.WaitGroup
+	// list lists a type for Hold's acquisitions; nil in a detached
+	// cache (tests set it).
+	list listFunc
+	// holdMu makes Holds run one at a time.
+	holdMu sync.Mutex
 }
 
 // New builds a cache of every Watched resource, read from kube-apiserver
@@ -154,6 +166,7 @@ func New(client kubernetes.Interface, opts Options) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.list = clientLister(client)
 	backoff := opts.Backoff
 	if backoff == nil {
 		b := ReflectorBackoff()
@@ -187,6 +200,9 @@ func NewDetached(opts Options) (*Cache, error) {
 		c.stores[r.gvr] = newStore(r, opts.LogSize)
 		c.stores[r.gvr].restartLogOnRelist = opts.RestartLogOnRelist
 		c.stores[r.gvr].asBytes = c.stores[r.gvr].asBytes && !opts.KeepDecoded
+		if opts.Held != nil && c.stores[r.gvr].nodeOf != nil {
+			c.stores[r.gvr].setHoldLocked(*opts.Held, new([shard.Ranges]uint64)) // nobody else has the store yet
+		}
 	}
 	return c, nil
 }
