@@ -19,7 +19,8 @@ import (
 //	                the pending ranges' objects kept
 //	finish (lock):  the list, then the buffered changes after L, taken in
 //	                silently (the handlers see them; the log does not);
-//	                the ranges held since H = max(L, the store's version)
+//	                the ranges held since H = max(L, the store's version,
+//	                the buffered changes' versions)
 //
 // Why it is right: every change of a pending range after W is in the
 // buffer (the store's one writer puts it there) and the list shows every
@@ -121,7 +122,12 @@ func (s *Store) finishAcquire(list []*Object, listRV uint64) (uint64, error) {
 	for _, o := range base {
 		state.ReplaceOrInsert(o)
 	}
+	// The ranges' state is at the latest of the list, the store and the
+	// changes buffered (which the reflector reports to the store after
+	// each, but need not have).
+	since := max(baseRV, s.current.Load().RV)
 	for _, e := range a.events {
+		since = max(since, e.o.RV)
 		switch {
 		case e.o.RV <= baseRV: // the list shows it
 		case e.deleted:
@@ -136,7 +142,6 @@ func (s *Store) finishAcquire(list []*Object, listRV uint64) (uint64, error) {
 		s.insertSilentlyLocked(o)
 		return true
 	})
-	since := max(baseRV, s.current.Load().RV)
 	next := *h.since
 	for r := range shard.Ranges {
 		if a.ranges.Has(r) {
