@@ -128,7 +128,16 @@ type Options struct {
 	// only the objects of nodes in these ranges (held.go); Hold changes
 	// them. nil: everything is held, as a single replica does.
 	Held *shard.Set
+	// List is how Hold lists a type for a detached cache (tests and
+	// benchmarks feed it by hand): its objects and the list's version,
+	// as a consistent list from kube-apiserver gives them. A cache made
+	// by New lists from kube-apiserver and ignores it.
+	List ListFunc
 }
+
+// ListFunc lists every object of gvr, consistently: at the
+// resourceVersion returned, never older than any the cache has seen.
+type ListFunc func(ctx context.Context, gvr schema.GroupVersionResource) ([]runtime.Object, string, error)
 
 // Defaults.
 const (
@@ -196,6 +205,9 @@ func NewDetached(opts Options) (*Cache, error) {
 	}
 	RegisterMetrics()
 	c := &Cache{stores: map[schema.GroupVersionResource]*Store{}, encoder: enc}
+	if opts.List != nil {
+		c.list = givenLister(opts.List)
+	}
 	for _, r := range append(slices.Clone(served), unserved...) {
 		c.stores[r.gvr] = newStore(r, opts.LogSize)
 		c.stores[r.gvr].restartLogOnRelist = opts.RestartLogOnRelist

@@ -185,6 +185,31 @@ func clientLister(client kubernetes.Interface) listFunc {
 	}
 }
 
+// givenLister lists with list (Options.List).
+func givenLister(list ListFunc) listFunc {
+	return func(ctx context.Context, s *Store, keep func(*Object) bool) ([]*Object, uint64, error) {
+		objs, rv, err := list(ctx, s.Resource)
+		if err != nil {
+			return nil, 0, fmt.Errorf("list %s: %w", s.Resource.Resource, err)
+		}
+		listRV, err := parseRV(rv)
+		if err != nil {
+			return nil, 0, fmt.Errorf("list %s: %w", s.Resource.Resource, err)
+		}
+		var out []*Object
+		for _, obj := range objs {
+			o, err := newObject(obj)
+			if err != nil {
+				return nil, 0, fmt.Errorf("list %s: %w", s.Resource.Resource, err)
+			}
+			if keep(o) {
+				out = append(out, o)
+			}
+		}
+		return out, listRV, nil
+	}
+}
+
 // resourceOf is the cached type of gvr.
 func resourceOf(gvr schema.GroupVersionResource) (resource, bool) {
 	for _, r := range append(slices.Clone(served), unserved...) {
