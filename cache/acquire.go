@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/btree"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/nodeproxy/nodeproxy/shard"
 )
@@ -99,21 +100,44 @@ func (s *Store) abortAcquire() {
 	s.setHoldLocked(h.held, h.since)
 }
 
+// prepared is a listed object made ready to keep (prepare), with its
+// typed object for the handlers.
+type prepared struct {
+	o     *Object
+	typed runtime.Object
+}
+
+// prepare makes the objects of an acquisition's list what the store
+// keeps (their bytes, or slimmed) before finishAcquire takes the lock:
+// the reflector, which waits for that lock, is not held up by
+// encoding a range's pods.
+func (s *Store) prepare(list []*Object) map[*Object]runtime.Object {
+	out := make(map[*Object]runtime.Object, len(list))
+	for _, o := range list {
+		out[o] = s.keep(o, nil)
+	}
+	return out
+}
+
 // finishAcquire takes in the pending ranges' objects, listed at listRV
-// (list holds only theirs), and the changes buffered since, silently,
-// and holds the ranges from then on. It returns the version they are
-// held since (HeldSince).
-func (s *Store) finishAcquire(list []*Object, listRV uint64) (uint64, error) {
+// (list holds only theirs, prepared: their typed objects), and the
+// changes buffered since, silently, and holds the ranges from then on.
+// It returns the version they are held since (HeldSince).
+func (s *Store) finishAcquire(list map[*Object]runtime.Object, listRV uint64) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a := s.pending
 	s.pending = nil
 	h := s.holdingLocked()
-	base, baseRV := list, listRV
+	var base []*Object
+	baseRV := listRV
 	switch {
 	case listRV >= a.from:
+		for o := range list {
+			base = append(base, o)
+		}
 	case a.hasBase:
-		base, baseRV = a.base, a.from // a relist newer than the list
+		base, baseRV, list = a.base, a.from, nil // a relist newer than the list
 	default:
 		s.setHoldLocked(h.held, h.since)
 		return 0, fmt.Errorf("%s: list at %d, cache at %d: %w", s.Resource.Resource, listRV, a.from, errListOlder)
@@ -139,7 +163,11 @@ func (s *Store) finishAcquire(list []*Object, listRV uint64) (uint64, error) {
 	// The store holds nothing of these ranges yet: verdictLocked turned
 	// every object of them away, and holdOnly took out what it held.
 	state.Ascend(func(o *Object) bool {
-		s.insertSilentlyLocked(o)
+		typed, ok := list[o]
+		if !ok {
+			typed = s.keep(o, nil) // buffered, or from a relist
+		}
+		s.insertSilentlyLocked(o, typed)
 		return true
 	})
 	next := *h.since
@@ -153,11 +181,12 @@ func (s *Store) finishAcquire(list []*Object, listRV uint64) (uint64, error) {
 	return since, nil
 }
 
-// insertSilentlyLocked takes o in without a change-log event; the
-// handlers (the graph) see it added. The store's writer lock is held.
-func (s *Store) insertSilentlyLocked(o *Object) {
-	prev, _ := s.objects.Get(o)
-	typed := s.keep(o, prev)
+// insertSilentlyLocked takes o in, kept as the store keeps it (typed
+// is its typed object, nil if the handlers must decode it), without a
+// change-log event; the handlers (the graph) see it added. The store
+// holds nothing of o's range yet, so o has no version before it to
+// share with. The store's writer lock is held.
+func (s *Store) insertSilentlyLocked(o *Object, typed runtime.Object) {
 	prev, exists := s.objects.ReplaceOrInsert(o)
 	if s.nodes != nil {
 		if exists {

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -291,4 +292,37 @@ func TestHoldFailingToListLeavesTheRangeUnheld(t *testing.T) {
 	if held, _ := s.Held(); held != rangesOf(n[0]) {
 		t.Error("the store holds other ranges than before the failed acquisition")
 	}
+}
+
+// TestListTransformerDropsTheBytesOfPodsNotHeld: a watch-list's pods of
+// nodes not held are never encoded; should their range be acquired
+// before the list ends, the list is refused and the reflector lists
+// again, rather than take in pods without their bytes.
+func TestListTransformerDropsTheBytesOfPodsNotHeld(t *testing.T) {
+	n := nodesInDistinctRanges(2)
+	c, s, seen := shardedPods(t, rangesOf(n[0]))
+	transform := s.Transformer()
+	take := func(p *corev1.Pod) interface{} {
+		obj, err := transform(p)
+		must(t, err)
+		return obj
+	}
+	in, out := take(shardPod("a", n[0], 2)), take(shardPod("b", n[1], 3))
+	if in.(*listed).o.raw.empty() {
+		t.Error("a pod of a held node was taken in without its bytes")
+	}
+	if !out.(*listed).o.dropped() {
+		t.Error("a pod of a node not held was taken in with its bytes or its object")
+	}
+	must(t, s.Replace([]interface{}{in, out}, "3"))
+	check(t, "held", names(s.Snapshot()), "a@2")
+	check(t, "handlers", strings.Join(*seen, ", "), "add a")
+
+	in, out = take(shardPod("a", n[0], 2)), take(shardPod("b", n[1], 3))
+	c.list = func(context.Context, *Store, func(*Object) bool) ([]*Object, uint64, error) { return nil, 3, nil }
+	must(t, c.Hold(context.Background(), rangesOf(n...)))
+	if err := s.Replace([]interface{}{in, out}, "4"); !errors.Is(err, errHeldChangedDuringList) {
+		t.Errorf("a list whose pods of a range acquired meanwhile lack their bytes: %v, want errHeldChangedDuringList", err)
+	}
+	check(t, "held after the refused list", names(s.Snapshot()), "a@2")
 }

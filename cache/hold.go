@@ -107,7 +107,7 @@ func (c *Cache) acquire(ctx context.Context, s *Store, ranges shard.Set) error {
 	})
 	var since uint64
 	if err == nil {
-		since, err = s.finishAcquire(objs, listRV)
+		since, err = s.finishAcquire(s.prepare(objs), listRV)
 	} else {
 		s.abortAcquire()
 	}
