@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/graph"
 	"github.com/nodeproxy/nodeproxy/internal/liveheap"
@@ -73,20 +71,7 @@ func BenchmarkBytesPerPodSharded(b *testing.B) {
 				if err := store.Replace(nil, "1"); err != nil {
 					b.Fatal(err)
 				}
-				written := func(from, to int) {
-					for s := range writes {
-						for i := from; i < to; i++ {
-							p := decodeJSON[corev1.Pod](b, writes[s][i])
-							write := store.Update
-							if s == 0 {
-								write = store.Add
-							}
-							if err := write(p); err != nil {
-								b.Fatal(err)
-							}
-						}
-					}
-				}
+				written := func(from, to int) { writeStages(b, store, writes, from, to) }
 				base := liveheap.Bytes()
 				written(0, n)
 				first := liveheap.Bytes()
