@@ -10,7 +10,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 
@@ -325,4 +328,48 @@ func TestListTransformerDropsTheBytesOfPodsNotHeld(t *testing.T) {
 		t.Errorf("a list whose pods of a range acquired meanwhile lack their bytes: %v, want errHeldChangedDuringList", err)
 	}
 	check(t, "held after the refused list", names(s.Snapshot()), "a@2")
+}
+
+// TestEachPerNodeTypeKeepsItsHeldNodesObjects: which field names an
+// object's node, type by type, and what every replica keeps.
+func TestEachPerNodeTypeKeepsItsHeldNodesObjects(t *testing.T) {
+	n := nodesInDistinctRanges(2)
+	in, out := n[0], n[1]
+	meta := func(name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), ResourceVersion: "2"}
+	}
+	attachment := func(name, node string) runtime.Object {
+		return &storagev1.VolumeAttachment{ObjectMeta: meta(name), Spec: storagev1.VolumeAttachmentSpec{NodeName: node}}
+	}
+	slice := func(name string, node *string) runtime.Object {
+		return &resourcev1.ResourceSlice{ObjectMeta: meta(name), Spec: resourcev1.ResourceSliceSpec{NodeName: node}}
+	}
+	for _, tc := range []struct {
+		resource string
+		objects  []runtime.Object
+		kept     string
+	}{
+		{"nodes", []runtime.Object{&corev1.Node{ObjectMeta: meta(in)}, &corev1.Node{ObjectMeta: meta(out)}}, in + "@2"},
+		{"csinodes", []runtime.Object{&storagev1.CSINode{ObjectMeta: meta(in)}, &storagev1.CSINode{ObjectMeta: meta(out)}}, in + "@2"},
+		{"volumeattachments", []runtime.Object{attachment("a", in), attachment("b", out)}, "a@2"},
+		{"resourceslices", []runtime.Object{slice("a", &in), slice("b", &out), slice("pool", nil)}, "a@2 pool@2"},
+		{"secrets", []runtime.Object{&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: out, ResourceVersion: "2"}}}, out + "@2"},
+	} {
+		t.Run(tc.resource, func(t *testing.T) {
+			held := rangesOf(in)
+			c, err := NewDetached(Options{LogSize: 16, EncodedEntries: 16, Held: &held})
+			must(t, err)
+			var s *Store
+			for _, gvr := range Watched() {
+				if gvr.Resource == tc.resource {
+					s = c.Store(gvr)
+				}
+			}
+			must(t, s.Replace(nil, "1"))
+			for _, obj := range tc.objects {
+				must(t, s.Add(obj))
+			}
+			check(t, "held", names(s.Snapshot()), tc.kept)
+		})
+	}
 }
