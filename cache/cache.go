@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeproxy/nodeproxy/shard"
 )
 
 // resource describes one cached type.
@@ -121,7 +123,21 @@ type Options struct {
 	// as before the cache kept pods as bytes; the memory benchmarks set
 	// it to measure the two side by side.
 	KeepDecoded bool
+	// Held, when set, makes the cache sharded: the per-node types
+	// (pods, nodes, csinodes, volumeattachments, resourceslices) keep
+	// only the objects of nodes in these ranges (held.go); Hold changes
+	// them. nil: everything is held, as a single replica does.
+	Held *shard.Set
+	// List is how Hold lists a type for a detached cache (tests and
+	// benchmarks feed it by hand): its objects and the list's version,
+	// as a consistent list from kube-apiserver gives them. A cache made
+	// by New lists from kube-apiserver and ignores it.
+	List ListFunc
 }
+
+// ListFunc lists every object of gvr, consistently: at the
+// resourceVersion returned, never older than any the cache has seen.
+type ListFunc func(ctx context.Context, gvr schema.GroupVersionResource) ([]runtime.Object, string, error)
 
 // Defaults.
 const (
@@ -145,6 +161,11 @@ type Cache struct {
 	reflectors []*toolscache.Reflector
 	encoder    *Encoder
 	wg         sync.WaitGroup
+	// list lists a type for Hold's acquisitions; nil in a detached
+	// cache (tests set it).
+	list listFunc
+	// holdMu makes Holds run one at a time.
+	holdMu sync.Mutex
 }
 
 // New builds a cache of every Watched resource, read from kube-apiserver
@@ -154,6 +175,7 @@ func New(client kubernetes.Interface, opts Options) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.list = clientLister(client)
 	backoff := opts.Backoff
 	if backoff == nil {
 		b := ReflectorBackoff()
@@ -183,10 +205,16 @@ func NewDetached(opts Options) (*Cache, error) {
 	}
 	RegisterMetrics()
 	c := &Cache{stores: map[schema.GroupVersionResource]*Store{}, encoder: enc}
+	if opts.List != nil {
+		c.list = givenLister(opts.List)
+	}
 	for _, r := range append(slices.Clone(served), unserved...) {
 		c.stores[r.gvr] = newStore(r, opts.LogSize)
 		c.stores[r.gvr].restartLogOnRelist = opts.RestartLogOnRelist
 		c.stores[r.gvr].asBytes = c.stores[r.gvr].asBytes && !opts.KeepDecoded
+		if opts.Held != nil && c.stores[r.gvr].nodeOf != nil {
+			c.stores[r.gvr].setHoldLocked(*opts.Held, new([shard.Ranges]uint64)) // nobody else has the store yet
+		}
 	}
 	return c, nil
 }

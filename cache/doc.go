@@ -90,6 +90,36 @@
 //     know a version has one reader (a node's view, of its own pods)
 //     encode it outside the LRU (EncodeUncached), once for each time
 //     they send it.
+//   - Sharded (Options.Held set; nil holds everything, as one replica
+//     does): the per-node types keep only the objects of nodes in the
+//     held ranges (shard.Range of the node's name): pods by
+//     spec.nodeName, of which unbound ones by no replica (no node reads
+//     them); nodes and csinodes by name; volumeattachments and
+//     resourceslices by spec.nodeName (slices without one, a pool's or
+//     network-attached devices, by every replica). The store decides in
+//     Add, Update, Delete and Replace, before it keeps or encodes
+//     anything, from what client-go decoded (a pod's node from the key
+//     fields the list transformer or the store reads anyway): an object
+//     turned away reaches neither the change log nor the handlers, and
+//     its bytes are never made. client-go still decodes every object of
+//     the type; filtering the bytes before its decoder is out of scope
+//     here. A pod bound into a held range after being created unbound
+//     is ADDED, as a watch with a spec.nodeName field selector shows it;
+//     an object whose node leaves the held ranges is DELETED.
+//   - Hold changes the held ranges at run time. Dropped ranges leave
+//     without change-log events (the hub moves their nodes' connections
+//     first; a DELETED would stop a kubelet's pods); the handlers see
+//     them deleted. Acquired ranges are listed (one consistent list of
+//     the type, by pages, filtered; per-node field-selector lists would
+//     spare kube-apiserver the rest, a later optimisation) while their
+//     changes wait in a buffer, then taken in with the buffered changes
+//     after the list, silently (the handlers see adds). From HeldSince
+//     (the latest of the list's version, the store's and the buffered
+//     changes') on, the log carries every change of the range's nodes,
+//     and drops the watch's changes at or below it, which the list
+//     showed already; a reader resuming a node from below its HeldSince
+//     must start it whole (nodeview sends the view afresh). acquire.go
+//     has why that misses and repeats nothing.
 //   - Until a type's first list is in (HasSynced), its store is empty and
 //     the server reports not ready: an empty store would read as "the
 //     object does not exist", for the authorizer a wrong deny and for a

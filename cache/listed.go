@@ -66,12 +66,23 @@ func (s *Store) takeInListed(obj interface{}) (interface{}, error) {
 	if err != nil {
 		return obj, nil
 	}
+	if s.notWanted(o) {
+		// A sharded store's object of a node it does not hold: its key
+		// fields alone, for Replace to turn away (held.go). Its bytes
+		// are never made, and the decoded object is garbage at once.
+		o.obj = nil
+		return &listed{o}, nil
+	}
 	if err := o.keepBytes(s.apiVersion, s.Kind, s.layout, nil); err != nil {
 		return obj, nil
 	}
 	listedAsBytes.WithLabelValues(s.Resource.Resource).Inc()
 	return &listed{o}, nil
 }
+
+// dropped reports whether o was taken in as listed without its bytes or
+// its object (takeInListed, of a node the store does not hold).
+func (o *Object) dropped() bool { return o.obj == nil && o.raw.empty() }
 
 // objectOf is what the store keeps of item, a list's object: taken in
 // already, or now.

@@ -130,6 +130,49 @@ var (
 			"/readyz's cache-watch check fails once one passes --cache-max-watch-outage.",
 		[]string{"resource"}, nil, metrics.ALPHA, "")
 
+	shardRangesHeld = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "cache",
+		Name:           "shard_ranges_held",
+		Help:           "Ranges of nodes (of 4096) whose objects a sharded replica holds, by resource; per-node types only, absent for an unsharded replica.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+
+	shardFiltered = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy",
+		Subsystem: "cache",
+		Name:      "shard_filtered_total",
+		Help: "Objects of per-node types a sharded replica did not take in as they came, by resource and reason: unbound (a pod bound to no node), " +
+			"out_of_shard (its node's range is not held), pending (buffered while its range is acquired), before_held (a change its range's acquisition list already showed).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "reason"})
+
+	shardAcquisitions = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "cache",
+		Name:           "shard_acquisitions_total",
+		Help:           "Acquisitions of ranges by Hold (a list of the type, then the buffered changes), by resource and result (ok, error: the ranges stay unheld and Hold is called again).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "result"})
+
+	shardAcquisitionDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Namespace: "nodeproxy",
+		Subsystem: "cache",
+		Name:      "shard_acquisition_duration_seconds",
+		Help:      "Time to acquire ranges of one resource: the list of the type from kube-apiserver and taking in its held part.",
+		// 10 ms to ~160 s: a list of a large cluster's pods takes seconds.
+		Buckets:        metrics.ExponentialBuckets(0.01, 4, 8),
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+
+	shardDropped = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "nodeproxy",
+		Subsystem:      "cache",
+		Name:           "shard_dropped_total",
+		Help:           "Objects a sharded replica let go of because Hold dropped their node's range, by resource (no change-log event: nobody here serves those nodes).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+
 	registerOnce sync.Once
 )
 
@@ -137,7 +180,8 @@ var (
 // that k8s.io/apiserver serves on /metrics.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(cacheEvents, cacheWriteDuration, cacheObjects, cacheRelists, encodedLookups, encodedEntries, objectDecodes, listedAsBytes, bytesFallbacks, watchFailures, cacheRelistsCarriedOver, cacheRelistLogRestarts, cacheRelistDeletions)
+		legacyregistry.MustRegister(cacheEvents, cacheWriteDuration, cacheObjects, cacheRelists, encodedLookups, encodedEntries, objectDecodes, listedAsBytes, bytesFallbacks, watchFailures, cacheRelistsCarriedOver, cacheRelistLogRestarts, cacheRelistDeletions,
+			shardRangesHeld, shardFiltered, shardAcquisitions, shardAcquisitionDuration, shardDropped)
 		legacyregistry.CustomMustRegister(&freshnessCollector{})
 	})
 }
@@ -199,10 +243,16 @@ type storeMetrics struct {
 	logRestarts *metrics.CounterVec
 	// deletions are by cause (gone, reused) and version (own, shared).
 	deletions [2][2]metrics.CounterMetric
+	// Sharding (held.go, hold.go).
+	filtered     [len(verdictNames)]metrics.CounterMetric
+	acquiredOK   metrics.CounterMetric
+	acquireError metrics.CounterMetric
+	acquisition  metrics.ObserverMetric
+	dropped      metrics.CounterMetric
 }
 
 func newStoreMetrics(resource string) storeMetrics {
-	return storeMetrics{
+	m := storeMetrics{
 		added:       cacheEvents.WithLabelValues(resource, string(watch.Added)),
 		modified:    cacheEvents.WithLabelValues(resource, string(watch.Modified)),
 		deleted:     cacheEvents.WithLabelValues(resource, string(watch.Deleted)),
@@ -215,7 +265,17 @@ func newStoreMetrics(resource string) storeMetrics {
 			{cacheRelistDeletions.WithLabelValues(resource, "gone", "own"), cacheRelistDeletions.WithLabelValues(resource, "gone", "shared")},
 			{cacheRelistDeletions.WithLabelValues(resource, "reused", "own"), cacheRelistDeletions.WithLabelValues(resource, "reused", "shared")},
 		},
+		acquiredOK:   shardAcquisitions.WithLabelValues(resource, "ok"),
+		acquireError: shardAcquisitions.WithLabelValues(resource, "error"),
+		acquisition:  shardAcquisitionDuration.WithLabelValues(resource),
+		dropped:      shardDropped.WithLabelValues(resource),
 	}
+	for v, name := range verdictNames {
+		if verdict(v) != admit {
+			m.filtered[v] = shardFiltered.WithLabelValues(resource, name)
+		}
+	}
+	return m
 }
 
 // observeRelistDeletions counts the DELETED events of a relist carried on.

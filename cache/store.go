@@ -53,6 +53,14 @@ type Store struct {
 	layout     cuts
 	apiVersion string
 
+	// nodeOf names the node of an object of a per-node type (held.go);
+	// nil for the types every replica holds whole.
+	nodeOf nodeOfFunc
+	// hold is what a sharded store holds; nil: everything.
+	hold atomic.Pointer[holding]
+	// pending is the acquisition under way (hold.go), or nil.
+	pending *acquisition // guarded by mu
+
 	current atomic.Pointer[Snapshot]
 	synced  atomic.Bool
 	metrics storeMetrics
@@ -72,6 +80,7 @@ func newStore(r resource, logSize int) *Store {
 		metrics:    newStoreMetrics(r.gvr.Resource),
 		layout:     layout,
 		apiVersion: r.gvr.GroupVersion().String(),
+		nodeOf:     nodeOf[r.gvr],
 	}
 	if r.byNode {
 		s.nodes = btree.NewG(btreeDegree, byNode)
@@ -149,6 +158,9 @@ func (s *Store) upsert(obj interface{}) error {
 	s.fresh.heardAt(start)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if v := s.verdictLocked(o, false); v != admit {
+		return s.notAdmittedLocked(v, o, false, start)
+	}
 	prev, _ := s.objects.Get(o)
 	typed := s.keep(o, prev) // before the handlers, so that the graph keeps no part of o that prev has too
 	prev, exists := s.objects.ReplaceOrInsert(o)
@@ -188,6 +200,14 @@ func (s *Store) Delete(obj interface{}) error {
 	s.fresh.heardAt(start)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if v := s.verdictLocked(o, false); v != admit {
+		return s.notAdmittedLocked(v, o, true, start)
+	}
+	return s.deleteLocked(o, start)
+}
+
+// deleteLocked takes o's deletion in. The store's writer lock is held.
+func (s *Store) deleteLocked(o *Object, start time.Time) error {
 	prev, exists := s.objects.Delete(o)
 	if !exists {
 		return nil // never seen, or already gone with a relist
@@ -249,24 +269,24 @@ func (s *Store) Replace(list []interface{}, rv string) error {
 	if err != nil {
 		return fmt.Errorf("%s list: %w", s.Resource.Resource, err)
 	}
-	objects := btree.NewG(btreeDegree, byKey)
-	var nodes *btree.BTreeG[*Object]
-	if s.nodes != nil {
-		nodes = btree.NewG(btreeDegree, byNode)
-	}
+	listed := make([]*Object, 0, len(list))
 	for _, item := range list {
 		o, err := objectOf(item)
 		if err != nil {
 			return fmt.Errorf("%s list: %w", s.Resource.Resource, err)
 		}
-		objects.ReplaceOrInsert(o)
-		if nodes != nil {
-			nodes.ReplaceOrInsert(o)
-		}
+		listed = append(listed, o)
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// What the store holds is decided under the lock, which Hold takes
+	// to change it: no list is taken in against a set of ranges that
+	// has gone.
+	objects, nodes, err := s.heldOfListLocked(listed, listRV)
+	if err != nil {
+		return fmt.Errorf("%s list: %w", s.Resource.Resource, err)
+	}
 	initial := !s.synced.Load()
 	objects.Ascend(func(o *Object) bool {
 		prev, ok := s.objects.Get(o)

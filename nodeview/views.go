@@ -191,6 +191,13 @@ func (m *Views) Step() {
 	}
 	for i := range types {
 		snap := m.stores[i].Snapshot()
+		if snap.RV == m.pos.At[i] && snap != m.st.snaps[i] {
+			// A sharded cache that acquired or dropped ranges publishes
+			// their objects at the version it was at, without events
+			// (cache.Store.HeldSince): views opened from now on must
+			// see them, and no open view is of those nodes.
+			m.st.snaps[i] = snap
+		}
 		if snap.RV <= m.pos.At[i] {
 			continue
 		}
@@ -436,6 +443,15 @@ func (m *Views) resumeLocked(v *view, from Position) {
 		at.At[i] = min(from.At[i], m.pos.At[i])
 		if !v.types.Has(i) {
 			at.At[i] = m.pos.At[i] // the consumer holds none of it
+		} else if since := m.stores[i].HeldSince(v.node); since > at.At[i] {
+			// A sharded replica that acquired the node's range after the
+			// position: the node's objects came in without events, so
+			// its state there cannot be rebuilt, as for a position older
+			// than the change log.
+			klog.V(2).InfoS("Resume of a node view from before this replica held the node", "node", v.node,
+				"resource", types[i].gvr.Resource, "heldSince", since, "position", from.String())
+			m.replaceLocked(v, from, types[i].gvr.Resource)
+			return
 		}
 		snap, err := m.st.snaps[i].At(at.At[i])
 		if err != nil {
