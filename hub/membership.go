@@ -175,8 +175,8 @@ func (m *Membership) publish() {
 	old := m.table.Swap(next)
 	shardTableChanges.Inc()
 	m.count(next)
-	ownedBefore, ownedNow := old.Owned(m.self), next.Owned(m.self)
-	heldBefore, heldNow := old.Held(m.self), next.Held(m.self)
+	ownedBefore, heldBefore := rangesOf(old, m.self)
+	ownedNow, heldNow := rangesOf(next, m.self)
 	klog.InfoS("Hub replicas changed; new shard table", "self", m.self, "members", members, "selfReady", ready,
 		"ownedIn", ownedNow.Minus(ownedBefore).Len(), "ownedOut", ownedBefore.Minus(ownedNow).Len(),
 		"heldIn", heldNow.Minus(heldBefore).Len(), "heldOut", heldBefore.Minus(heldNow).Len(),
@@ -186,11 +186,32 @@ func (m *Membership) publish() {
 	}
 }
 
+// Held are the ranges this replica owns or holds warm by the current
+// table: what its cache keeps.
+func (m *Membership) Held() shard.Set {
+	_, held := rangesOf(m.Table(), m.self)
+	return held
+}
+
 // count sets the gauges from t.
 func (m *Membership) count(t *shard.Table) {
+	owned, held := rangesOf(t, m.self)
 	shardMembers.Set(float64(len(t.Members())))
-	shardRanges.WithLabelValues("owned").Set(float64(t.Owned(m.self).Len()))
-	shardRanges.WithLabelValues("held").Set(float64(t.Held(m.self).Len()))
+	shardRanges.WithLabelValues("owned").Set(float64(owned.Len()))
+	shardRanges.WithLabelValues("held").Set(float64(held.Len()))
+}
+
+// rangesOf are the ranges self owns and holds by t. A table of one
+// member gives that member everything, and shard.Table says so of any
+// name it is asked about; a replica that has left its own table (it was
+// ready, and is no longer) owns and holds nothing. With no member at all
+// nobody else serves anything, and self holds all, as shard says.
+func rangesOf(t *shard.Table, self string) (owned, held shard.Set) {
+	members := t.Members()
+	if len(members) > 0 && !slices.Contains(members, self) {
+		return shard.Set{}, shard.Set{}
+	}
+	return t.Owned(self), t.Held(self)
 }
 
 // membersOf are the replicas the slices make, sorted, self among them

@@ -91,6 +91,9 @@ func TestMembershipPublishesATableOnEachChangeOfMembers(t *testing.T) {
 		}
 	}
 	expect([]string{"self"}, []string{"a", "self"})
+	if held, want := m.Held(), m.Table().Held("self"); held != want {
+		t.Errorf("held %d ranges, want the table's %d", held.Len(), want.Len())
+	}
 	go m.Run(ctx)
 
 	h := m.Handler()
@@ -102,6 +105,9 @@ func TestMembershipPublishesATableOnEachChangeOfMembers(t *testing.T) {
 	expect([]string{"a", "b", "self"}, []string{"b", "self"})
 	h.OnUpdate(nil, slice("ns", "svc", "s1", map[string]bool{"a": false, "self": false}))
 	expect([]string{"b", "self"}, []string{"b"})
+	if held := m.Held(); held.Len() != 0 {
+		t.Errorf("a replica that left its table holds %d ranges, want none", held.Len())
+	}
 	h.OnDelete(slice("ns", "svc", "s2", nil))
 	expect([]string{"b"}, []string{})
 	select {
