@@ -58,7 +58,7 @@ func NewMembership(self, service, namespace string) *Membership {
 		changed: make(chan struct{}, 1), slices: map[string]*discoveryv1.EndpointSlice{}}
 	m.table.Store(shard.NewTable([]string{self}))
 	m.published = []string{self}
-	registerShardMetrics()
+	registerMetrics()
 	m.count(m.table.Load())
 	return m
 }

@@ -1,11 +1,10 @@
 package hub
 
 import (
-	"sync"
-
 	"k8s.io/component-base/metrics"
-	"k8s.io/component-base/metrics/legacyregistry"
 )
+
+// The series of a sharded hub, registered with the others (registerMetrics).
 
 // Why a node's request or connection went to another replica
 // (nodeproxy_hub_shard_routing_total).
@@ -37,12 +36,4 @@ var (
 			"served (this replica owns the node), redirected (307 to the owner), moved (an open connection ended with 503 after its node went to another replica).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"kind", "decision"})
-
-	registerShardOnce sync.Once
 )
-
-func registerShardMetrics() {
-	registerShardOnce.Do(func() {
-		legacyregistry.MustRegister(shardMembers, shardRanges, shardTableChanges, shardRouting)
-	})
-}
