@@ -4,138 +4,30 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
-	"github.com/nodeproxy/nodeproxy/shard"
 	"github.com/nodeproxy/nodeproxy/test/testserver"
 	"github.com/nodeproxy/nodeproxy/watchmux"
 )
 
-// shardedPair is two hub replicas of one headless Service, each serving
-// on its own port of 127.0.0.1, reached by their stable names through a
-// dialer that stands in for DNS: a replica's name to its port, whatever
-// port the address names (replicas share one in production, so a
-// Location names the redirecting replica's), and the Service's name to
-// one replica, as a Service picks one.
-type shardedPair struct {
-	ns, service string
-	addr        map[string]string // stable name -> 127.0.0.1:port
-	behind      atomic.Value      // the replica the Service's name reaches
-	slice       *discoveryv1.EndpointSlice
-}
-
-func (p *shardedPair) host(member string) string { return shard.Host(member, p.service, p.ns) }
-
-// serviceHost is the Service's own name, which the nodes dial.
-func (p *shardedPair) serviceHost() string { return p.service + "." + p.ns + ".svc" }
-
-func (p *shardedPair) dial(ctx context.Context, network, address string) (net.Conn, error) {
-	host, _, err := net.SplitHostPort(address)
-	if err != nil {
-		return nil, err
-	}
-	if host == p.serviceHost() {
-		host = p.behind.Load().(string)
-	}
-	to, ok := p.addr[host]
-	if !ok {
-		return nil, fmt.Errorf("no replica is named %s", host)
-	}
-	return (&net.Dialer{}).DialContext(ctx, network, to)
-}
-
-// clientOf is cfg's credential for the replicas at address host, port
-// any: through the dialer, verified against the hub's CA.
-func (p *shardedPair) clientOf(cfg *rest.Config, host string) *rest.Config {
-	return &rest.Config{Host: "https://" + host + ":443", Dial: p.dial, TLSClientConfig: rest.TLSClientConfig{
+// clientOf is cfg's credential for the replicas at address host:
+// through the replicas' dialer, verified against the hub's CA.
+func clientOf(sh *testserver.Sharded, cfg *rest.Config, host string) *rest.Config {
+	return &rest.Config{Host: "https://" + host + ":443", Dial: sh.Dial, TLSClientConfig: rest.TLSClientConfig{
 		CertData: cfg.CertData, KeyData: cfg.KeyData, CAFile: cp.ServingCA.CertPath,
 	}}
-}
-
-// setReady marks member's endpoint ready or not, as the EndpointSlice
-// controller would when its readiness changes.
-func (p *shardedPair) setReady(t *testing.T, member string, ready bool) {
-	t.Helper()
-	for i := range p.slice.Endpoints {
-		if *p.slice.Endpoints[i].Hostname == member {
-			p.slice.Endpoints[i].Conditions.Ready = new(ready)
-		}
-	}
-	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
-	s, err := admin.DiscoveryV1().EndpointSlices(p.ns).Update(context.Background(), p.slice, metav1.UpdateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.slice = s
-}
-
-// startShardedPair runs replicas hub-a and hub-b of a headless Service
-// whose one EndpointSlice lists both ready (the harness runs no
-// EndpointSlice controller: the test is it).
-func startShardedPair(t *testing.T, ns string) *shardedPair {
-	t.Helper()
-	ctx := context.Background()
-	p := &shardedPair{ns: ns, service: "nodeproxy-shards", addr: map[string]string{}}
-	if err := cp.EnsureNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
-	if _, err := admin.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: p.service},
-		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app": "nodeproxy"},
-			Ports: []corev1.ServicePort{{Name: "https", Port: 443}}},
-	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: p.service + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: p.service}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: new("https"), Port: new(int32(443))}},
-	}
-	for i, m := range []string{"hub-a", "hub-b"} {
-		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.0.0." + strconv.Itoa(i+1)},
-			Hostname: new(m), Conditions: discoveryv1.EndpointConditions{Ready: new(true)}})
-	}
-	s, err := admin.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.slice = s
-	t.Cleanup(func() {
-		_ = admin.DiscoveryV1().EndpointSlices(ns).Delete(context.Background(), s.Name, metav1.DeleteOptions{})
-	})
-
-	testserver.InstallRBAC(t, cp)
-	var servers []*testserver.Server
-	for _, m := range []string{"hub-a", "hub-b"} {
-		srv := testserver.Start(t, cp, testserver.Options{
-			Args:         []string{"--shard-service=" + p.service, "--shard-member=" + m, "--shard-namespace=" + ns},
-			ServingNames: []string{p.host(m), p.serviceHost()},
-		})
-		p.addr[p.host(m)] = strings.TrimPrefix(srv.URL, "https://")
-		servers = append(servers, srv)
-	}
-	for _, srv := range servers {
-		srv.WaitReady(t, 90*time.Second)
-	}
-	p.behind.Store(p.host("hub-a"))
-	return p
 }
 
 // hostOf is the host of server, an address.
@@ -160,14 +52,8 @@ func hostOf(t *testing.T, server string) string {
 func TestANodeIsServedByTheReplicaThatOwnsIt(t *testing.T) {
 	ctx := context.Background()
 	const ns = "shard-route"
-	p := startShardedPair(t, ns)
-	node := ""
-	table := shard.NewTable([]string{"hub-a", "hub-b"})
-	for i := 0; node == ""; i++ {
-		if n := "node-shard-" + strconv.Itoa(i); table.OwnerOf(n) == "hub-b" {
-			node = n
-		}
-	}
+	p := testserver.StartSharded(t, cp, ns, "hub-a", "hub-b")
+	node := testserver.NodeOwnedBy("node-shard-", "hub-b", "hub-a", "hub-b")
 	nodeCfg, err := cp.NodeConfig(node)
 	if err != nil {
 		t.Fatal(err)
@@ -186,12 +72,12 @@ func TestANodeIsServedByTheReplicaThatOwnsIt(t *testing.T) {
 		return testserver.Gathered(t, "nodeproxy_hub_shard_routing_total", map[string]string{"kind": "watch", "decision": "moved"})
 	}
 	movedBefore := moved()
-	session, err := watchmux.NewSession(ctx, p.clientOf(nodeCfg, p.serviceHost()))
+	session, err := watchmux.NewSession(ctx, clientOf(p, nodeCfg, p.ServiceHost()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer session.Close()
-	if got, want := hostOf(t, session.Server()), p.host("hub-b"); got != want {
+	if got, want := hostOf(t, session.Server()), p.Host("hub-b"); got != want {
 		t.Fatalf("the node's connection is to %s, want hub-b's stable name %s", got, want)
 	}
 	if got := redirected("watch") - watchesBefore; got != 1 {
@@ -207,7 +93,7 @@ func TestANodeIsServedByTheReplicaThatOwnsIt(t *testing.T) {
 
 	// A bulk get at the Service follows the redirect as client-go's
 	// requests follow any: the same credential, at the owner.
-	httpClient, err := rest.HTTPClientFor(p.clientOf(nodeCfg, p.serviceHost()))
+	httpClient, err := rest.HTTPClientFor(clientOf(p, nodeCfg, p.ServiceHost()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +106,7 @@ func TestANodeIsServedByTheReplicaThatOwnsIt(t *testing.T) {
 				Options:  metav1.ListOptions{FieldSelector: "spec.nodeName=" + node},
 			}}},
 		})
-		resp, err := httpClient.Post("https://"+p.serviceHost()+":443"+watchmux.Path, "application/json", strings.NewReader(string(body)))
+		resp, err := httpClient.Post(p.ServiceURL()+watchmux.Path, "application/json", strings.NewReader(string(body)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,11 +121,11 @@ func TestANodeIsServedByTheReplicaThatOwnsIt(t *testing.T) {
 	}
 
 	// kube-proxy's kind of caller: never redirected.
-	other, err := watchmux.Dial(ctx, p.clientOf(cp.AdminConfig(), p.serviceHost()))
+	other, err := watchmux.Dial(ctx, clientOf(p, cp.AdminConfig(), p.ServiceHost()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := hostOf(t, other.Server()), p.serviceHost(); got != want {
+	if got, want := hostOf(t, other.Server()), p.ServiceHost(); got != want {
 		t.Errorf("a caller that is not a node went to %s, want where it dialed, %s", got, want)
 	}
 	other.Close()
@@ -285,10 +171,10 @@ func TestANodeIsServedByTheReplicaThatOwnsIt(t *testing.T) {
 	create()
 	readUntil(1)
 
-	p.setReady(t, "hub-b", false)
+	p.SetReady(t, "hub-b", false)
 	create() // while the node moves
 	testserver.Eventually(t, 60*time.Second, "the node's connection moves to hub-a", func(context.Context) error {
-		if s := session.Server(); s == "" || hostOf(t, s) != p.serviceHost() {
+		if s := session.Server(); s == "" || hostOf(t, s) != p.ServiceHost() {
 			return fmt.Errorf("connected to %q", s)
 		}
 		return nil
