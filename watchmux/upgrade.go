@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 
 	"github.com/gorilla/websocket"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -94,6 +95,12 @@ func (u *upgrader) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ws, resp, err := d.DialContext(req.Context(), target.String(), req.Header)
 	if err == nil {
+		if !slices.Contains(u.subprotocols, ws.Subprotocol()) {
+			// A server that picked none of them would be read in a
+			// protocol it does not speak.
+			_ = ws.Close()
+			return nil, fmt.Errorf("the server chose subprotocol %q, not one of %q", ws.Subprotocol(), u.subprotocols)
+		}
 		u.conn = ws
 		return resp, nil
 	}
