@@ -106,6 +106,9 @@ type nodeSpec struct {
 	// jsonView: the endpoint asks for its view in JSON, as one of the
 	// release before protobuf views did.
 	jsonView bool
+	// hubDial, if set, is how the endpoint reaches the hub's addresses:
+	// sharded replicas by their stable names (testserver.Sharded).
+	hubDial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // startNodeWith is startNode as spec says.
@@ -138,6 +141,7 @@ func startNodeWith(t *testing.T, name string, spec nodeSpec) *node {
 	}
 	if spec.hub != "" {
 		cfg.Hub = asNode(spec.hub)
+		cfg.Hub.Dial = spec.hubDial
 	}
 	if spec.hubCAFile != "" {
 		cfg = configFromFlags(t, dir, cfg, spec.hub, spec.hubCAFile)

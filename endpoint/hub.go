@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -36,15 +37,27 @@ var errHubDown = errors.New("no connection to the hub")
 // cannot carry over within hubResumeTimeout (no replica answers) ends
 // cleanly, and the kubelet's next watch goes to kube-apiserver; while no
 // connection is up, reads go there too.
+//
+// A sharded hub redirects the connection to the replica that owns the
+// node (watchmux follows it); the bulk gets then go to that replica too,
+// for as long as the connection to it is up, and back to the hub's
+// address once it is not.
 type Hub struct {
 	cfg  *rest.Config
 	rest rest.Interface
+	// server is cfg's address, scheme and host: where the bulk gets go
+	// unless the connection went elsewhere.
+	server string
 	// onUp is called each time the connection is up again, from the
 	// session's goroutine.
 	onUp func()
 
 	mu      sync.Mutex
 	session *watchmux.Session // guarded by mu; nil until the first dial
+	// owner and ownerREST: the replica the connection was last
+	// redirected to, and a client of it for the bulk gets.
+	owner     string         // guarded by mu
+	ownerREST rest.Interface // guarded by mu
 	// up is closed, and replaced, each time the connection comes up
 	// and when session is set.
 	up chan struct{} // guarded by mu
@@ -74,14 +87,52 @@ const hubResumeTimeout = 5 * time.Second
 // NewHub returns a hub client for cfg (the hub's address and the node's
 // credentials). Run connects it.
 func NewHub(cfg *rest.Config) (*Hub, error) {
-	c := rest.CopyConfig(cfg)
-	c.Timeout = hubRequestTimeout
-	c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return askOnceOnTimeout{rt} })
-	rc, err := restClient(c)
+	rc, err := hubREST(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("hub client for %s: %w", cfg.Host, err)
 	}
-	return &Hub{cfg: rest.CopyConfig(cfg), rest: rc, up: make(chan struct{})}, nil
+	base, _, err := rest.DefaultServerUrlFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("hub address %q: %w", cfg.Host, err)
+	}
+	return &Hub{cfg: rest.CopyConfig(cfg), rest: rc, server: base.Scheme + "://" + base.Host, up: make(chan struct{})}, nil
+}
+
+// hubREST is the bulk gets' client of the hub at cfg.
+func hubREST(cfg *rest.Config) (rest.Interface, error) {
+	c := rest.CopyConfig(cfg)
+	c.Timeout = hubRequestTimeout
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return askOnceOnTimeout{rt} })
+	return restClient(c)
+}
+
+// restFor is the client of the bulk gets while the connection is to
+// server: the hub's address, or the replica a sharded hub redirected the
+// connection to (the same credentials and CA, its host the server name).
+// A replica's client that cannot be made leaves the gets at the hub's
+// address, which redirects them.
+func (h *Hub) restFor(server string) rest.Interface {
+	if server == "" || server == h.server {
+		return h.rest
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.owner == server {
+		return h.ownerREST
+	}
+	u, err := url.Parse(server)
+	if err != nil {
+		return h.rest
+	}
+	c := rest.CopyConfig(h.cfg)
+	c.Host, c.TLSClientConfig.ServerName = server, u.Hostname()
+	rc, err := hubREST(c)
+	if err != nil {
+		klog.ErrorS(err, "Client of the hub replica the connection was redirected to; bulk gets go to the hub's address", "replica", server)
+		return h.rest
+	}
+	h.owner, h.ownerREST = server, rc
+	return rc
 }
 
 // Run dials the hub until a session is up, then keeps it until ctx ends.
@@ -191,7 +242,8 @@ func (h *Hub) Watch(ctx context.Context, op v1alpha1.GetOperation, protobuf bool
 // apiVersion and kind. It does not try while the bulk watch connection is
 // down: a hub that cannot hold a websocket is not worth a request's wait.
 func (h *Hub) Get(ctx context.Context, op v1alpha1.GetOperation) (json.RawMessage, error) {
-	if !h.Connected() {
+	s := h.connected()
+	if s == nil {
 		return nil, errHubDown
 	}
 	body, err := json.Marshal(&v1alpha1.BulkGetOperation{
@@ -201,7 +253,7 @@ func (h *Hub) Get(ctx context.Context, op v1alpha1.GetOperation) (json.RawMessag
 	if err != nil {
 		return nil, err
 	}
-	raw, err := h.rest.Post().AbsPath(watchmux.Path).SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Raw()
+	raw, err := h.restFor(s.Server()).Post().AbsPath(watchmux.Path).SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Raw()
 	if err != nil {
 		return nil, err
 	}

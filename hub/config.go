@@ -53,6 +53,11 @@ type Config struct {
 	// ReauthenticateInterval, MaxConnectionAge and
 	// AggregatedMaxConnectionAge: see Options.
 	ReauthenticateInterval, MaxConnectionAge, AggregatedMaxConnectionAge time.Duration
+	// Shard is the sharding of the replicas (a zero Service: unsharded),
+	// and ShardPort the port every replica serves on, which a redirect
+	// names.
+	Shard     ShardOptions
+	ShardPort int
 	// router hands bulk watch upgrades to the watch server New makes.
 	router *upgradeRouter
 	// ClientCASources counts the CA sources client certificates are
@@ -117,6 +122,7 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 		sources++
 	}
 	return &Config{Generic: generic, Kube: kube, Cache: o.Cache, CacheMaxWatchOutage: o.CacheMaxWatchOutage, Watch: o.Watch, Watcher: o.Watcher, BulkGet: o.BulkGet, UncachedTypes: o.UncachedTypes, Refresh: o.Refresh, NodeViewVersions: o.NodeViewVersions, NodeViewHeardWithin: o.NodeViewHeardWithin, ClientCASources: sources, router: router,
+		Shard: o.Shard, ShardPort: o.SecureServing.BindPort,
 		ReauthenticateInterval: o.ReauthenticateInterval, MaxConnectionAge: o.MaxConnectionAge, AggregatedMaxConnectionAge: o.AggregatedMaxConnectionAge}, nil
 }
 

@@ -103,6 +103,7 @@ var (
 // that /metrics serves.
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(bulkEntries, reauthentications, rbacChangesSeen, localFallbacks, localProofs)
+		legacyregistry.MustRegister(bulkEntries, reauthentications, rbacChangesSeen, localFallbacks, localProofs,
+			shardMembers, shardRanges, shardTableChanges, shardRouting)
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -89,6 +90,9 @@ type Options struct {
 	// NodeViewVersions are the versions of the node view served; empty:
 	// every version this release has.
 	NodeViewVersions []string
+	// Shard makes the hub one replica of several that each serve a
+	// share of the nodes; its zero value is unsharded.
+	Shard ShardOptions
 
 	// KubeTransportWrapper, when set, wraps the transport of every request
 	// to kube-apiserver made with --kubeconfig (the cache's lists and
@@ -254,6 +258,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"How long a bulk watch connection through kube-apiserver's aggregator lives at most (jittered likewise). The hub knows its caller only by the front proxy's certificate and headers, "+
 			"so this age is when the caller's own credential is checked again (by kube-apiserver, as the client reconnects): the default is the longest kube-apiserver keeps a watch of its own.")
 
+	o.Shard.AddFlags(fss.FlagSet("sharding"))
+
 	fs = fss.FlagSet("lifecycle")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay-duration", o.ShutdownDelay,
 		"After SIGTERM, keep serving this long with /readyz failing before closing the listener, "+
@@ -293,7 +299,7 @@ func (o *Options) Complete() error {
 	if o.Watcher.RBACRecheckAfter == nil {
 		o.Watcher.RBACRecheckAfter = rbacRecheckAfter(o.Authorization.AllowCacheTTL)
 	}
-	return nil
+	return o.Shard.complete(os.Getenv, os.Hostname, os.ReadFile)
 }
 
 // Validate returns every problem with the options at once.
@@ -373,6 +379,7 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--node-view-versions: %q is not a version of the node view", v))
 		}
 	}
+	errs = append(errs, o.Shard.validate()...)
 	if err := logsapi.Validate(o.Logs, utilfeature.DefaultFeatureGate, nil); len(err) > 0 {
 		errs = append(errs, err.ToAggregate())
 	}

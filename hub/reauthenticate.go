@@ -123,9 +123,16 @@ func unauthorized() *metav1.Status {
 // authenticates, 503 at its maximum age.
 func (a *reauthenticator) follow(ctx context.Context, r *http.Request) <-chan *metav1.Status {
 	end := make(chan *metav1.Status, 1)
+	a.followInto(ctx, r, end)
+	return end
+}
+
+// followInto is follow, yielding on end, where it sends at most once:
+// a connection that something else may end too shares one channel.
+func (a *reauthenticator) followInto(ctx context.Context, r *http.Request, end chan<- *metav1.Status) {
 	cred, _ := r.Context().Value(credentialKey{}).(*credential)
 	if cred == nil {
-		return end // not a bulk watch upgrade
+		return // not a bulk watch upgrade
 	}
 	first, ok, err := a.check(ctx, cred)
 	if err != nil || !ok {
@@ -222,7 +229,6 @@ func (a *reauthenticator) follow(ctx context.Context, r *http.Request) <-chan *m
 			next = a.until(a.nextCheck(cred, a.interval), until)
 		}
 	}()
-	return end
 }
 
 // until is the wait d, or until the instant at if that comes sooner.

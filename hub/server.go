@@ -6,9 +6,11 @@ import (
 	"slices"
 	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
@@ -40,6 +42,11 @@ type Server struct {
 	watcher     *bulkwatch.Watcher
 	views       *nodeview.Views
 	watchServer *watchmux.Server
+	// members follows the replicas of a sharded hub; nil unsharded.
+	members *Membership
+	// listClient lists the replicas' EndpointSlices once, before the
+	// cache starts; nil unsharded.
+	listClient kubernetes.Interface
 	// drainTimeout bounds the wait for bulk watch connections to end.
 	drainTimeout time.Duration
 }
@@ -153,6 +160,12 @@ func (c *Config) New() (*Server, error) {
 		return nil, fmt.Errorf("readiness check: %w", err)
 	}
 	s := &Server{generic: generic, cache: objects, rbac: rbac, watcher: watcher, views: views, watchServer: watchServer, drainTimeout: c.Watch.DrainTimeout()}
+	if c.Shard.Service != "" {
+		s.members = NewMembership(c.Shard.Member, c.Shard.Service, c.Shard.Namespace)
+		objects.Store(discoveryv1.SchemeGroupVersion.WithResource("endpointslices")).AddHandler(s.members.Handler())
+		c.router.shard.Store(newShardRouter(s.members, c.Shard.Service, c.Shard.Namespace, c.ShardPort))
+		s.listClient = client
+	}
 	if err := generic.AddPostStartHook("nodeproxy-start-cache", s.startCache); err != nil {
 		return nil, fmt.Errorf("cache start hook: %w", err)
 	}
@@ -172,7 +185,31 @@ func installBulkAPI(generic *genericapiserver.GenericAPIServer, getter *bulkget.
 	return nil
 }
 
+// Membership follows the replicas of a sharded hub, for what holds or
+// serves a share of the nodes (OnChange); nil when unsharded.
+func (s *Server) Membership() *Membership { return s.members }
+
+// membershipListTimeout bounds the first list of the replicas'
+// EndpointSlices, retried every second meanwhile: a replica that cannot
+// read them in a minute (its RBAC, kube-apiserver down) fails its start
+// and is restarted, rather than serving nodes it cannot know it owns.
+const membershipListTimeout = time.Minute
+
 func (s *Server) startCache(ctx genericapiserver.PostStartHookContext) error {
+	if s.members != nil {
+		var last error
+		err := wait.PollUntilContextTimeout(ctx, time.Second, membershipListTimeout, true, func(ctx context.Context) (bool, error) {
+			last = s.members.List(ctx, s.listClient)
+			if last != nil {
+				klog.ErrorS(last, "Listing the hub's replicas; trying again")
+			}
+			return last == nil, nil
+		})
+		if err != nil {
+			return fmt.Errorf("the hub's replicas: %w (last: %w)", err, last)
+		}
+		go s.members.Run(ctx)
+	}
 	s.cache.Start(ctx)
 	go s.rbac.run(ctx, s.watcher.RBACWatched)
 	// The watch dispatchers follow the stores' change logs from where the

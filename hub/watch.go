@@ -20,23 +20,39 @@ import (
 //
 // Each connection is followed by reauth, which ends it when its
 // credential no longer authenticates or at its maximum age.
+//
+// A sharded hub first sends a node that another replica owns there
+// (shard), and ends a node's connection when its node moves.
 type upgradeRouter struct {
 	watch  atomic.Pointer[watchmux.Server]
 	reauth atomic.Pointer[reauthenticator]
+	shard  atomic.Pointer[shardRouter]
 }
 
 func (u *upgradeRouter) wrap(api http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sharded := u.shard.Load()
 		if isBulkWatchUpgrade(r) {
 			if s := u.watch.Load(); s != nil {
+				if sharded != nil && sharded.route(w, r, "watch") {
+					return
+				}
 				ctx, cancel := context.WithCancel(connectionContext(r))
-				var end <-chan *metav1.Status
+				// One slot for each of the two that may end the
+				// connection, each at most once, so neither blocks.
+				end := make(chan *metav1.Status, 2)
 				if a := u.reauth.Load(); a != nil {
-					end = a.follow(ctx, r)
+					a.followInto(ctx, r, end)
+				}
+				if sharded != nil {
+					sharded.follow(ctx, r, end)
 				}
 				s.ServeDetached(ctx, w, r, end, cancel)
 				return
 			}
+		}
+		if sharded != nil && isBulkGet(r) && sharded.route(w, r, "get") {
+			return
 		}
 		api.ServeHTTP(w, r)
 	})

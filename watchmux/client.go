@@ -16,9 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
-	clientwebsocket "k8s.io/client-go/transport/websocket"
 	"k8s.io/klog/v2"
-	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/nodeproxy/nodeproxy/apis/bulk/v1alpha1"
 )
@@ -81,7 +79,13 @@ type Client struct {
 	// protobuf: the server speaks WatchSubprotocolProtobuf, so a channel
 	// may ask for protobuf objects.
 	protobuf bool
+	// server is the address the connection went to, after redirects.
+	server string
 }
+
+// Server is the address (scheme and host) the connection is to: the
+// config's, or the replica a sharded hub redirected the upgrade to.
+func (c *Client) Server() string { return c.server }
 
 // extendDeadline gives the server another idleTimeout to be heard from.
 // Only the reader calls it.
@@ -163,10 +167,12 @@ func WithIdleTimeout(d time.Duration) DialOption {
 
 // Dial opens a bulk watch connection to the server cfg points at (a
 // kube-apiserver, which proxies to nodeproxy, or nodeproxy itself). The
-// upgrade goes through client-go's websocket transport, so it
+// upgrade goes under client-go's wrappers of cfg's credentials, so it
 // authenticates as every client-go request does: client certificates,
 // bearer tokens and token files, exec credential plugins, impersonation.
-// A refused upgrade carries the server's Status when it sent one.
+// A refused upgrade carries the server's Status when it sent one. A
+// sharded hub's redirect to the replica that owns the caller's node is
+// followed (redirect.go); Server says where the connection went.
 func Dial(ctx context.Context, cfg *rest.Config, opts ...DialOption) (*Client, error) {
 	o := dialOptions{idleTimeout: DefaultIdleTimeout, maxOpening: DefaultMaxOpening}
 	for _, opt := range opts {
@@ -176,30 +182,14 @@ func Dial(ctx context.Context, cfg *rest.Config, opts ...DialOption) (*Client, e
 	if err != nil {
 		return nil, fmt.Errorf("server address %q: %w", cfg.Host, err)
 	}
-	rt, holder, err := clientwebsocket.RoundTripperFor(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("transport for %s: %w", base, err)
-	}
 	u := strings.TrimSuffix(base.String(), "/") + Path + "?watch=1"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	ws, server, err := upgrade(ctx, cfg, u)
 	if err != nil {
-		return nil, fmt.Errorf("bulk watch request for %s: %w", u, err)
-	}
-	// Protobuf first: a server that knows it picks it; an older one
-	// picks the JSON one, and every event comes as JSON.
-	ws, err := clientwebsocket.Negotiate(rt, holder, req, v1alpha1.WatchSubprotocolProtobuf, v1alpha1.WatchSubprotocol)
-	if err != nil {
-		// client-go keeps the server's Status in an error that does not
-		// unwrap; the caller needs it (a 401 or 403 is an answer).
-		var refused *httpstream.UpgradeFailureError
-		if errors.As(err, &refused) && refused.Cause != nil {
-			err = refused.Cause
-		}
-		return nil, fmt.Errorf("bulk watch upgrade at %s: %w", u, err)
+		return nil, err
 	}
 	c := &Client{
 		ws: ws, pending: map[int64]chan result{}, kinds: map[int64]requestKind{},
-		channels: map[int64]*Channel{}, done: make(chan struct{}), idleTimeout: o.idleTimeout,
+		channels: map[int64]*Channel{}, done: make(chan struct{}), idleTimeout: o.idleTimeout, server: server,
 		protobuf: ws.Subprotocol() == v1alpha1.WatchSubprotocolProtobuf,
 	}
 	if o.maxOpening > 0 {

@@ -102,6 +102,13 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	})
 
+	clientRedirectsTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy", Subsystem: "watchmux_client", Name: "redirects_total",
+		Help: "Redirects (307 with a Location: a sharded hub naming the replica that owns the caller's node) a bulk watch client's upgrades met, by result: " +
+			"followed, refused (not https, unreadable, or past the most one dial follows: the dial fails).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+
 	registerClientOnce sync.Once
 )
 
@@ -109,6 +116,6 @@ var (
 // legacy registry.
 func RegisterClientMetrics() {
 	registerClientOnce.Do(func() {
-		legacyregistry.MustRegister(clientReconnectsTotal, clientResumesTotal, clientOverflowsTotal, clientEventsHeld)
+		legacyregistry.MustRegister(clientReconnectsTotal, clientResumesTotal, clientOverflowsTotal, clientEventsHeld, clientRedirectsTotal)
 	})
 }

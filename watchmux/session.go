@@ -220,6 +220,16 @@ func (s *Session) Connected() bool {
 	return s.conn != nil
 }
 
+// Server is the address (scheme and host) of the session's connection,
+// after any redirect (a sharded hub's owner of the caller's node); ""
+// while redialing. Each redial starts again from the session's config.
+func (s *Session) Server() string {
+	if c := s.current(); c != nil {
+		return c.Server()
+	}
+	return ""
+}
+
 // run holds a connection up: c first, then one dial after another.
 func (s *Session) run(c *Client) {
 	defer close(s.done)

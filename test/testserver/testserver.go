@@ -75,6 +75,10 @@ type Options struct {
 	// plane's serving CA, kube-apiserver's. A hub of its own CA is what
 	// the node endpoint's --hub-ca-file must name.
 	ServingCA *controlplane.CA
+	// ServingNames are more DNS names the serving certificate covers: a
+	// sharded replica's stable name and its Service's, which a test's
+	// client reaches through its own dialer.
+	ServingNames []string
 	// Configure, if set, changes the options after the flags are parsed:
 	// for what no flag sets, such as the cache's reflector backoff that a
 	// benchmark compares.
@@ -92,7 +96,7 @@ func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options) *Server {
 	if ca == nil {
 		ca = cp.ServingCA
 	}
-	serving, err := ca.ServingCert(dir, "serving", controlplane.LocalServiceName("nodeproxy", "nodeproxy"))
+	serving, err := ca.ServingCert(dir, "serving", append([]string{controlplane.LocalServiceName("nodeproxy", "nodeproxy")}, opts.ServingNames...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
