@@ -3,9 +3,11 @@ package hub
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,14 +18,15 @@ import (
 	"github.com/nodeproxy/nodeproxy/shard"
 )
 
-// Membership follows the hub's replicas, the ready endpoints of the
-// headless Service's EndpointSlices, and publishes the shard.Table they
-// make: which replica serves which node (docs/architecture.md,
-// "Sharding").
+// Membership follows the hub's replicas, the endpoints of the headless
+// Service's EndpointSlices, and publishes the shard.Table they make:
+// which replica owns, and which holds warm, which node
+// (docs/architecture.md, "Sharding").
 //
 //	List (once, before the cache) --+
-//	                                 +--> slices --signal--> Run: Table, published, OnChange
-//	the cache's EndpointSlice store -+    (mu)               (one goroutine, in order)
+//	                                 +--> slices --signal--> Run: Table and ready set,
+//	the cache's EndpointSlice store -+    (mu)               published; OnChange, OnServing
+//	                                                         (one goroutine, in order)
 //
 // The store's handlers run under the store's lock, before its readers see
 // the change: they only record the slice and signal. Run, on its own
@@ -31,32 +34,51 @@ import (
 // (the cache letting go of ranges), without holding the store back.
 // Signals coalesce: a burst of slice changes makes one table.
 //
-// This replica is a member while it is starting (the Service does not
-// list it ready yet, but it must hold the ranges it is about to own, so
-// that it is warm when it becomes ready) and while the Service lists it
-// ready. Once it has been seen ready and is no longer (its readiness
-// failed, or it is terminating), it leaves its own table as every other
-// replica's table leaves it: its nodes go to their secondaries, and it
-// ends their connections (shardRouter).
+// The table's members are every replica the slices list, ready or not,
+// and this one (shard.Members): what a replica holds follows the
+// replicas that exist, so that replicas started together each list only
+// their share, and a replica that fails its readiness or restarts under
+// its name changes no table: its nodes are served meanwhile by their
+// warm secondaries (Serving), which hold them already. A replica the
+// slices stop listing stays a member for memberGrace, the time a
+// StatefulSet takes to put a replaced pod back; only one gone longer,
+// or one added, changes the table, and with it what replicas hold.
 type Membership struct {
 	self, service, namespace string
 
 	table   atomic.Pointer[shard.Table]
+	ready   atomic.Pointer[map[string]bool]
 	changed chan struct{} // one slot: signals coalesce
+	// grace is memberGrace, shorter in tests.
+	grace time.Duration
 
-	mu        sync.Mutex
-	slices    map[string]*discoveryv1.EndpointSlice // guarded by mu: the Service's, by name
-	wasReady  bool                                  // guarded by mu: the Service listed self ready once
-	subs      []func(old, new *shard.Table)         // guarded by mu
-	published []string                              // only Run: the members of the last table
+	mu       sync.Mutex
+	slices   map[string]*discoveryv1.EndpointSlice // guarded by mu: the Service's, by name
+	lastSeen map[string]time.Time                  // guarded by mu: each member's last listing
+	subs     []func(old, new *shard.Table)         // guarded by mu
+	serving  []func()                              // guarded by mu
+	// expiry re-signals when the first member not listed runs out of
+	// grace; only Run's publish sets it.
+	expiry    *time.Timer
+	published []string // only Run: the members of the last table
 }
+
+// memberGrace is how long a replica the EndpointSlices no longer list
+// stays a member: a StatefulSet's rollout or a lost node deletes the pod
+// and makes it again under the same name, and its endpoint is gone from
+// the slices in between. Dropping it at once would move every range it
+// owns or holds to another replica, which would list them, and move
+// them back a moment later; within the grace its nodes are served by
+// their secondaries (it is not ready), and nothing is listed.
+const memberGrace = 2 * time.Minute
 
 // NewMembership follows the replicas of service in namespace, self
 // among them. Its table, until List, has self alone.
 func NewMembership(self, service, namespace string) *Membership {
-	m := &Membership{self: self, service: service, namespace: namespace,
-		changed: make(chan struct{}, 1), slices: map[string]*discoveryv1.EndpointSlice{}}
+	m := &Membership{self: self, service: service, namespace: namespace, grace: memberGrace,
+		changed: make(chan struct{}, 1), slices: map[string]*discoveryv1.EndpointSlice{}, lastSeen: map[string]time.Time{}}
 	m.table.Store(shard.NewTable([]string{self}))
+	m.ready.Store(&map[string]bool{})
 	m.published = []string{self}
 	registerMetrics()
 	m.count(m.table.Load())
@@ -77,6 +99,22 @@ func (m *Membership) OnChange(f func(old, new *shard.Table)) {
 	defer m.mu.Unlock()
 	m.subs = append(m.subs, f)
 }
+
+// OnServing calls f each time which replica serves a node may have
+// changed (a new table, or a replica ready or not ready), from Run's
+// goroutine, after the OnChange subscribers. Subscribe before Run.
+func (m *Membership) OnServing(f func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.serving = append(m.serving, f)
+}
+
+// Ready reports whether the Service lists member ready.
+func (m *Membership) Ready(member string) bool { return (*m.ready.Load())[member] }
+
+// Serving is the replica that serves node now: its owner if ready, else
+// its secondary if ready, else "" (no ready replica holds it; shard.Table.Serving).
+func (m *Membership) Serving(node string) string { return m.Table().Serving(node, m.Ready) }
 
 // List reads the Service's EndpointSlices once and publishes the first
 // table, before the cache starts: a replica holds its ranges from the
@@ -154,76 +192,92 @@ func (m *Membership) Run(ctx context.Context) {
 	}
 }
 
-// publish makes the table of the slices as they are now, and, if its
-// members differ from the last one's, publishes it and tells the
-// subscribers. Only List (before Run) and Run call it.
+// publish makes the table of the slices as they are now and publishes
+// it, and the ready set; it tells the OnChange subscribers when the
+// members changed, and the OnServing ones when either did. Only List
+// (before Run) and Run call it.
 func (m *Membership) publish() {
+	now := time.Now()
 	m.mu.Lock()
 	all := make([]*discoveryv1.EndpointSlice, 0, len(m.slices))
 	for _, s := range m.slices {
 		all = append(all, s)
 	}
-	members, ready := membersOf(all, m.self, m.wasReady)
-	m.wasReady = m.wasReady || ready
-	subs := slices.Clone(m.subs)
+	listed, ready := shard.Members(all)
+	members, next := m.membersLocked(listed, now)
+	m.armExpiryLocked(next)
+	subs, serving := slices.Clone(m.subs), slices.Clone(m.serving)
 	m.mu.Unlock()
+	readyChanged := !maps.Equal(ready, *m.ready.Load())
+	m.ready.Store(&ready)
 	if slices.Equal(members, m.published) {
+		if readyChanged {
+			for _, f := range serving {
+				f()
+			}
+		}
 		return
 	}
 	m.published = members
-	next := shard.NewTable(members)
-	old := m.table.Swap(next)
+	table := shard.NewTable(members)
+	old := m.table.Swap(table)
 	shardTableChanges.Inc()
-	m.count(next)
-	ownedBefore, heldBefore := rangesOf(old, m.self)
-	ownedNow, heldNow := rangesOf(next, m.self)
-	klog.InfoS("Hub replicas changed; new shard table", "self", m.self, "members", members, "selfReady", ready,
+	m.count(table)
+	ownedBefore, heldBefore := old.Owned(m.self), old.Held(m.self)
+	ownedNow, heldNow := table.Owned(m.self), table.Held(m.self)
+	klog.InfoS("Hub replicas changed; new shard table", "self", m.self, "members", members, "ready", len(ready),
 		"ownedIn", ownedNow.Minus(ownedBefore).Len(), "ownedOut", ownedBefore.Minus(ownedNow).Len(),
 		"heldIn", heldNow.Minus(heldBefore).Len(), "heldOut", heldBefore.Minus(heldNow).Len(),
 		"owned", ownedNow.Len(), "held", heldNow.Len())
 	for _, f := range subs {
-		f(old, next)
+		f(old, table)
+	}
+	for _, f := range serving {
+		f()
+	}
+}
+
+// membersLocked are the table's members: those listed now, those listed
+// within the grace, and self, sorted; and when the first of those not
+// listed runs out of grace (zero if none).
+func (m *Membership) membersLocked(listed []string, now time.Time) (members []string, expires time.Time) {
+	for _, name := range listed {
+		m.lastSeen[name] = now
+	}
+	members = []string{m.self}
+	for name, seen := range m.lastSeen {
+		switch end := seen.Add(m.grace); {
+		case !end.After(now):
+			delete(m.lastSeen, name)
+			continue
+		case seen != now && (expires.IsZero() || end.Before(expires)):
+			expires = end
+		}
+		members = append(members, name)
+	}
+	slices.Sort(members)
+	return slices.Compact(members), expires
+}
+
+// armExpiryLocked signals Run when the first member not listed runs out
+// of grace, so that the table leaves it then.
+func (m *Membership) armExpiryLocked(at time.Time) {
+	if m.expiry != nil {
+		m.expiry.Stop()
+		m.expiry = nil
+	}
+	if !at.IsZero() {
+		m.expiry = time.AfterFunc(time.Until(at), m.signal)
 	}
 }
 
 // Held are the ranges this replica owns or holds warm by the current
 // table: what its cache keeps.
-func (m *Membership) Held() shard.Set {
-	_, held := rangesOf(m.Table(), m.self)
-	return held
-}
+func (m *Membership) Held() shard.Set { return m.Table().Held(m.self) }
 
 // count sets the gauges from t.
 func (m *Membership) count(t *shard.Table) {
-	owned, held := rangesOf(t, m.self)
 	shardMembers.Set(float64(len(t.Members())))
-	shardRanges.WithLabelValues("owned").Set(float64(owned.Len()))
-	shardRanges.WithLabelValues("held").Set(float64(held.Len()))
-}
-
-// rangesOf are the ranges self owns and holds by t. A table of one
-// member gives that member everything, and shard.Table says so of any
-// name it is asked about; a replica that has left its own table (it was
-// ready, and is no longer) owns and holds nothing. With no member at all
-// nobody else serves anything, and self holds all, as shard says.
-func rangesOf(t *shard.Table, self string) (owned, held shard.Set) {
-	members := t.Members()
-	if len(members) > 0 && !slices.Contains(members, self) {
-		return shard.Set{}, shard.Set{}
-	}
-	return t.Owned(self), t.Held(self)
-}
-
-// membersOf are the replicas the slices make, sorted, self among them
-// unless it has been ready (wasReady) and is no longer; ready reports
-// whether the slices list self ready now.
-func membersOf(all []*discoveryv1.EndpointSlice, self string, wasReady bool) (members []string, ready bool) {
-	members = shard.ReadyMembers(all)
-	ready = slices.Contains(members, self)
-	if !ready && !wasReady {
-		// Starting: not ready yet, but about to own its ranges.
-		members = append(members, self)
-	}
-	slices.Sort(members)
-	return slices.Compact(members), ready
+	shardRanges.WithLabelValues("owned").Set(float64(t.Owned(m.self).Len()))
+	shardRanges.WithLabelValues("held").Set(float64(t.Held(m.self).Len()))
 }

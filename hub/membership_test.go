@@ -25,39 +25,14 @@ func slice(ns, service, name string, endpoints map[string]bool) *discoveryv1.End
 	return s
 }
 
-// TestMembersAreTheReadyReplicasAndSelfWhileStarting: a replica counts
-// the Service's ready endpoints, and itself until it has been seen ready;
-// once seen ready and then not, it leaves its own table as it leaves the
-// others'.
-func TestMembersAreTheReadyReplicasAndSelfWhileStarting(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		endpoints map[string]bool
-		wasReady  bool
-		want      []string
-		ready     bool
-	}{
-		{"starting, not listed", map[string]bool{"a": true, "b": true}, false, []string{"a", "b", "self"}, false},
-		{"starting, listed not ready", map[string]bool{"a": true, "self": false}, false, []string{"a", "self"}, false},
-		{"ready", map[string]bool{"a": true, "self": true, "c": false}, false, []string{"a", "self"}, true},
-		{"ready again", map[string]bool{"a": true, "self": true}, true, []string{"a", "self"}, true},
-		{"was ready, now not", map[string]bool{"a": true, "self": false}, true, []string{"a"}, false},
-		{"was ready, now gone", map[string]bool{"a": true}, true, []string{"a"}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, ready := membersOf([]*discoveryv1.EndpointSlice{slice("ns", "svc", "s1", tc.endpoints)}, "self", tc.wasReady)
-			if !slices.Equal(got, tc.want) || ready != tc.ready {
-				t.Errorf("members %v ready %v, want %v %v", got, ready, tc.want, tc.ready)
-			}
-		})
-	}
-}
-
 // TestMembershipPublishesATableOnEachChangeOfMembers: the first list
-// makes the first table; the store's changes to the Service's slices
-// make new ones, each told to the subscribers with the one before, in
-// order; a change that leaves the members as they were, or a slice of
-// another Service or namespace, makes none.
+// makes the first table, of every replica listed, ready or not, and this
+// one; the store's changes to the Service's slices make new ones, each
+// told to the subscribers with the one before, in order; a replica not
+// ready stays a member (its readiness changes who serves, not the
+// table), one no longer listed stays for the grace and then leaves; a
+// change that leaves the members as they were, or a slice of another
+// Service or namespace, makes no table.
 func TestMembershipPublishesATableOnEachChangeOfMembers(t *testing.T) {
 	client := fake.NewClientset(
 		slice("ns", "svc", "s1", map[string]bool{"a": true, "self": true}),
@@ -65,6 +40,9 @@ func TestMembershipPublishesATableOnEachChangeOfMembers(t *testing.T) {
 		slice("elsewhere", "svc", "e1", map[string]bool{"y": true}),
 	)
 	m := NewMembership("self", "svc", "ns")
+	m.grace = 300 * time.Millisecond
+	servingChanges := make(chan struct{}, 10)
+	m.OnServing(func() { servingChanges <- struct{}{} })
 	if got := m.Table().Members(); !slices.Equal(got, []string{"self"}) {
 		t.Fatalf("before the list: %v, want self alone", got)
 	}
@@ -102,14 +80,23 @@ func TestMembershipPublishesATableOnEachChangeOfMembers(t *testing.T) {
 	h.OnAdd(slice("ns", "svc", "s2", map[string]bool{"b": true}), false)
 	expect([]string{"a", "self"}, []string{"a", "b", "self"})
 	h.OnUpdate(nil, slice("ns", "svc", "s1", map[string]bool{"a": false, "self": true}))
-	expect([]string{"a", "b", "self"}, []string{"b", "self"})
-	h.OnUpdate(nil, slice("ns", "svc", "s1", map[string]bool{"a": false, "self": false}))
-	expect([]string{"b", "self"}, []string{"b"})
-	if held := m.Held(); held.Len() != 0 {
-		t.Errorf("a replica that left its table holds %d ranges, want none", held.Len())
+	for deadline := time.Now().Add(10 * time.Second); m.Ready("a"); {
+		select {
+		case <-servingChanges:
+		case <-time.After(time.Until(deadline)):
+			t.Fatal("a replica no longer ready did not change who serves")
+		}
 	}
+	if !m.Ready("self") || !m.Ready("b") {
+		t.Errorf("ready self %v, b %v; want both", m.Ready("self"), m.Ready("b"))
+	}
+	h.OnUpdate(nil, slice("ns", "svc", "s1", map[string]bool{"self": true}))
+	expect([]string{"a", "b", "self"}, []string{"b", "self"}) // a's grace over
 	h.OnDelete(slice("ns", "svc", "s2", nil))
-	expect([]string{"b"}, []string{})
+	expect([]string{"b", "self"}, []string{"self"})
+	if held := m.Held(); held.Len() != shard.Ranges {
+		t.Errorf("a replica alone holds %d ranges, want all", held.Len())
+	}
 	select {
 	case c := <-changes:
 		t.Fatalf("unexpected change %v -> %v", c.old, c.new)

@@ -12,12 +12,13 @@ const (
 	routeServed     = "served"
 	routeRedirected = "redirected"
 	routeMoved      = "moved"
+	routeUnserved   = "unserved"
 )
 
 var (
 	shardMembers = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "nodeproxy", Subsystem: "hub", Name: "shard_members",
-		Help:           "Hub replicas in this replica's shard table (--shard-service's ready endpoints, and this replica while it starts).",
+		Help:           "Hub replicas in this replica's shard table: every endpoint of --shard-service, ready or not, those gone less than 2 minutes ago, and this replica.",
 		StabilityLevel: metrics.ALPHA,
 	})
 	shardRanges = metrics.NewGaugeVec(&metrics.GaugeOpts{
@@ -33,7 +34,8 @@ var (
 	shardRouting = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "hub", Name: "shard_routing_total",
 		Help: "Nodes' bulk gets and bulk watch upgrades of a sharded hub, and their connections, by kind (get, watch) and decision: " +
-			"served (this replica owns the node), redirected (307 to the owner), moved (an open connection ended with 503 after its node went to another replica).",
+			"served (this replica serves the node: its ready owner, or its secondary with the owner not ready), redirected (307 to the replica that serves it), "+
+			"unserved (503: no ready replica holds the node, nor this one), moved (an open connection ended with 503 after its node went to another replica).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"kind", "decision"})
 )

@@ -57,7 +57,7 @@ const moveSpread = 10 * time.Second
 
 func newShardRouter(m *Membership, service, namespace string, port int) *shardRouter {
 	r := &shardRouter{members: m, service: service, namespace: namespace, port: port, moveSpread: moveSpread, conns: map[*nodeConn]struct{}{}}
-	m.OnChange(r.moved)
+	m.OnServing(r.moved)
 	return r
 }
 
@@ -68,8 +68,33 @@ type nodeConn struct {
 	once sync.Once
 }
 
+// elsewhere is the replica that serves node when it is another one:
+// the ready replica the table serves it from (shard.Table.Serving);
+// noReplica when no ready replica holds it, nor this one; "" when this
+// replica serves it: the table's ready choice, or, no ready replica
+// holding it, this one holds it (a replica the Service does not list
+// ready yet, or whose readiness failed, serves what it holds rather than
+// nobody).
+func (s *shardRouter) elsewhere(node string) string {
+	switch serving := s.members.Serving(node); {
+	case serving == s.members.Self():
+		return ""
+	case serving != "":
+		return serving
+	case s.members.Held().HasNode(node):
+		return ""
+	default:
+		return noReplica
+	}
+}
+
+// noReplica stands for "no ready replica holds the node": the node is
+// refused with 503, and its endpoint reads from kube-apiserver until a
+// replica that holds it is ready.
+const noReplica = "\x00none"
+
 // owner is who serves the node of r's caller, when it is another replica
-// ("" otherwise: not a node, or this replica, or nobody known).
+// (elsewhere), or "": not a node, or this replica.
 func (s *shardRouter) owner(r *http.Request) (node, owner string) {
 	u, ok := request.UserFrom(r.Context())
 	if !ok {
@@ -79,11 +104,7 @@ func (s *shardRouter) owner(r *http.Request) (node, owner string) {
 	if !isNode || node == "" {
 		return "", ""
 	}
-	owner = s.members.Table().OwnerOf(node)
-	if owner == s.members.Self() {
-		return node, ""
-	}
-	return node, owner
+	return node, s.elsewhere(node)
 }
 
 // route answers r with 307 when r is a node's bulk get or bulk watch
@@ -97,6 +118,15 @@ func (s *shardRouter) route(w http.ResponseWriter, r *http.Request, kind string)
 		shardRouting.WithLabelValues(kind, routeServed).Inc()
 		return false
 	}
+	if owner == noReplica {
+		shardRouting.WithLabelValues(kind, routeUnserved).Inc()
+		writeStatus(w, &metav1.Status{
+			TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+			Status:   metav1.StatusFailure, Code: http.StatusServiceUnavailable, Reason: metav1.StatusReasonServiceUnavailable,
+			Message: fmt.Sprintf("no hub replica that holds node %q is ready", node),
+		})
+		return true
+	}
 	shardRouting.WithLabelValues(kind, routeRedirected).Inc()
 	loc := "https://" + shard.Host(owner, s.service, s.namespace) + ":" + strconv.Itoa(s.port) + r.URL.RequestURI()
 	klog.V(4).InfoS("Redirecting a node to the replica that owns it", "node", node, "owner", owner, "kind", kind)
@@ -109,10 +139,15 @@ func (s *shardRouter) route(w http.ResponseWriter, r *http.Request, kind string)
 		Details: &metav1.StatusDetails{Name: owner, Kind: "Replica", Causes: []metav1.StatusCause{{Type: "Location", Message: loc}}},
 	}
 	w.Header().Set("Location", loc)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusTemporaryRedirect)
-	_ = json.NewEncoder(w).Encode(&st)
+	writeStatus(w, &st)
 	return true
+}
+
+// writeStatus answers with st as kube-apiserver answers with a Status.
+func writeStatus(w http.ResponseWriter, st *metav1.Status) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(int(st.Code))
+	_ = json.NewEncoder(w).Encode(st)
 }
 
 // follow keeps r's connection, served here, until ctx ends, so that it
@@ -138,15 +173,14 @@ func (s *shardRouter) follow(ctx context.Context, r *http.Request, end chan<- *m
 	})
 }
 
-// moved ends, spread over moveSpread, the connections of the nodes next
-// no longer gives this replica. Each is checked against the table of its
-// turn: a node given back meanwhile stays.
-func (s *shardRouter) moved(_, next *shard.Table) {
-	self := s.members.Self()
+// moved ends, spread over moveSpread, the connections of the nodes
+// another replica serves now (a new table, or the owner ready again).
+// Each is checked again at its turn: a node given back meanwhile stays.
+func (s *shardRouter) moved() {
 	var leaving []*nodeConn
 	s.mu.Lock()
 	for c := range s.conns {
-		if o := next.OwnerOf(c.node); o != "" && o != self {
+		if o := s.elsewhere(c.node); o != "" {
 			leaving = append(leaving, c)
 		}
 	}
@@ -161,8 +195,8 @@ func (s *shardRouter) moved(_, next *shard.Table) {
 			if i > 0 {
 				time.Sleep(pause)
 			}
-			owner := s.members.Table().OwnerOf(c.node)
-			if owner == "" || owner == self {
+			owner := s.elsewhere(c.node)
+			if owner == "" {
 				continue
 			}
 			c.once.Do(func() {

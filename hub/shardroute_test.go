@@ -42,6 +42,7 @@ func TestANodeIsSentToTheReplicaThatOwnsIt(t *testing.T) {
 	m := NewMembership("a", "shards", "ns")
 	table := shard.NewTable([]string{"a", "b"})
 	m.table.Store(table)
+	m.ready.Store(&map[string]bool{"a": true, "b": true})
 	r := newShardRouter(m, "shards", "ns", 8443)
 	theirs, ours := nodeOwnedBy(t, table, "b"), nodeOwnedBy(t, table, "a")
 
@@ -104,7 +105,8 @@ func TestANodesConnectionEndsWhenItsNodeMoves(t *testing.T) {
 	proxy := open("system:serviceaccount:kube-system:kube-proxy")
 
 	m.table.Store(after)
-	r.moved(before, after)
+	m.ready.Store(&map[string]bool{"a": true, "b": true})
+	r.moved()
 	select {
 	case st := <-moved:
 		if st.Code != http.StatusServiceUnavailable {
@@ -113,7 +115,7 @@ func TestANodesConnectionEndsWhenItsNodeMoves(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the moved node's connection did not end")
 	}
-	r.moved(after, after) // a second change ends nothing twice
+	r.moved() // a second change ends nothing twice
 	select {
 	case st := <-kept:
 		t.Fatalf("an owned node's connection ended: %+v", st)
@@ -122,5 +124,56 @@ func TestANodesConnectionEndsWhenItsNodeMoves(t *testing.T) {
 	case st := <-moved:
 		t.Fatalf("a connection ended twice: %+v", st)
 	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// TestANotReadyOwnersNodesAreServedByTheirSecondary: with the owner of a
+// node not ready, the node is served by its secondary, which holds it;
+// the owner ready again, the secondary sends it back (redirect, and its
+// open connection ends); with neither ready, a replica that holds the
+// node serves it and one that does not refuses it with 503.
+func TestANotReadyOwnersNodesAreServedByTheirSecondary(t *testing.T) {
+	table := shard.NewTable([]string{"a", "b", "c"})
+	var node string
+	for i := range 10000 {
+		if n := fmt.Sprintf("node-%d", i); table.Owner(shard.Range(n)) == "b" && table.Secondary(shard.Range(n)) == "a" {
+			node = n
+			break
+		}
+	}
+	routed := func(self string, ready map[string]bool) (code int, loc string) {
+		m := NewMembership(self, "shards", "ns")
+		m.table.Store(table)
+		m.ready.Store(&ready)
+		r := newShardRouter(m, "shards", "ns", 8443)
+		w := httptest.NewRecorder()
+		if !r.route(w, asUser(httptest.NewRequest(http.MethodPost, watchmux.Path, nil), "system:node:"+node, user.NodesGroup), "get") {
+			return http.StatusOK, ""
+		}
+		return w.Code, w.Header().Get("Location")
+	}
+	all := map[string]bool{"a": true, "b": true, "c": true}
+	ownerDown := map[string]bool{"a": true, "c": true}
+	for _, tc := range []struct {
+		name, self string
+		ready      map[string]bool
+		code       int
+		to         string
+	}{
+		{"the owner, ready", "b", all, http.StatusOK, ""},
+		{"the secondary, owner ready", "a", all, http.StatusTemporaryRedirect, "b"},
+		{"the secondary, owner not ready", "a", ownerDown, http.StatusOK, ""},
+		{"a third replica, owner not ready", "c", ownerDown, http.StatusTemporaryRedirect, "a"},
+		{"the secondary, none ready", "a", map[string]bool{}, http.StatusOK, ""},
+		{"a third replica, none ready", "c", map[string]bool{}, http.StatusServiceUnavailable, ""},
+	} {
+		code, loc := routed(tc.self, tc.ready)
+		want := ""
+		if tc.to != "" {
+			want = "https://" + shard.Host(tc.to, "shards", "ns") + ":8443" + watchmux.Path
+		}
+		if code != tc.code || loc != want {
+			t.Errorf("%s: %d %q, want %d %q", tc.name, code, loc, tc.code, want)
+		}
 	}
 }
