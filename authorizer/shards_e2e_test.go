@@ -4,29 +4,22 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/nodeproxy/nodeproxy/authorizer"
 	"github.com/nodeproxy/nodeproxy/graph"
 	"github.com/nodeproxy/nodeproxy/shard"
-	"github.com/nodeproxy/nodeproxy/test/controlplane"
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
 // TestShardedReplicasDecideAsTheInTreeNodeAuthorizer is the parity proof
@@ -41,13 +34,7 @@ import (
 // changed: the moment before membership notices).
 func TestShardedReplicasDecideAsTheInTreeNodeAuthorizer(t *testing.T) {
 	ctx := context.Background()
-	ref, err := controlplane.Start(ctx, controlplane.Options{
-		Authorization: &apiserverv1.AuthorizationConfiguration{Authorizers: []apiserverv1.AuthorizerConfiguration{{Type: "Node", Name: "node"}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ref.Stop)
+	ref := startNodeAuthorizerControlPlane(t)
 	authorizer.RegisterMetrics()
 	admin := clientset(t, ref.AdminConfig(), nil)
 	// The consistent decisions' reads: no client-side rate limit, as the
@@ -93,39 +80,18 @@ func TestShardedReplicasDecideAsTheInTreeNodeAuthorizer(t *testing.T) {
 	objs := createVariedWorkload(t, ref, admin)
 	compare := func(phase string, asked []*testReplica) {
 		t.Helper()
-		questions := objs.questions()
-		var mismatches []string
-		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-			mismatches = mismatches[:0]
-			for _, q := range questions {
-				want, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, q.DeepCopy(), metav1.CreateOptions{})
-				if err != nil {
-					return false, err
-				}
-				for _, r := range asked {
-					got, err := askProxy(ctx, client, r.server.URL, q)
-					if err != nil {
-						return false, err
-					}
-					if got.Status.Allowed != want.Status.Allowed || got.Status.Denied || got.Status.EvaluationError != "" {
-						mismatches = append(mismatches, fmt.Sprintf("%s asked %s: in-tree allowed=%v (%s), nodeproxy allowed=%v denied=%v (%s; %s)",
-							r.name, describe(q), want.Status.Allowed, want.Status.Reason, got.Status.Allowed, got.Status.Denied, got.Status.Reason, got.Status.EvaluationError))
-					}
-				}
-			}
-			return len(mismatches) == 0, nil
-		})
-		if err != nil {
-			t.Fatalf("%s: %d of %d answers differ (%v):\n%s", phase, len(mismatches), len(questions)*len(asked), err, strings.Join(mismatches, "\n"))
+		var answerers []answerer
+		for _, r := range asked {
+			answerers = append(answerers, answerer{name: r.name, client: client, url: r.server.URL})
 		}
-		t.Logf("%s: %d questions to each of %d replicas, every answer the in-tree authorizer's", phase, len(questions), len(asked))
+		sameAnswers(t, admin, phase, objs.questions(), answerers, 60*time.Second)
 	}
 	paths := func() map[string]float64 {
 		out := map[string]float64{}
 		for _, p := range []string{"local", "owner", "secondary", "consistent_list"} {
-			out[p] = counterSum(t, "nodeproxy_authorizer_routed_reviews_total", "path", p)
+			out[p] = testserver.Gathered(t, "nodeproxy_authorizer_routed_reviews_total", map[string]string{"path": p})
 		}
-		out["owner failures"] = counterSum(t, "nodeproxy_authorizer_peer_failures_total", "peer", "owner")
+		out["owner failures"] = testserver.Gathered(t, "nodeproxy_authorizer_peer_failures_total", map[string]string{"peer": "owner"})
 		return out
 	}
 	risen := func(phase string, before map[string]float64, keys ...string) {
@@ -263,34 +229,3 @@ func (o tableOwners) Holders(node string) (bool, string, string) {
 type downOwners struct{ url string }
 
 func (o downOwners) Holders(string) (bool, string, string) { return false, o.url, o.url }
-
-// counterSum sums a counter of the legacy registry over the series whose
-// label has value.
-func counterSum(t *testing.T, name, label, value string) float64 {
-	t.Helper()
-	families, err := legacyregistry.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if hasLabel(m, label, value) {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
-}
-
-func hasLabel(m *dto.Metric, name, value string) bool {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name && l.GetValue() == value {
-			return true
-		}
-	}
-	return false
-}
