@@ -2,6 +2,8 @@ package authorizer
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -29,11 +31,15 @@ import (
 // resort, and its errors are no opinion, never an allow.
 
 // Shards routes the reviews a replica cannot answer from its own graph.
+// Owners is required; without Peers nothing is forwarded, and without
+// Consistent a review no peer answered gets no opinion, with an error.
 type Shards struct {
 	Owners     Owners
 	Peers      *Peers
 	Consistent *Consistent
 }
+
+var errNoConsistent = errors.New("no replica holding the node answered, and this replica does not decide from kube-apiserver")
 
 // Paths a review takes, as the metric names them.
 const (
@@ -71,7 +77,7 @@ func (s *Shards) route(ctx context.Context, forwardedBy string, body []byte, att
 	if held {
 		return routed{}, false
 	}
-	if forwardedBy == "" {
+	if forwardedBy == "" && s.Peers != nil {
 		for _, p := range [...]struct{ path, base string }{{pathOwner, owner}, {pathSecondary, secondary}} {
 			if p.base == "" {
 				continue
@@ -85,6 +91,9 @@ func (s *Shards) route(ctx context.Context, forwardedBy string, body []byte, att
 		}
 	} else {
 		klog.V(4).InfoS("Forwarded review about a node this replica does not hold; deciding from kube-apiserver", "node", node, "from", forwardedBy)
+	}
+	if s.Consistent == nil {
+		return routed{path: pathConsistent, decision: noOpinion, err: fmt.Errorf("node %q: %w", node, errNoConsistent)}, true
 	}
 	d, reason, err := s.Consistent.Decide(ctx, node, kind, attrs)
 	return routed{path: pathConsistent, decision: d, reason: reason, err: err}, true
