@@ -124,7 +124,7 @@ func volumesOnly() *graph.Graph {
 }
 
 // replica is the webhook under test, with peers at owner and secondary.
-func replica(t *testing.T, o owners, src NodeSource, client *http.Client) *Webhook {
+func replica(t testing.TB, o owners, src NodeSource, client *http.Client) *Webhook {
 	g := volumesOnly()
 	return &Webhook{Authorizer: New(g), Shards: &Shards{
 		Owners:     o,
