@@ -4,28 +4,28 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	resourcev1 "k8s.io/api/resource/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/nodeproxy/nodeproxy/authorizer"
+	"github.com/nodeproxy/nodeproxy/cache"
 	"github.com/nodeproxy/nodeproxy/graph"
+	"github.com/nodeproxy/nodeproxy/hub"
 	"github.com/nodeproxy/nodeproxy/shard"
 	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
 // TestShardedReplicasDecideAsTheInTreeNodeAuthorizer is the parity proof
-// with shards: three replicas whose graphs hold disjoint shares of the
-// nodes' pods, attachments and slices (each node held by its owner and
-// its secondary, by shard.Table), and a fourth that holds no node and
+// with shards: three replicas, each caching the pods, Nodes, attachments
+// and slices of the nodes it owns or holds warm by shard.Table (so each
+// node is on two of them, and one's graph lacks it), and a fourth that holds no node and
 // whose peers are all down, so that it decides everything from
 // kube-apiserver's consistent reads. Each is asked the differential's
 // questions about every node and must answer as a kube-apiserver running
@@ -110,6 +110,20 @@ func TestShardedReplicasDecideAsTheInTreeNodeAuthorizer(t *testing.T) {
 	before := paths()
 	compare("initial workload", replicas)
 	risen("initial workload", before, "local", "owner", "consistent_list")
+	// The agreement is not a graph that holds everything: each replica's
+	// has the pods of the nodes it holds, and no other.
+	for _, r := range replicas {
+		for _, o := range objs.namespaced["pods"] {
+			pod := o.(*corev1.Pod)
+			if pod.Spec.NodeName == "" {
+				continue
+			}
+			ref := graph.ObjectRef{Kind: graph.Pod, Namespace: pod.Namespace, Name: pod.Name}
+			if has, held := r.graph.Reachable(pod.Spec.NodeName, ref), r.held.HasNode(pod.Spec.NodeName); has != held {
+				t.Errorf("%s's graph has pod %s/%s of %s: %v; it holds that node: %v", r.name, pod.Namespace, pod.Name, pod.Spec.NodeName, has, held)
+			}
+		}
+	}
 	objs.churn(t, admin)
 	compare("after churn", replicas)
 
@@ -129,12 +143,13 @@ func TestShardedReplicasDecideAsTheInTreeNodeAuthorizer(t *testing.T) {
 	risen(lost+" lost", before, "secondary", "owner failures")
 }
 
-// testReplica is a hub replica reduced to its webhook: a graph fed by
-// its own informers with the pods, attachments and slices of the nodes
-// it holds (cache.Options.Held's filter, done here with a handler) and
-// every PV, served over TLS.
+// testReplica is a hub replica reduced to its webhook: a sharded cache
+// (cache.Options.Held: the pods, Nodes, attachments and slices of the
+// nodes it holds, everything else whole) feeding its graph, served over
+// TLS.
 type testReplica struct {
 	name   string
+	held   shard.Set
 	graph  *graph.Graph
 	shards *authorizer.Shards
 	server *httptest.Server
@@ -142,56 +157,31 @@ type testReplica struct {
 
 func startReplica(t *testing.T, ctx context.Context, cfg *rest.Config, name string, held shard.Set) *testReplica {
 	t.Helper()
+	// As the hub builds its cache (protobuf, as the pods are kept) and
+	// feeds its graph from it.
+	pb := rest.CopyConfig(cfg)
+	pb.ContentType = runtime.ContentTypeProtobuf
+	pb.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	objects, err := cache.New(clientset(t, pb, nil), cache.Options{
+		LogSize: cache.DefaultLogSize, EncodedEntries: cache.DefaultEncodedEntries, Held: &held,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	g := graph.New()
-	factory := informers.NewSharedInformerFactory(clientset(t, cfg, nil), 0)
-	heldOnly := func(h toolscache.ResourceEventHandler) toolscache.ResourceEventHandler {
-		keep := func(obj any) bool {
-			node := ""
-			switch o := obj.(type) {
-			case *corev1.Pod:
-				node = o.Spec.NodeName
-			case *storagev1.VolumeAttachment:
-				node = o.Spec.NodeName
-			case *resourcev1.ResourceSlice:
-				if o.Spec.NodeName != nil {
-					node = *o.Spec.NodeName
-				}
-			}
-			return node != "" && held.HasNode(node)
-		}
-		return toolscache.ResourceEventHandlerFuncs{
-			AddFunc: func(obj any) {
-				if keep(obj) {
-					h.OnAdd(obj, false)
-				}
-			},
-			UpdateFunc: func(old, obj any) {
-				if keep(obj) {
-					h.OnUpdate(old, obj)
-				}
-			},
-			DeleteFunc: h.OnDelete,
-		}
+	if err := hub.FeedGraph(objects, g); err != nil {
+		t.Fatal(err)
 	}
-	must := func(_ toolscache.ResourceEventHandlerRegistration, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
+	ctx, cancel := context.WithCancel(ctx)
+	objects.Start(ctx)
+	t.Cleanup(func() { cancel(); objects.Wait() })
+	testserver.Eventually(t, 60*time.Second, name+"'s cache listed", func(context.Context) error {
+		if missing := objects.Unsynced(); len(missing) > 0 {
+			return fmt.Errorf("not yet listed: %v", missing)
 		}
-	}
-	must(factory.Core().V1().Pods().Informer().AddEventHandler(heldOnly(g.PodHandler())))
-	must(factory.Storage().V1().VolumeAttachments().Informer().AddEventHandler(heldOnly(g.VolumeAttachmentHandler())))
-	must(factory.Resource().V1().ResourceSlices().Informer().AddEventHandler(heldOnly(g.ResourceSliceHandler())))
-	must(factory.Core().V1().PersistentVolumes().Informer().AddEventHandler(g.PVHandler()))
-	stop := make(chan struct{})
-	t.Cleanup(func() { close(stop); factory.Shutdown() })
-	factory.Start(stop)
-	for typ, ok := range factory.WaitForCacheSync(stop) {
-		if !ok {
-			t.Fatalf("%s: %v did not sync", name, typ)
-		}
-	}
-	r := &testReplica{name: name, graph: g, shards: &authorizer.Shards{Peers: &authorizer.Peers{Self: name}}}
+		return nil
+	})
+	r := &testReplica{name: name, held: held, graph: g, shards: &authorizer.Shards{Peers: &authorizer.Peers{Self: name}}}
 	mux := http.NewServeMux()
 	mux.Handle(authorizer.WebhookPath, &authorizer.Webhook{Authorizer: authorizer.New(g), Shards: r.shards})
 	r.server = httptest.NewTLSServer(mux)
