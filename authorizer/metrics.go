@@ -73,6 +73,19 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"path"})
 
+	routedDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Namespace: "nodeproxy",
+		Subsystem: "authorizer",
+		Name:      "routed_duration_seconds",
+		Help: "Time to answer a SubjectAccessReview about a node this replica does not hold, by the path that answered (owner, secondary, consistent_list), " +
+			"failed peers included: what sharding adds to kube-apiserver's wait. Local decisions are in decision_duration_seconds.",
+		// 100us .. 3.3s: a forward on a healthy network is a fraction of
+		// a millisecond; peers' deadlines (750 ms each) and the
+		// consistent list (1 s) make up the webhook's 3 s.
+		Buckets:        metrics.ExponentialBuckets(1e-4, 2, 16),
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"path"})
+
 	peerFailures = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy",
 		Subsystem: "authorizer",
@@ -99,7 +112,7 @@ var (
 func RegisterMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(decisions, decisionDuration, rejectedReviews, refreshedDecisions, refreshWait, refreshRounds,
-			routedReviews, peerFailures, consistentDecisions)
+			routedReviews, routedDuration, peerFailures, consistentDecisions)
 	})
 }
 

@@ -190,6 +190,10 @@ func TestForwardsToTheOwnerAndReturnsItsAnswerAsIs(t *testing.T) {
 	src := &fakeSource{}
 	h := replica(t, owners{owner.URL, secondary.URL}, src, owner.Client())
 	before := counter(t, routedReviews.WithLabelValues(pathOwner))
+	timed, err := testutil.GetHistogramMetricCount(routedDuration.WithLabelValues(pathOwner))
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	got := ask(t, h, "", secretA)
 	if !got.Allowed || got.Reason != "the owner's own reason" {
@@ -206,6 +210,9 @@ func TestForwardsToTheOwnerAndReturnsItsAnswerAsIs(t *testing.T) {
 	}
 	if d := counter(t, routedReviews.WithLabelValues(pathOwner)) - before; d != 1 {
 		t.Errorf("routed_reviews_total{path=owner} rose by %v, want 1", d)
+	}
+	if n, err := testutil.GetHistogramMetricCount(routedDuration.WithLabelValues(pathOwner)); err != nil || n != timed+1 {
+		t.Errorf("routed_duration_seconds{path=owner} counted %d, want %d (%v)", n, timed+1, err)
 	}
 }
 

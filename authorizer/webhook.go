@@ -69,7 +69,7 @@ func (h *Webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		decision, why, err = h.Authorizer.Authorize(r.Context(), attrs)
 	case away.status != nil:
 		// A peer's answer goes back as the peer gave it.
-		decisionDuration.WithLabelValues(resource).Observe(time.Since(start).Seconds())
+		routedDuration.WithLabelValues(away.path).Observe(time.Since(start).Seconds())
 		review.Status = *away.status
 		decisions.WithLabelValues(resource, statusDecision(&review.Status)).Inc()
 		writeReview(w, review)
@@ -77,7 +77,11 @@ func (h *Webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		decision, why, err = away.decision, away.reason, away.err
 	}
-	decisionDuration.WithLabelValues(resource).Observe(time.Since(start).Seconds())
+	if isAway {
+		routedDuration.WithLabelValues(away.path).Observe(time.Since(start).Seconds())
+	} else {
+		decisionDuration.WithLabelValues(resource).Observe(time.Since(start).Seconds())
+	}
 
 	review.Status = authorizationv1.SubjectAccessReviewStatus{Reason: why}
 	switch {
