@@ -33,14 +33,7 @@ import (
 // SubjectAccessReviews about a varied workload, before and after churn, and
 // must give the same answers.
 func TestSameDecisionsAsTheInTreeNodeAuthorizer(t *testing.T) {
-	ctx := context.Background()
-	ref, err := controlplane.Start(ctx, controlplane.Options{
-		Authorization: &apiserverv1.AuthorizationConfiguration{Authorizers: []apiserverv1.AuthorizerConfiguration{{Type: "Node", Name: "node"}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ref.Stop)
+	ref := startNodeAuthorizerControlPlane(t)
 	// nodeproxy reads as an admin: with the Node authorizer alone, nothing
 	// else could list the cluster or review tokens. The refusal check is
 	// off: it changes when a refusal is given, not what is decided once
@@ -50,41 +43,66 @@ func TestSameDecisionsAsTheInTreeNodeAuthorizer(t *testing.T) {
 	srv := testserver.Start(t, ref, testserver.Options{Identity: ref.AdminConfig(), Args: []string{"--node-refresh-timeout=0"}})
 	srv.WaitReady(t, 90*time.Second)
 	admin := clientset(t, ref.AdminConfig(), nil)
-	proxy := srv.Client(t, ref.AdminConfig())
+	proxy := []answerer{{name: "nodeproxy", client: srv.Client(t, ref.AdminConfig()), url: srv.URL}}
 
 	objs := createVariedWorkload(t, ref, admin)
-	compare := func(phase string) {
-		t.Helper()
-		questions := objs.questions()
-		var mismatches []string
-		// Both sides learn the cluster through informers: poll until they
-		// agree, and report what still differs if they never do.
-		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			mismatches = mismatches[:0]
-			for _, q := range questions {
-				want, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, q.DeepCopy(), metav1.CreateOptions{})
+	sameAnswers(t, admin, "initial workload", objs.questions(), proxy, 30*time.Second)
+	objs.churn(t, admin)
+	sameAnswers(t, admin, "after churn", objs.questions(), proxy, 30*time.Second)
+}
+
+// startNodeAuthorizerControlPlane starts a kube-apiserver whose only
+// authorizer is the in-tree Node authorizer: the reference.
+func startNodeAuthorizerControlPlane(t *testing.T) *controlplane.ControlPlane {
+	t.Helper()
+	ref, err := controlplane.Start(context.Background(), controlplane.Options{
+		Authorization: &apiserverv1.AuthorizationConfiguration{Authorizers: []apiserverv1.AuthorizerConfiguration{{Type: "Node", Name: "node"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ref.Stop)
+	return ref
+}
+
+// answerer is a nodeproxy webhook the differential asks.
+type answerer struct {
+	name, url string
+	client    *http.Client
+}
+
+// sameAnswers asks the reference (admin's kube-apiserver) and every
+// answerer each question, and fails unless every answer is the
+// reference's, without a Deny or an error. Both sides learn the cluster
+// through informers: it polls until they agree, within wait, and reports
+// what still differs if they never do.
+func sameAnswers(t *testing.T, admin kubernetes.Interface, phase string, questions []*authorizationv1.SubjectAccessReview, answerers []answerer, within time.Duration) {
+	t.Helper()
+	var mismatches []string
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
+		mismatches = mismatches[:0]
+		for _, q := range questions {
+			want, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, q.DeepCopy(), metav1.CreateOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, a := range answerers {
+				got, err := askProxy(ctx, a.client, a.url, q)
 				if err != nil {
 					return false, err
 				}
-				got, err := askProxy(ctx, proxy, srv.URL, q)
-				if err != nil {
-					return false, err
-				}
-				if got.Status.Allowed != want.Status.Allowed || got.Status.Denied {
-					mismatches = append(mismatches, fmt.Sprintf("%s: in-tree allowed=%v (%s), nodeproxy allowed=%v denied=%v (%s)",
-						describe(q), want.Status.Allowed, want.Status.Reason, got.Status.Allowed, got.Status.Denied, got.Status.Reason))
+				if got.Status.Allowed != want.Status.Allowed || got.Status.Denied || got.Status.EvaluationError != "" {
+					mismatches = append(mismatches, fmt.Sprintf("%s asked %s: in-tree allowed=%v (%s), nodeproxy allowed=%v denied=%v (%s; %s)",
+						a.name, describe(q), want.Status.Allowed, want.Status.Reason, got.Status.Allowed, got.Status.Denied, got.Status.Reason, got.Status.EvaluationError))
 				}
 			}
-			return len(mismatches) == 0, nil
-		})
-		if err != nil {
-			t.Fatalf("%s: %d of %d answers differ (%v):\n%s", phase, len(mismatches), len(questions), err, strings.Join(mismatches, "\n"))
 		}
-		t.Logf("%s: %d questions, same answers", phase, len(questions))
+		return len(mismatches) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %d of %d answers differ (%v):\n%s", phase, len(mismatches), len(questions)*len(answerers), err, strings.Join(mismatches, "\n"))
 	}
-	compare("initial workload")
-	objs.churn(t, admin)
-	compare("after churn")
+	t.Logf("%s: %d questions to each of %d answerers, every answer the in-tree authorizer's", phase, len(questions), len(answerers))
 }
 
 func askProxy(ctx context.Context, c *http.Client, url string, q *authorizationv1.SubjectAccessReview) (*authorizationv1.SubjectAccessReview, error) {

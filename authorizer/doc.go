@@ -33,4 +33,12 @@
 // wait. Every decision is made without
 // allocating and without a graph walk: the graph answers "does this node
 // reach this object" with one lookup.
+//
+// A replica that holds a share of the nodes (a Webhook with Shards,
+// shards.go) decides locally for its own nodes and for every answer the
+// node's pods do not decide; for the rest it forwards the review, one hop,
+// to the replica that owns the node, then to the one that holds it warm
+// (forward.go), and with both failing decides from kube-apiserver's
+// consistent list of the node's pods by the same rules (consistent.go).
+// Never an allow on error there either.
 package authorizer

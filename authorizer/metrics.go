@@ -64,6 +64,46 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
 
+	routedReviews = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy",
+		Subsystem: "authorizer",
+		Name:      "routed_reviews_total",
+		Help: "SubjectAccessReviews answered by a replica with a Shards table, by path: local (this replica holds the node, or the answer does not depend on the node's pods), " +
+			"owner and secondary (forwarded to the replica that owns the node, or holds it warm, and answered there), consistent_list (decided from kube-apiserver's consistent list of the node's pods).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"path"})
+
+	routedDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Namespace: "nodeproxy",
+		Subsystem: "authorizer",
+		Name:      "routed_duration_seconds",
+		Help: "Time to answer a SubjectAccessReview about a node this replica does not hold, by the path that answered (owner, secondary, consistent_list), " +
+			"failed peers included: what sharding adds to kube-apiserver's wait. Local decisions are in decision_duration_seconds.",
+		// 100us .. 3.3s: a forward on a healthy network is a fraction of
+		// a millisecond; peers' deadlines (750 ms each) and the
+		// consistent list (1 s) make up the webhook's 3 s.
+		Buckets:        metrics.ExponentialBuckets(1e-4, 2, 16),
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"path"})
+
+	peerFailures = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy",
+		Subsystem: "authorizer",
+		Name:      "peer_failures_total",
+		Help: "Forwarded SubjectAccessReviews a replica holding the node did not answer, by peer (owner, secondary) and reason " +
+			"(unreachable, timeout, status: an error status such as 401, 403 or 503, malformed).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"peer", "reason"})
+
+	consistentDecisions = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "nodeproxy",
+		Subsystem: "authorizer",
+		Name:      "consistent_decisions_total",
+		Help: "Node requests decided from kube-apiserver's consistent reads because no replica holding the node answered, by result: " +
+			"allowed, refused, error (no opinion), throttled (no opinion: too many in flight).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+
 	registerOnce sync.Once
 )
 
@@ -71,7 +111,8 @@ var (
 // registry that /metrics serves.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(decisions, decisionDuration, rejectedReviews, refreshedDecisions, refreshWait, refreshRounds)
+		legacyregistry.MustRegister(decisions, decisionDuration, rejectedReviews, refreshedDecisions, refreshWait, refreshRounds,
+			routedReviews, routedDuration, peerFailures, consistentDecisions)
 	})
 }
 

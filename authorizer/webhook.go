@@ -33,6 +33,9 @@ const MaxReviewBytes = 64 << 10
 // authorized by the server it is mounted on, as for any other path.
 type Webhook struct {
 	Authorizer authorizer.Authorizer
+	// Shards, when set, answers the reviews about nodes this replica
+	// does not hold (shards.go); nil for an unsharded hub.
+	Shards *Shards
 }
 
 func (h *Webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -41,7 +44,7 @@ func (h *Webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, apierrors.NewMethodNotSupported(authorizationv1.Resource("subjectaccessreviews"), r.Method), "method")
 		return
 	}
-	review, reason, err := decodeReview(r)
+	review, body, reason, err := decodeReview(r)
 	if err != nil {
 		writeStatus(w, apierrors.NewBadRequest(err.Error()), reason)
 		return
@@ -49,8 +52,36 @@ func (h *Webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	attrs := attributesFrom(&review.Spec)
 	resource := metricResource(attrs.Resource, attrs.ResourceRequest)
 	start := time.Now()
-	decision, why, err := h.Authorizer.Authorize(r.Context(), attrs)
-	decisionDuration.WithLabelValues(resource).Observe(time.Since(start).Seconds())
+	var decision authorizer.Decision
+	var why string
+	var away routed // a review about a node this replica does not hold
+	isAway := false
+	if h.Shards != nil {
+		away, isAway = h.Shards.route(r.Context(), r.Header.Get(ForwardedHeader), body, attrs)
+		path := pathLocal
+		if isAway {
+			path = away.path
+		}
+		routedReviews.WithLabelValues(path).Inc()
+	}
+	switch {
+	case !isAway:
+		decision, why, err = h.Authorizer.Authorize(r.Context(), attrs)
+	case away.status != nil:
+		// A peer's answer goes back as the peer gave it.
+		routedDuration.WithLabelValues(away.path).Observe(time.Since(start).Seconds())
+		review.Status = *away.status
+		decisions.WithLabelValues(resource, statusDecision(&review.Status)).Inc()
+		writeReview(w, review)
+		return
+	default:
+		decision, why, err = away.decision, away.reason, away.err
+	}
+	if isAway {
+		routedDuration.WithLabelValues(away.path).Observe(time.Since(start).Seconds())
+	} else {
+		decisionDuration.WithLabelValues(resource).Observe(time.Since(start).Seconds())
+	}
 
 	review.Status = authorizationv1.SubjectAccessReviewStatus{Reason: why}
 	switch {
@@ -70,37 +101,55 @@ func (h *Webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// webhook (RBAC) still decide.
 		decisions.WithLabelValues(resource, "no_opinion").Inc()
 	}
+	writeReview(w, review)
+}
+
+func writeReview(w http.ResponseWriter, review *authorizationv1.SubjectAccessReview) {
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(review); err != nil {
 		klog.V(2).InfoS("Writing SubjectAccessReview response failed", "err", err)
 	}
 }
 
-// decodeReview reads and checks a SubjectAccessReview. The reason is a
-// short label for the metric of refusals.
-func decodeReview(r *http.Request) (*authorizationv1.SubjectAccessReview, string, error) {
+// statusDecision is a peer's answer as the decisions metric names it.
+func statusDecision(s *authorizationv1.SubjectAccessReviewStatus) string {
+	switch {
+	case s.EvaluationError != "":
+		return "error"
+	case s.Allowed:
+		return "allow"
+	case s.Denied:
+		return "deny"
+	}
+	return "no_opinion"
+}
+
+// decodeReview reads and checks a SubjectAccessReview, and returns it
+// with its body as it arrived (what a sharded replica forwards). The
+// reason is a short label for the metric of refusals.
+func decodeReview(r *http.Request) (*authorizationv1.SubjectAccessReview, []byte, string, error) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxReviewBytes+1))
 	if err != nil {
-		return nil, "read", fmt.Errorf("reading the request body: %w", err)
+		return nil, nil, "read", fmt.Errorf("reading the request body: %w", err)
 	}
 	if len(body) > MaxReviewBytes {
-		return nil, "too_large", fmt.Errorf("the request body exceeds %d bytes", MaxReviewBytes)
+		return nil, nil, "too_large", fmt.Errorf("the request body exceeds %d bytes", MaxReviewBytes)
 	}
 	review := &authorizationv1.SubjectAccessReview{}
 	if err := json.Unmarshal(body, review); err != nil {
-		return nil, "malformed", fmt.Errorf("the request body is not a SubjectAccessReview: %w", err)
+		return nil, nil, "malformed", fmt.Errorf("the request body is not a SubjectAccessReview: %w", err)
 	}
 	if gv := authorizationv1.SchemeGroupVersion.String(); review.APIVersion != gv || review.Kind != "SubjectAccessReview" {
-		return nil, "kind", fmt.Errorf("expected apiVersion %q and kind \"SubjectAccessReview\", got apiVersion %q and kind %q (set subjectAccessReviewVersion: v1 in the authorization configuration)", gv, review.APIVersion, review.Kind)
+		return nil, nil, "kind", fmt.Errorf("expected apiVersion %q and kind \"SubjectAccessReview\", got apiVersion %q and kind %q (set subjectAccessReviewVersion: v1 in the authorization configuration)", gv, review.APIVersion, review.Kind)
 	}
 	spec := &review.Spec
 	if spec.User == "" && len(spec.Groups) == 0 {
-		return nil, "no_user", errors.New("spec.user or spec.groups must be set")
+		return nil, nil, "no_user", errors.New("spec.user or spec.groups must be set")
 	}
 	if (spec.ResourceAttributes == nil) == (spec.NonResourceAttributes == nil) {
-		return nil, "attributes", errors.New("exactly one of spec.resourceAttributes and spec.nonResourceAttributes must be set")
+		return nil, nil, "attributes", errors.New("exactly one of spec.resourceAttributes and spec.nonResourceAttributes must be set")
 	}
-	return review, "", nil
+	return review, body, "", nil
 }
 
 func writeStatus(w http.ResponseWriter, err *apierrors.StatusError, reason string) {

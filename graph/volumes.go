@@ -119,3 +119,27 @@ func (g *Graph) setOwner(op string, ref ObjectRef, node string) {
 	}
 	g.flushLocked()
 }
+
+// ClaimVolumes returns the PersistentVolumes bound to claim (their
+// spec.claimRef) and the secrets those volumes show the kubelet: the
+// edges a claim's paths flow on through. It is for a caller that has a
+// node's pods from elsewhere and needs the rest of the node's reach from
+// this graph (the authorizer deciding for a node whose pods this replica
+// does not hold, from kube-apiserver's list of them). It takes the
+// writer's lock, unlike Reachable: that path is rare, and the claim
+// index is the writer's.
+func (g *Graph) ClaimVolumes(claim ObjectRef) (pvs, secrets []ObjectRef) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.objects.get(claim)
+	if e == nil {
+		return nil, nil
+	}
+	for _, rec := range g.claimPVs[e] {
+		pvs = append(pvs, rec.self.ref())
+		for _, s := range rec.secrets {
+			secrets = append(secrets, s.ref())
+		}
+	}
+	return pvs, secrets
+}

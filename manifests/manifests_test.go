@@ -44,7 +44,7 @@ var kustomizations = map[string][]string{
 	"overlays/prometheus": {"Deployment/nodeproxy", "ServiceMonitor/nodeproxy", "PrometheusRule/nodeproxy",
 		"ClusterRole/nodeproxy:metrics-reader", "ConfigMap/nodeproxy-grafana-dashboard", "Secret/nodeproxy-node-scrape-config"},
 	"overlays/production":     {"Deployment/nodeproxy", "PodDisruptionBudget/nodeproxy"},
-	"overlays/sharded":        {"StatefulSet/nodeproxy", "Service/nodeproxy-shards", "Service/nodeproxy", "Certificate/nodeproxy-serving", "PodDisruptionBudget/nodeproxy"},
+	"overlays/sharded":        {"StatefulSet/nodeproxy", "Service/nodeproxy-shards", "Service/nodeproxy", "Certificate/nodeproxy-serving", "PodDisruptionBudget/nodeproxy", "ClusterRoleBinding/nodeproxy:authorize-peers"},
 	"overlays/uncached-types": {"Deployment/nodeproxy", "ClusterRole/nodeproxy:uncached-types", "ClusterRoleBinding/nodeproxy:uncached-types"},
 	// The kube-proxy component on kube-proxy as kubeadm deploys it.
 	"testdata/kube-proxy": {"ConfigMap/kube-proxy", "DaemonSet/kube-proxy", "ClusterRole/nodeproxy:bulk-clients", "ClusterRoleBinding/nodeproxy:bulk-kube-proxy"},

@@ -1,14 +1,22 @@
 package manifests
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/nodeproxy/nodeproxy/test/testserver"
 )
 
 // TestShardedOverlayIsTheBasesPodAsAStatefulSet: the sharded overlay runs
@@ -92,4 +100,49 @@ func mustYAML(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestShardedReplicasMayForwardReviewsToEachOther: a sharded replica
+// forwards a review about a node it does not hold to the replica that
+// holds it, as the hub's ServiceAccount; the receiver authorizes that
+// caller for POST /authorize by SubjectAccessReview. kube-apiserver must
+// allow it with the sharded overlay's RBAC, and not with the base's
+// alone (which lets in only kube-apiserver's webhook identity).
+func TestShardedReplicasMayForwardReviewsToEachOther(t *testing.T) {
+	ctx := context.Background()
+	if err := cp.EnsureNamespace(ctx, "nodeproxy"); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mayPost := func(ctx context.Context) (bool, error) {
+		r, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:                  testserver.ServiceAccount,
+			Groups:                []string{"system:serviceaccounts", "system:serviceaccounts:nodeproxy", "system:authenticated"},
+			NonResourceAttributes: &authorizationv1.NonResourceAttributes{Verb: "post", Path: "/authorize"},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		return r.Status.Allowed, nil
+	}
+	if err := cp.ApplyFiles(ctx, "base/rbac-webhook.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	if allowed, err := mayPost(ctx); err != nil || allowed {
+		t.Fatalf("with the base's RBAC alone the hub's ServiceAccount may post to /authorize (%v, %v): the test proves nothing", allowed, err)
+	}
+	if err := cp.ApplyFiles(ctx, "overlays/sharded/rbac-peers.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	// RBAC's authorizer learns of the binding through its informers.
+	testserver.Eventually(t, 30*time.Second, "the hub's ServiceAccount allowed to post to /authorize", func(ctx context.Context) error {
+		allowed, err := mayPost(ctx)
+		if err == nil && !allowed {
+			err = errors.New("not allowed")
+		}
+		return err
+	})
 }
