@@ -34,7 +34,7 @@ var (
 	shardRouting = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nodeproxy", Subsystem: "hub", Name: "shard_routing_total",
 		Help: "Nodes' bulk gets and bulk watch upgrades of a sharded hub, and their connections, by kind (get, watch) and decision: " +
-			"served (this replica serves the node: its ready owner, or its secondary with the owner not ready), redirected (307 to the replica that serves it), "+
+			"served (this replica serves the node: its ready owner, or its secondary with the owner not ready), redirected (307 to the replica that serves it), " +
 			"unserved (503: no ready replica holds the node, nor this one), moved (an open connection ended with 503 after its node went to another replica).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"kind", "decision"})
