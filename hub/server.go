@@ -44,6 +44,7 @@ type Server struct {
 	watchServer *watchmux.Server
 	// members follows the replicas of a sharded hub; nil unsharded.
 	members *Membership
+	holder  *shardHolder
 	// listClient lists the replicas' EndpointSlices once, before the
 	// cache starts; nil unsharded.
 	listClient kubernetes.Interface
@@ -164,6 +165,7 @@ func (c *Config) New() (*Server, error) {
 		s.members = NewMembership(c.Shard.Member, c.Shard.Service, c.Shard.Namespace)
 		objects.Store(discoveryv1.SchemeGroupVersion.WithResource("endpointslices")).AddHandler(s.members.Handler())
 		c.router.shard.Store(newShardRouter(s.members, c.Shard.Service, c.Shard.Namespace, c.ShardPort))
+		s.holder = newShardHolder(objects, s.members)
 		s.listClient = client
 	}
 	if err := generic.AddPostStartHook("nodeproxy-start-cache", s.startCache); err != nil {
@@ -208,6 +210,10 @@ func (s *Server) startCache(ctx genericapiserver.PostStartHookContext) error {
 		if err != nil {
 			return fmt.Errorf("the hub's replicas: %w (last: %w)", err, last)
 		}
+		if err := s.holder.start(ctx); err != nil {
+			return fmt.Errorf("hold the shard table's ranges: %w", err)
+		}
+		go s.holder.run(ctx)
 		go s.members.Run(ctx)
 	}
 	s.cache.Start(ctx)

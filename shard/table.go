@@ -151,6 +151,14 @@ func (s Set) Len() int {
 	return n
 }
 
+// Union is the ranges in s or other.
+func (s Set) Union(other Set) Set {
+	for i := range s {
+		s[i] |= other[i]
+	}
+	return s
+}
+
 // Minus is the ranges of s that other lacks.
 func (s Set) Minus(other Set) Set {
 	var out Set
