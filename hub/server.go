@@ -105,7 +105,15 @@ func (c *Config) New() (*Server, error) {
 		}
 		nodes = authorizer.NewRefreshing(g, r)
 	}
-	generic.Handler.NonGoRestfulMux.Handle(authorizer.WebhookPath, &authorizer.Webhook{Authorizer: nodes})
+	webhook := &authorizer.Webhook{Authorizer: nodes}
+	var members *Membership
+	if c.Shard.Service != "" {
+		members = NewMembership(c.Shard.Member, c.Shard.Service, c.Shard.Namespace)
+		if webhook.Shards, err = shardedWebhook(c, members, objects, g); err != nil {
+			return nil, err
+		}
+	}
+	generic.Handler.NonGoRestfulMux.Handle(authorizer.WebhookPath, webhook)
 	catalog := bulk.NewCatalog(objects, g, nodes, withoutCredentialID{c.Generic.Authorization.Authorizer})
 	catalog.AskLatest(latestVersions{client: meta})
 	if c.UncachedTypes {
@@ -162,7 +170,7 @@ func (c *Config) New() (*Server, error) {
 	}
 	s := &Server{generic: generic, cache: objects, rbac: rbac, watcher: watcher, views: views, watchServer: watchServer, drainTimeout: c.Watch.DrainTimeout()}
 	if c.Shard.Service != "" {
-		s.members = NewMembership(c.Shard.Member, c.Shard.Service, c.Shard.Namespace)
+		s.members = members
 		objects.Store(discoveryv1.SchemeGroupVersion.WithResource("endpointslices")).AddHandler(s.members.Handler())
 		c.router.shard.Store(newShardRouter(s.members, c.Shard.Service, c.Shard.Namespace, c.ShardPort))
 		s.holder = newShardHolder(objects, s.members)

@@ -1,8 +1,10 @@
 package hub
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 
@@ -22,6 +24,15 @@ type ShardOptions struct {
 	Member string
 	// Namespace is the Service's, and the replicas'.
 	Namespace string
+	// PeerCAFile is the CA that signed the replicas' serving
+	// certificates, which a replica verifies another's with when it
+	// forwards a SubjectAccessReview to it; empty: reviews are not
+	// forwarded, and a replica decides for a node it does not hold from
+	// kube-apiserver's list of the node's pods.
+	PeerCAFile string
+	// PeerDial, when set, dials the other replicas in place of the
+	// network's DNS (tests, whose replicas have no DNS names). No flag.
+	PeerDial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // serviceAccountNamespaceFile is where a pod's namespace is mounted with
@@ -36,6 +47,9 @@ func (o *ShardOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Member, "shard-member", o.Member,
 		"This replica's stable name, as the Service's EndpointSlices name it (the endpoint's hostname: a StatefulSet's pod name). "+
 			"Default: the POD_NAME environment variable, else the hostname.")
+	fs.StringVar(&o.PeerCAFile, "shard-peer-ca-file", o.PeerCAFile,
+		"CA certificate (PEM) that signed the replicas' serving certificates: a replica asked by kube-apiserver's authorization webhook about a node it does not hold "+
+			"forwards the review to the replica that does, verified with it. Empty: it decides from kube-apiserver's list of the node's pods instead (docs/operations.md).")
 	fs.StringVar(&o.Namespace, "shard-namespace", o.Namespace,
 		"Namespace of --shard-service. Default: the POD_NAMESPACE environment variable, else the namespace of the pod's ServiceAccount ("+serviceAccountNamespaceFile+").")
 }
@@ -74,8 +88,8 @@ func (o *ShardOptions) complete(getenv func(string) string, hostname func() (str
 // validate returns every problem with the sharding flags.
 func (o *ShardOptions) validate() []error {
 	if o.Service == "" {
-		if o.Member != "" || o.Namespace != "" {
-			return []error{errors.New("--shard-member and --shard-namespace need --shard-service: without it the hub is unsharded")}
+		if o.Member != "" || o.Namespace != "" || o.PeerCAFile != "" {
+			return []error{errors.New("--shard-member, --shard-namespace and --shard-peer-ca-file need --shard-service: without it the hub is unsharded")}
 		}
 		return nil
 	}

@@ -21,7 +21,9 @@ import (
 
 // TestShardedOverlayIsTheBasesPodAsAStatefulSet: the sharded overlay runs
 // the base Deployment's pod, changed only by the sharding flag and the
-// pod's name and namespace in its environment, as a StatefulSet whose
+// pod's name and namespace in its environment, and the serving CA
+// (mounted, and named by --shard-peer-ca-file) that the replicas verify
+// each other with, as a StatefulSet whose
 // service is the headless Service the flag names, and no Deployment; and
 // the serving certificate covers every replica's stable name, where a
 // redirect sends a node endpoint.
@@ -80,7 +82,16 @@ func TestShardedOverlayIsTheBasesPodAsAStatefulSet(t *testing.T) {
 	if !slices.Contains(c.Args, flag) {
 		t.Errorf("the StatefulSet's arguments %q lack %s", c.Args, flag)
 	}
-	c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return a == flag })
+	peerCA := "--shard-peer-ca-file=/etc/nodeproxy/tls/ca.crt"
+	if !slices.Contains(c.Args, peerCA) {
+		t.Errorf("the StatefulSet's arguments %q lack %s: replicas would not forward reviews to each other", c.Args, peerCA)
+	}
+	c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return a == flag || a == peerCA })
+	for _, v := range got.Spec.Volumes {
+		if v.Secret != nil {
+			v.Secret.Items = slices.DeleteFunc(v.Secret.Items, func(k corev1.KeyToPath) bool { return k.Key == "ca.crt" })
+		}
+	}
 	for _, e := range c.Env {
 		if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil {
 			t.Errorf("environment %s is not from the pod's fields", e.Name)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodeproxy/nodeproxy/hub"
 	"github.com/nodeproxy/nodeproxy/shard"
 	"github.com/nodeproxy/nodeproxy/test/controlplane"
 )
@@ -124,11 +126,25 @@ func StartSharded(t testing.TB, cp *controlplane.ControlPlane, ns string, member
 		_ = admin.DiscoveryV1().EndpointSlices(ns).Delete(context.Background(), created.Name, metav1.DeleteOptions{})
 	})
 
-	InstallRBAC(t, cp)
+	// The webhook's role, bound to the replicas' own identity as the
+	// sharded overlay binds it, so that they may forward reviews.
+	InstallRBAC(t, cp, "rbac-webhook.yaml")
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.ApplyFiles(ctx, filepath.Join(root, "manifests", "overlays", "sharded", "rbac-peers.yaml")); err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range members {
 		srv := Start(t, cp, Options{
-			Args:         []string{"--shard-service=" + ShardedService, "--shard-member=" + m, "--shard-namespace=" + ns},
+			// The replicas forward reviews to each other (the webhook),
+			// verified with the CA of their serving certificates and
+			// reached through Dial.
+			Args: []string{"--shard-service=" + ShardedService, "--shard-member=" + m, "--shard-namespace=" + ns,
+				"--shard-peer-ca-file=" + cp.ServingCA.CertPath},
 			ServingNames: []string{s.Host(m), s.ServiceHost()},
+			Configure:    func(o *hub.Options) { o.Shard.PeerDial = s.Dial },
 		})
 		s.addr[s.Host(m)] = strings.TrimPrefix(srv.URL, "https://")
 		s.Servers[m] = srv
