@@ -42,6 +42,12 @@ func (c *shardsCluster) create(ctx context.Context) error {
 	if _, err := c.kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create namespace %s: %w", shardsNamespace, err)
 	}
+	// No controller manager runs here to make the namespace's default
+	// ServiceAccount, which admission wants for every pod.
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: shardsNamespace}}
+	if _, err := c.kube.CoreV1().ServiceAccounts(shardsNamespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create the default ServiceAccount of %s: %w", shardsNamespace, err)
+	}
 	if err := c.parallel(ctx, shardsConfigMaps, "configmaps", func(ctx context.Context, i int) error {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "shards-cm-" + strconv.Itoa(i), Namespace: shardsNamespace},
 			Data: map[string]string{"config": "value-" + strconv.Itoa(i)}}
@@ -178,7 +184,10 @@ func shardEndpointSlice(member string, port int, ready bool) *discoveryv1.Endpoi
 		},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints: []discoveryv1.Endpoint{{
-			Addresses:  []string{"127.0.0.1"},
+			// Not the replica's: kube-apiserver refuses loopback
+			// addresses, and nothing dials these (the bench reaches
+			// the replicas by name, shardReplicas.dial).
+			Addresses:  []string{"10.0.0.1"},
 			Hostname:   ptr.To(member),
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready), Serving: ptr.To(ready), Terminating: ptr.To(false)},
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: shardsServiceNamespace, Name: member},

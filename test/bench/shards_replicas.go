@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodeproxy/nodeproxy/shard"
 	"github.com/nodeproxy/nodeproxy/test/controlplane"
 	"github.com/nodeproxy/nodeproxy/test/forwarder"
 )
@@ -63,7 +66,7 @@ func startShards(ctx context.Context, env *Env, local *Local, kube kubernetes.In
 	var wg sync.WaitGroup
 	for i := range load.Replicas {
 		wg.Go(func() {
-			np, err := local.Hub.StartReplicaWith(ctx, ports[i], shardMember(i),
+			np, err := local.Hub.StartReplicaNamed(ctx, ports[i], shardMember(i), []string{shardHost(i)},
 				"--shard-service="+shardsService, "--shard-member="+shardMember(i), "--shard-namespace="+shardsServiceNamespace)
 			if err != nil {
 				errs <- fmt.Errorf("start replica %s: %w", shardMember(i), err)
@@ -82,6 +85,28 @@ func startShards(ctx context.Context, env *Env, local *Local, kube kubernetes.In
 		fwd.Add(addrOf(np))
 	}
 	return s, nil
+}
+
+// shardHost is replica i's stable name, where a redirect sends a node.
+func shardHost(i int) string {
+	return shard.Host(shardMember(i), shardsService, shardsServiceNamespace)
+}
+
+// dial reaches the replicas by their stable names, standing in for the
+// cluster's DNS (a redirect names the replica it sends a node to, on the
+// redirecting replica's port: the bench's replicas each have their own,
+// so the name alone decides), and anything else as asked.
+func (s *shardReplicas) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	for i := range s.live {
+		if host == shardHost(i) {
+			address = "127.0.0.1:" + strconv.Itoa(s.ports[i])
+		}
+	}
+	return (&net.Dialer{}).DialContext(ctx, network, address)
 }
 
 // kill ends replica i as a lost node would (SIGKILL), and does what the

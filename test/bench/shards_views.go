@@ -88,6 +88,7 @@ func (s *shardReplicas) openView(ctx context.Context, vs *shardViews, node strin
 		return nil, err
 	}
 	cfg.Host = "https://" + s.fwd.Addr()
+	cfg.Dial = s.dial
 	v := &shardView{node: node, seen: map[string][]uint64{}}
 	v.session, err = watchmux.NewSession(ctx, cfg, watchmux.WithResumeObserver(vs.observe))
 	if err != nil {

@@ -87,8 +87,15 @@ func (np *Nodeproxy) StartReplica(ctx context.Context, port int, name string) (*
 // StartReplicaWith is StartReplica with args appended to np's: what one
 // replica has and its peers do not (a sharded replica's own name).
 func (np *Nodeproxy) StartReplicaWith(ctx context.Context, port int, name string, args ...string) (*Nodeproxy, error) {
+	return np.StartReplicaNamed(ctx, port, name, nil, args...)
+}
+
+// StartReplicaNamed is StartReplicaWith whose serving certificate also
+// covers dnsNames (a sharded replica's stable name, where a redirect
+// sends a node).
+func (np *Nodeproxy) StartReplicaNamed(ctx context.Context, port int, name string, dnsNames []string, args ...string) (*Nodeproxy, error) {
 	files := np.Files
-	serving, err := np.cp.HubCA.ServingCert(np.cp.Dir, name+"-serving", LocalServiceName("nodeproxy", "nodeproxy"))
+	serving, err := np.cp.HubCA.ServingCert(np.cp.Dir, name+"-serving", append([]string{LocalServiceName("nodeproxy", "nodeproxy")}, dnsNames...)...)
 	if err != nil {
 		return nil, err
 	}
