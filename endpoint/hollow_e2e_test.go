@@ -23,8 +23,11 @@ import (
 // endpoint, persisting its copy in viewDir, and a real kubelet
 // (kubemark) in front of it.
 type hollowNode struct {
-	t                  *testing.T
-	o                  *outage
+	t *testing.T
+	o *outage
+	// sharded, when set, is the hub instead of o's forwarder: the
+	// endpoint dials the replicas' Service, and kube-apiserver directly.
+	sharded            *testserver.Sharded
 	kubemark           string
 	name, viewDir, dir string
 	kp                 *controlplane.KeyPair
@@ -36,7 +39,18 @@ type hollowNode struct {
 // kubelet, and waits until its Node is Ready.
 func newHollowNode(t *testing.T, o *outage, kubemark, name string) *hollowNode {
 	t.Helper()
-	n := &hollowNode{t: t, o: o, kubemark: kubemark, name: name, dir: t.TempDir()}
+	return startHollowNode(&hollowNode{t: t, o: o, kubemark: kubemark, name: name, dir: t.TempDir()})
+}
+
+// newShardedHollowNode is newHollowNode behind sharded hub replicas.
+func newShardedHollowNode(t *testing.T, sh *testserver.Sharded, kubemark, name string) *hollowNode {
+	t.Helper()
+	return startHollowNode(&hollowNode{t: t, sharded: sh, kubemark: kubemark, name: name, dir: t.TempDir()})
+}
+
+func startHollowNode(n *hollowNode) *hollowNode {
+	t, name := n.t, n.name
+	t.Helper()
 	n.viewDir = filepath.Join(n.dir, "node-view")
 	var err error
 	if n.kp, err = cp.ClientCA.ClientCert("system:node:"+name, []string{"system:nodes"}, "", ""); err != nil {
@@ -53,6 +67,10 @@ func newHollowNode(t *testing.T, o *outage, kubemark, name string) *hollowNode {
 }
 
 func (n *hollowNode) startEndpoint() {
+	if n.sharded != nil {
+		n.endpoint = startNodeWith(n.t, n.name, nodeSpec{hub: n.sharded.ServiceURL(), hubDial: n.sharded.Dial, kubelet: n.kp, viewDir: n.viewDir})
+		return
+	}
 	n.endpoint = startNodeWith(n.t, n.name, nodeSpec{
 		apiServer: "https://" + n.o.api.Addr(), hub: "https://" + n.o.hub.Addr(), kubelet: n.kp, viewDir: n.viewDir})
 }

@@ -172,7 +172,12 @@ func (c *Config) New() (*Server, error) {
 	if c.Shard.Service != "" {
 		s.members = members
 		objects.Store(discoveryv1.SchemeGroupVersion.WithResource("endpointslices")).AddHandler(s.members.Handler())
-		c.router.shard.Store(newShardRouter(s.members, c.Shard.Service, c.Shard.Namespace, c.ShardPort))
+		router := newShardRouter(s.members, c.Shard.Service, c.Shard.Namespace, c.ShardPort)
+		router.bookmark = func() {
+			views.Step()
+			views.Bookmark()
+		}
+		c.router.shard.Store(router)
 		s.holder = newShardHolder(objects, s.members)
 		s.listClient = client
 	}

@@ -40,6 +40,10 @@ type shardRouter struct {
 	// ended over: moveSpread in production.
 	moveSpread time.Duration
 
+	// bookmark, when set, bookmarks every node view at this replica's
+	// position before connections move (the server's views).
+	bookmark func()
+
 	mu    sync.Mutex
 	conns map[*nodeConn]struct{} // guarded by mu: open node connections
 }
@@ -187,6 +191,15 @@ func (s *shardRouter) moved() {
 	s.mu.Unlock()
 	if len(leaving) == 0 {
 		return
+	}
+	if s.bookmark != nil {
+		// Each moved view resumes at the other replica from its last
+		// bookmark. Views are bookmarked about a minute apart when
+		// nothing of theirs changes, and a replica that has just joined
+		// has no change log from before its start: a position older
+		// than that costs the node its view afresh. Bookmarked now,
+		// every moved view's position is this replica's current one.
+		s.bookmark()
 	}
 	klog.InfoS("Ending the connections of nodes another replica now serves", "connections", len(leaving), "over", s.moveSpread)
 	go func() {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,7 +40,8 @@ type Sharded struct {
 	Servers   map[string]*Server // by member
 
 	cp     *controlplane.ControlPlane
-	addr   map[string]string // stable name -> 127.0.0.1:port
+	mu     sync.Mutex
+	addr   map[string]string // guarded by mu: stable name -> 127.0.0.1:port
 	behind atomic.Value      // the member the Service's name reaches
 	slice  *discoveryv1.EndpointSlice
 }
@@ -65,7 +67,9 @@ func (s *Sharded) Dial(ctx context.Context, network, address string) (net.Conn, 
 	if host == s.ServiceHost() {
 		host = s.behind.Load().(string)
 	}
+	s.mu.Lock()
 	to, ok := s.addr[host]
+	s.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("no replica is named %s", host)
 	}
@@ -137,23 +141,48 @@ func StartSharded(t testing.TB, cp *controlplane.ControlPlane, ns string, member
 		t.Fatal(err)
 	}
 	for _, m := range members {
-		srv := Start(t, cp, Options{
-			// The replicas forward reviews to each other (the webhook),
-			// verified with the CA of their serving certificates and
-			// reached through Dial.
-			Args: []string{"--shard-service=" + ShardedService, "--shard-member=" + m, "--shard-namespace=" + ns,
-				"--shard-peer-ca-file=" + cp.ServingCA.CertPath},
-			ServingNames: []string{s.Host(m), s.ServiceHost()},
-			Configure:    func(o *hub.Options) { o.Shard.PeerDial = s.Dial },
-		})
-		s.addr[s.Host(m)] = strings.TrimPrefix(srv.URL, "https://")
-		s.Servers[m] = srv
+		s.start(t, m)
 	}
 	for _, srv := range s.Servers {
 		srv.WaitReady(t, 90*time.Second)
 	}
 	s.Behind(members[0])
 	return s
+}
+
+// start runs member's replica.
+func (s *Sharded) start(t testing.TB, m string) *Server {
+	srv := Start(t, s.cp, Options{
+		// The replicas forward reviews to each other (the webhook),
+		// verified with the CA of their serving certificates and
+		// reached through Dial.
+		Args: []string{"--shard-service=" + ShardedService, "--shard-member=" + m, "--shard-namespace=" + s.Namespace,
+			"--shard-peer-ca-file=" + s.cp.ServingCA.CertPath},
+		ServingNames: []string{s.Host(m), s.ServiceHost()},
+		Configure:    func(o *hub.Options) { o.Shard.PeerDial = s.Dial },
+	})
+	s.mu.Lock()
+	s.addr[s.Host(m)] = strings.TrimPrefix(srv.URL, "https://")
+	s.mu.Unlock()
+	s.Servers[m] = srv
+	return srv
+}
+
+// Add runs one more replica, a StatefulSet scaled up: it starts outside
+// the EndpointSlice (listing its share of the nodes as it starts), and
+// once ready its endpoint is added, ready, as the EndpointSlice
+// controller adds it; the other replicas then make a new table.
+func (s *Sharded) Add(t testing.TB, member string) {
+	t.Helper()
+	s.start(t, member).WaitReady(t, 90*time.Second)
+	s.slice.Endpoints = append(s.slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.0.1." + strconv.Itoa(len(s.slice.Endpoints)+1)},
+		Hostname: new(member), Conditions: discoveryv1.EndpointConditions{Ready: new(true)}})
+	admin := kubernetes.NewForConfigOrDie(s.cp.AdminConfig())
+	updated, err := admin.DiscoveryV1().EndpointSlices(s.Namespace).Update(context.Background(), s.slice, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.slice = updated
 }
 
 // NodeOwnedBy is a node name, of prefix and a number, that a table of
