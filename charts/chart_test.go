@@ -29,6 +29,7 @@ var equivalents = []struct {
 	{name: "prometheus", values: yamlValues("prometheus: {enabled: true}"), dirs: []string{"overlays/prometheus"}},
 	{name: "production", values: fileValues("nodeproxy/values-production.yaml"), dirs: []string{"overlays/production"}},
 	{name: "uncached-types", values: yamlValues("hub: {uncachedTypes: true}"), dirs: []string{"overlays/uncached-types"}},
+	{name: "sharded", values: yamlValues("sharding: {enabled: true}"), dirs: []string{"overlays/sharded"}},
 	{name: "node", values: yamlValues("node: {enabled: true}"), dirs: []string{"base", "node"}},
 	{name: "podapi-handover", values: yamlValues("podAPIHandover: {rbac: true}"), dirs: []string{"base", "podapi-handover"}},
 	{name: "kube-proxy", values: yamlValues("kubeProxy: {rbac: true}"), dirs: []string{"base", "testdata/kube-proxy"},

@@ -8,6 +8,7 @@ import (
 
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/common/util"
+	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/kube"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,6 +52,62 @@ podAPIHandover: {rbac: true}
 func TestInstallUpgradeUninstall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	h := newHelmRelease(ctx, t)
+	dyn := h.dyn
+	h.install(map[string]any{})
+	expect(ctx, t, dyn, "after install", map[gvrName]bool{
+		deployment: true, apiService: true, authReader: true, servingCert: true,
+		daemonSet: false, serviceMonitor: false, apiserverFiles: false,
+	})
+	if got := replicas(ctx, t, dyn); got != 2 {
+		t.Errorf("after install: %d replicas, want the default 2", got)
+	}
+
+	upgrade := h.upgrade
+	upgrade(everything(t), action.DryRunServer, false)
+	expect(ctx, t, dyn, "after a server-side dry-run upgrade", map[gvrName]bool{daemonSet: false, serviceMonitor: false})
+
+	upgrade(everything(t), action.DryRunNone, false)
+	expect(ctx, t, dyn, "after the upgrade to everything", map[gvrName]bool{
+		deployment: true, daemonSet: true, serviceMonitor: true, prometheusRule: true, scrapeConfig: true,
+		apiserverFiles: true, uncachedRole: true, kubeProxyBinding: true, handoverRole: true,
+	})
+	if got := replicas(ctx, t, dyn); got != 3 {
+		t.Errorf("after the upgrade: %d replicas, want values-production.yaml's 3", got)
+	}
+
+	upgrade(map[string]any{}, action.DryRunNone, true)
+	if got := replicas(ctx, t, dyn); got != 2 {
+		t.Errorf("after the upgrade back: %d replicas, want the default 2", got)
+	}
+	expect(ctx, t, dyn, "after the upgrade back to the defaults", map[gvrName]bool{
+		deployment: true, daemonSet: false, serviceMonitor: false, prometheusRule: false, scrapeConfig: false,
+		apiserverFiles: false, uncachedRole: false, kubeProxyBinding: false, handoverRole: false,
+	})
+
+	h.uninstall()
+	expect(ctx, t, dyn, "after uninstall", map[gvrName]bool{
+		deployment: false, apiService: false, authReader: false, servingCert: false, informersRole: false,
+	})
+}
+
+// helmRelease runs Helm's actions on the release nodeproxy against the
+// harness's kube-apiserver, as the helm command does with an admin
+// kubeconfig; each fails the test on error.
+type helmRelease struct {
+	ctx context.Context
+	t   *testing.T
+	cfg *action.Configuration
+	ch  *chartv2.Chart
+	dyn dynamic.Interface
+}
+
+// newHelmRelease serves the kinds the chart renders beyond the built-in
+// ones (cert-manager's and the Prometheus Operator's, through the
+// minimal CRDs the manifests tests use), creates the namespace the
+// node endpoints' scrape config goes in, and loads the chart.
+func newHelmRelease(ctx context.Context, t *testing.T) *helmRelease {
+	t.Helper()
 	if err := cp.ApplyFiles(ctx, manifestsDir+"/testdata/cert-manager-crds.yaml", manifestsDir+"/testdata/prometheus-operator-crds.yaml"); err != nil {
 		t.Fatal(err)
 	}
@@ -73,68 +130,46 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dyn := dynamic.NewForConfigOrDie(cp.AdminConfig())
+	return &helmRelease{ctx: ctx, t: t, cfg: cfg, ch: ch, dyn: dynamic.NewForConfigOrDie(cp.AdminConfig())}
+}
 
-	install := action.NewInstall(cfg)
+// install installs the release with vals into a namespace Helm creates.
+func (h *helmRelease) install(vals map[string]any) {
+	h.t.Helper()
+	install := action.NewInstall(h.cfg)
 	install.ReleaseName, install.Namespace, install.CreateNamespace = releaseName, namespace, true
 	install.WaitStrategy, install.Timeout = kube.HookOnlyStrategy, helmTimeout
-	if _, err := install.RunWithContext(ctx, ch, map[string]any{}); err != nil {
-		t.Fatalf("helm install: %v", err)
+	if _, err := install.RunWithContext(h.ctx, h.ch, vals); err != nil {
+		h.t.Fatalf("helm install: %v", err)
 	}
-	expect(ctx, t, dyn, "after install", map[gvrName]bool{
-		deployment: true, apiService: true, authReader: true, servingCert: true,
-		daemonSet: false, serviceMonitor: false, apiserverFiles: false,
-	})
-	if got := replicas(ctx, t, dyn); got != 2 {
-		t.Errorf("after install: %d replicas, want the default 2", got)
-	}
+}
 
-	// reset: --reset-values; without it, Helm keeps the release's values
-	// when an upgrade gives none.
-	upgrade := func(vals map[string]any, dryRun action.DryRunStrategy, reset bool) {
-		t.Helper()
-		u := action.NewUpgrade(cfg)
-		u.Namespace, u.DryRunStrategy, u.ResetValues = namespace, dryRun, reset
-		u.WaitStrategy, u.Timeout = kube.HookOnlyStrategy, helmTimeout
-		if _, err := u.RunWithContext(ctx, releaseName, ch, vals); err != nil {
-			t.Fatalf("helm upgrade (dry run %s): %v", dryRun, err)
-		}
+// upgrade upgrades the release to vals. reset: --reset-values; without
+// it, Helm keeps the release's values when an upgrade gives none.
+func (h *helmRelease) upgrade(vals map[string]any, dryRun action.DryRunStrategy, reset bool) {
+	h.t.Helper()
+	u := action.NewUpgrade(h.cfg)
+	u.Namespace, u.DryRunStrategy, u.ResetValues = namespace, dryRun, reset
+	u.WaitStrategy, u.Timeout = kube.HookOnlyStrategy, helmTimeout
+	if _, err := u.RunWithContext(h.ctx, releaseName, h.ch, vals); err != nil {
+		h.t.Fatalf("helm upgrade (dry run %s): %v", dryRun, err)
 	}
-	upgrade(everything(t), action.DryRunServer, false)
-	expect(ctx, t, dyn, "after a server-side dry-run upgrade", map[gvrName]bool{daemonSet: false, serviceMonitor: false})
+}
 
-	upgrade(everything(t), action.DryRunNone, false)
-	expect(ctx, t, dyn, "after the upgrade to everything", map[gvrName]bool{
-		deployment: true, daemonSet: true, serviceMonitor: true, prometheusRule: true, scrapeConfig: true,
-		apiserverFiles: true, uncachedRole: true, kubeProxyBinding: true, handoverRole: true,
-	})
-	if got := replicas(ctx, t, dyn); got != 3 {
-		t.Errorf("after the upgrade: %d replicas, want values-production.yaml's 3", got)
-	}
-
-	upgrade(map[string]any{}, action.DryRunNone, true)
-	if got := replicas(ctx, t, dyn); got != 2 {
-		t.Errorf("after the upgrade back: %d replicas, want the default 2", got)
-	}
-	expect(ctx, t, dyn, "after the upgrade back to the defaults", map[gvrName]bool{
-		deployment: true, daemonSet: false, serviceMonitor: false, prometheusRule: false, scrapeConfig: false,
-		apiserverFiles: false, uncachedRole: false, kubeProxyBinding: false, handoverRole: false,
-	})
-
-	uninstall := action.NewUninstall(cfg)
+// uninstall uninstalls the release and checks that Helm lists none.
+func (h *helmRelease) uninstall() {
+	h.t.Helper()
+	uninstall := action.NewUninstall(h.cfg)
 	uninstall.WaitStrategy, uninstall.Timeout = kube.HookOnlyStrategy, helmTimeout
 	if _, err := uninstall.Run(releaseName); err != nil {
-		t.Fatalf("helm uninstall: %v", err)
+		h.t.Fatalf("helm uninstall: %v", err)
 	}
-	expect(ctx, t, dyn, "after uninstall", map[gvrName]bool{
-		deployment: false, apiService: false, authReader: false, servingCert: false, informersRole: false,
-	})
-	releases, err := action.NewList(cfg).Run()
+	releases, err := action.NewList(h.cfg).Run()
 	if err != nil {
-		t.Fatal(err)
+		h.t.Fatal(err)
 	}
 	if len(releases) != 0 {
-		t.Errorf("after uninstall Helm still lists %d releases", len(releases))
+		h.t.Errorf("after uninstall Helm still lists %d releases", len(releases))
 	}
 }
 
@@ -153,6 +188,9 @@ var (
 	uncachedRole     = gvrName{schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}, "", "nodeproxy:uncached-types"}
 	handoverRole     = gvrName{schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}, "", "nodeproxy:podapi-handover"}
 	kubeProxyBinding = gvrName{schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"}, "", "nodeproxy:bulk-kube-proxy"}
+	statefulSet      = gvrName{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}, namespace, "nodeproxy"}
+	shardsService    = gvrName{schema.GroupVersionResource{Version: "v1", Resource: "services"}, namespace, "nodeproxy-shards"}
+	peersBinding     = gvrName{schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"}, "", "nodeproxy:authorize-peers"}
 	servingCert      = gvrName{schema.GroupVersionResource{Group: "cert-manager.io", Version: "v1", Resource: "certificates"}, namespace, "nodeproxy-serving"}
 	serviceMonitor   = gvrName{schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "servicemonitors"}, namespace, "nodeproxy"}
 	prometheusRule   = gvrName{schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "prometheusrules"}, namespace, "nodeproxy"}
@@ -179,7 +217,13 @@ func expect(ctx context.Context, t *testing.T, dyn dynamic.Interface, when strin
 // replicas returns the hub Deployment's spec.replicas.
 func replicas(ctx context.Context, t *testing.T, dyn dynamic.Interface) int64 {
 	t.Helper()
-	d, err := dyn.Resource(deployment.gvr).Namespace(namespace).Get(ctx, deployment.name, metav1.GetOptions{})
+	return replicasOf(ctx, t, dyn, deployment)
+}
+
+// replicasOf returns the spec.replicas of the workload o.
+func replicasOf(ctx context.Context, t *testing.T, dyn dynamic.Interface, o gvrName) int64 {
+	t.Helper()
+	d, err := dyn.Resource(o.gvr).Namespace(o.namespace).Get(ctx, o.name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

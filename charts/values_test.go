@@ -45,6 +45,7 @@ func TestBadValuesAreRefusedNamingTheValue(t *testing.T) {
 		"webhook-two-cas.yaml":          {"authorizationWebhook.certificateAuthority and authorizationWebhook.certificateAuthorityData are both set"},
 		"no-ca-bundle.yaml":             {"certManager.enabled is false", "apiService.caBundle is empty"},
 		"gomemlimit-without-limit.yaml": {"hub.goMemLimit", "hub.resources.limits.memory"},
+		"sharding-no-replicas.yaml":     {"/sharding/replicas", "minimum"},
 	}
 	files, err := filepath.Glob("testdata/bad-values/*.yaml")
 	if err != nil {

@@ -19,3 +19,11 @@ The hub's Service name as clients inside the cluster reach it.
 {{- define "nodeproxy.serviceHost" -}}
 nodeproxy.{{ .Release.Namespace }}.svc
 {{- end }}
+
+{{/*
+The headless Service whose ready endpoints are the sharded hub's
+replicas (--shard-service), and the DNS label of their stable names.
+*/}}
+{{- define "nodeproxy.shardsService" -}}
+nodeproxy-shards
+{{- end }}
