@@ -36,16 +36,6 @@ func nodesInDistinctRanges(n int) []string {
 	return out
 }
 
-// rangesOf is the set of the ranges of nodes.
-func rangesOf(nodes ...string) shard.Set {
-	var s shard.Set
-	for _, n := range nodes {
-		r := shard.Range(n)
-		s[r/64] |= 1 << (r % 64)
-	}
-	return s
-}
-
 func shardPod(name, node string, rv uint64) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name), ResourceVersion: strconv.FormatUint(rv, 10)},
@@ -111,7 +101,7 @@ func must(t *testing.T, err error) {
 func TestOutOfShardPodsReachNeitherLogNorHandlers(t *testing.T) {
 	n := nodesInDistinctRanges(2)
 	in, out := n[0], n[1]
-	_, s, seen := shardedPods(t, rangesOf(in))
+	_, s, seen := shardedPods(t, shard.NodesSet(in))
 	must(t, s.Replace([]interface{}{shardPod("a", in, 2), shardPod("b", out, 3), shardPod("u", "", 4)}, "4"))
 	must(t, s.Add(shardPod("c", out, 5)))
 	must(t, s.Add(shardPod("d", in, 6)))
@@ -136,7 +126,7 @@ func TestOutOfShardPodsReachNeitherLogNorHandlers(t *testing.T) {
 // with a spec.nodeName field selector shows it.
 func TestBindingIntoTheShardIsAdded(t *testing.T) {
 	n := nodesInDistinctRanges(2)
-	_, s, seen := shardedPods(t, rangesOf(n[0]))
+	_, s, seen := shardedPods(t, shard.NodesSet(n[0]))
 	must(t, s.Replace(nil, "1"))
 	must(t, s.Add(shardPod("a", "", 2)))
 	must(t, s.Add(shardPod("b", "", 3)))
@@ -165,10 +155,10 @@ func TestUnshardedCacheHoldsEveryPod(t *testing.T) {
 // the handlers (the graph) forget them.
 func TestHoldDroppingRangesWritesNoEvents(t *testing.T) {
 	n := nodesInDistinctRanges(2)
-	c, s, seen := shardedPods(t, rangesOf(n...))
+	c, s, seen := shardedPods(t, shard.NodesSet(n...))
 	must(t, s.Replace([]interface{}{shardPod("a", n[0], 2), shardPod("b", n[1], 3)}, "3"))
 	*seen = nil
-	must(t, c.Hold(context.Background(), rangesOf(n[0])))
+	must(t, c.Hold(context.Background(), shard.NodesSet(n[0])))
 	check(t, "held", names(s.Snapshot()), "a@2")
 	check(t, "log", logged(t, s, 3), "")
 	check(t, "handlers", strings.Join(*seen, ", "), "delete b")
@@ -191,7 +181,7 @@ func TestHoldDroppingRangesWritesNoEvents(t *testing.T) {
 func TestHoldAcquiringTakesTheListAndTheChangesMeanwhile(t *testing.T) {
 	n := nodesInDistinctRanges(2)
 	held, acquired := n[0], n[1]
-	c, s, seen := shardedPods(t, rangesOf(held))
+	c, s, seen := shardedPods(t, shard.NodesSet(held))
 	must(t, s.Replace([]interface{}{shardPod("a", held, 2), shardPod("x", acquired, 3), shardPod("y", acquired, 4)}, "10"))
 	c.list = func(_ context.Context, s *Store, keep func(*Object) bool) ([]*Object, uint64, error) {
 		// The watch, meanwhile: y changes at 11 (the list shows it), z
@@ -212,7 +202,7 @@ func TestHoldAcquiringTakesTheListAndTheChangesMeanwhile(t *testing.T) {
 		return out, 12, nil
 	}
 	*seen = nil
-	must(t, c.Hold(context.Background(), rangesOf(held, acquired)))
+	must(t, c.Hold(context.Background(), shard.NodesSet(held, acquired)))
 	check(t, "held", names(s.Snapshot()), "a@12 y@11 z@13")
 	check(t, "log", logged(t, s, 10), "MODIFIED a@12")
 	check(t, "handlers", strings.Join(*seen, ", "), "update a, add y, add z")
@@ -232,14 +222,14 @@ func TestHoldAcquiringTakesTheListAndTheChangesMeanwhile(t *testing.T) {
 func TestHoldAcquiringFromAListAheadOfTheWatch(t *testing.T) {
 	n := nodesInDistinctRanges(2)
 	held, acquired := n[0], n[1]
-	c, s, _ := shardedPods(t, rangesOf(held))
+	c, s, _ := shardedPods(t, shard.NodesSet(held))
 	must(t, s.Replace(nil, "10"))
 	c.list = func(_ context.Context, s *Store, keep func(*Object) bool) ([]*Object, uint64, error) {
 		o, err := newObject(shardPod("x", acquired, 18))
 		must(t, err)
 		return []*Object{o}, 20, nil
 	}
-	must(t, c.Hold(context.Background(), rangesOf(held, acquired)))
+	must(t, c.Hold(context.Background(), shard.NodesSet(held, acquired)))
 	if got := s.HeldSince(acquired); got != 20 {
 		t.Errorf("HeldSince = %d, want 20: the list's version", got)
 	}
@@ -255,7 +245,7 @@ func TestHoldAcquiringFromAListAheadOfTheWatch(t *testing.T) {
 func TestHoldAcquiringAcrossARelist(t *testing.T) {
 	n := nodesInDistinctRanges(2)
 	held, acquired := n[0], n[1]
-	c, s, _ := shardedPods(t, rangesOf(held))
+	c, s, _ := shardedPods(t, shard.NodesSet(held))
 	must(t, s.Replace([]interface{}{shardPod("x", acquired, 3)}, "10"))
 	c.list = func(_ context.Context, s *Store, keep func(*Object) bool) ([]*Object, uint64, error) {
 		o, err := newObject(shardPod("x", acquired, 3))
@@ -266,7 +256,7 @@ func TestHoldAcquiringAcrossARelist(t *testing.T) {
 		must(t, s.Add(shardPod("z", acquired, 13)))
 		return []*Object{o}, 10, nil
 	}
-	must(t, c.Hold(context.Background(), rangesOf(held, acquired)))
+	must(t, c.Hold(context.Background(), shard.NodesSet(held, acquired)))
 	check(t, "held", names(s.Snapshot()), "y@12 z@13")
 	if got := s.HeldSince(acquired); got != 13 {
 		t.Errorf("HeldSince = %d, want 13", got)
@@ -277,13 +267,13 @@ func TestHoldAcquiringAcrossARelist(t *testing.T) {
 // nothing of the range, and Hold says so.
 func TestHoldFailingToListLeavesTheRangeUnheld(t *testing.T) {
 	n := nodesInDistinctRanges(2)
-	c, s, _ := shardedPods(t, rangesOf(n[0]))
+	c, s, _ := shardedPods(t, shard.NodesSet(n[0]))
 	must(t, s.Replace(nil, "10"))
 	c.list = func(_ context.Context, s *Store, _ func(*Object) bool) ([]*Object, uint64, error) {
 		must(t, s.Add(shardPod("x", n[1], 11)))
 		return nil, 0, fmt.Errorf("kube-apiserver is away")
 	}
-	if err := c.Hold(context.Background(), rangesOf(n...)); err == nil {
+	if err := c.Hold(context.Background(), shard.NodesSet(n...)); err == nil {
 		t.Fatal("Hold succeeded with its list failing")
 	}
 	check(t, "held", names(s.Snapshot()), "")
@@ -292,7 +282,7 @@ func TestHoldFailingToListLeavesTheRangeUnheld(t *testing.T) {
 	}
 	must(t, s.Add(shardPod("y", n[1], 12)))
 	check(t, "held after", names(s.Snapshot()), "")
-	if held, _ := s.Held(); held != rangesOf(n[0]) {
+	if held, _ := s.Held(); held != shard.NodesSet(n[0]) {
 		t.Error("the store holds other ranges than before the failed acquisition")
 	}
 }
@@ -303,7 +293,7 @@ func TestHoldFailingToListLeavesTheRangeUnheld(t *testing.T) {
 // again, rather than take in pods without their bytes.
 func TestListTransformerDropsTheBytesOfPodsNotHeld(t *testing.T) {
 	n := nodesInDistinctRanges(2)
-	c, s, seen := shardedPods(t, rangesOf(n[0]))
+	c, s, seen := shardedPods(t, shard.NodesSet(n[0]))
 	transform := s.Transformer()
 	take := func(p *corev1.Pod) interface{} {
 		obj, err := transform(p)
@@ -323,7 +313,7 @@ func TestListTransformerDropsTheBytesOfPodsNotHeld(t *testing.T) {
 
 	in, out = take(shardPod("a", n[0], 2)), take(shardPod("b", n[1], 3))
 	c.list = func(context.Context, *Store, func(*Object) bool) ([]*Object, uint64, error) { return nil, 3, nil }
-	must(t, c.Hold(context.Background(), rangesOf(n...)))
+	must(t, c.Hold(context.Background(), shard.NodesSet(n...)))
 	if err := s.Replace([]interface{}{in, out}, "4"); !errors.Is(err, errHeldChangedDuringList) {
 		t.Errorf("a list whose pods of a range acquired meanwhile lack their bytes: %v, want errHeldChangedDuringList", err)
 	}
@@ -356,7 +346,7 @@ func TestEachPerNodeTypeKeepsItsHeldNodesObjects(t *testing.T) {
 		{"secrets", []runtime.Object{&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: out, ResourceVersion: "2"}}}, out + "@2"},
 	} {
 		t.Run(tc.resource, func(t *testing.T) {
-			held := rangesOf(in)
+			held := shard.NodesSet(in)
 			c, err := NewDetached(Options{LogSize: 16, EncodedEntries: 16, Held: &held})
 			must(t, err)
 			var s *Store

@@ -211,7 +211,7 @@ func TestShardedCacheHoldsExactlyItsNodesOfKubeAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	first, second := rangesOf(nodes[:10]...), rangesOf(nodes[:20]...)
+	first, second := shard.NodesSet(nodes[:10]...), shard.NodesSet(nodes[:20]...)
 	acquired := second.Minus(first)
 
 	ch := &churn{client: client, nodes: nodes, rnd: rand.New(rand.NewPCG(7, 38))}

@@ -68,7 +68,7 @@ func (f *fakeAPIServer) list(_ context.Context, _ *Store, keep func(*Object) boo
 func TestHoldWhileTheReflectorWrites(t *testing.T) {
 	nodes := nodesInDistinctRanges(12)
 	always := nodes[0]
-	c, s, _ := shardedPods(t, rangesOf(nodes[:4]...))
+	c, s, _ := shardedPods(t, shard.NodesSet(nodes[:4]...))
 	api := &fakeAPIServer{pods: map[string]*corev1.Pod{}}
 	c.list = api.list
 	must(t, s.Replace(nil, "0"))
@@ -95,7 +95,7 @@ func TestHoldWhileTheReflectorWrites(t *testing.T) {
 					held = append(held, n)
 				}
 			}
-			last = rangesOf(held...)
+			last = shard.NodesSet(held...)
 			must(t, c.Hold(context.Background(), last))
 			continue
 		}

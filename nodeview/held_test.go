@@ -24,15 +24,6 @@ func labelled(p *corev1.Pod) *corev1.Pod {
 	return p
 }
 
-func rangesOf(nodes ...string) shard.Set {
-	var s shard.Set
-	for _, n := range nodes {
-		r := shard.Range(n)
-		s[r/64] |= 1 << (r % 64)
-	}
-	return s
-}
-
 // TestResumeFromBeforeTheReplicaHeldTheNodeIsAnsweredAfresh: a sharded
 // replica that acquires n2's range after the position n2's consumer
 // holds cannot rebuild n2's view there (its objects came in without
@@ -51,7 +42,7 @@ func TestResumeFromBeforeTheReplicaHeldTheNodeIsAnsweredAfresh(t *testing.T) {
 		}
 		return out, fmt.Sprint(k.rv + 1), nil
 	}
-	held := rangesOf("n1")
+	held := shard.NodesSet("n1")
 	a := newReplica(t, 64) // unsharded: n2's consumer starts here
 	b := newReplicaOf(t, cache.Options{LogSize: 64, EncodedEntries: 1024, Held: &held, List: list}, nil)
 	write := func(w write) {
@@ -82,7 +73,7 @@ func TestResumeFromBeforeTheReplicaHeldTheNodeIsAnsweredAfresh(t *testing.T) {
 	// Both pods change; then b acquires n2's range.
 	write(k.put(podsGVR, labelled(pod("p1", "n1"))))
 	write(k.put(podsGVR, labelled(pod("p2", "n2"))))
-	if err := b.cache.Hold(context.Background(), rangesOf("n1", "n2")); err != nil {
+	if err := b.cache.Hold(context.Background(), shard.NodesSet("n1", "n2")); err != nil {
 		t.Fatal(err)
 	}
 	since := b.cache.Store(podsGVR).HeldSince("n2")

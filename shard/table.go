@@ -134,6 +134,15 @@ func All() Set {
 
 func (s *Set) add(r int) { s[r/64] |= 1 << (r % 64) }
 
+// NodesSet is the set of the ranges nodes fall in.
+func NodesSet(nodes ...string) Set {
+	var s Set
+	for _, n := range nodes {
+		s.add(Range(n))
+	}
+	return s
+}
+
 // Has reports whether r is in the set.
 func (s Set) Has(r int) bool { return s[r/64]&(1<<(r%64)) != 0 }
 
