@@ -55,7 +55,7 @@ func TestServeRefusesBadInvocations(t *testing.T) {
 		{"serving turned off", []string{"serve", "--secure-port=0"}, "--secure-port must not be 0"},
 		{"negative shutdown delay", []string{"serve", "--shutdown-delay-duration=-1s"}, "--shutdown-delay-duration must not be negative"},
 		{"zero channel queue", []string{"serve", "--watch-channel-queue=0"}, "--watch-channel-queue must be positive"},
-		{"shard member without a service", []string{"serve", "--shard-member=nodeproxy-0"}, "--shard-member and --shard-namespace need --shard-service"},
+		{"shard member without a service", []string{"serve", "--shard-member=nodeproxy-0"}, "--shard-member, --shard-namespace and --shard-peer-ca-file need --shard-service"},
 		{"shard service not a DNS label", []string{"serve", "--shard-service=Shards", "--shard-member=nodeproxy-0", "--shard-namespace=nodeproxy"}, "is not a DNS label, as a part of the replicas' stable names must be"},
 		{"unknown flag", []string{"serve", "--no-such-flag"}, "unknown flag: --no-such-flag"},
 		{"stray argument", []string{"serve", "extra"}, `unknown command "extra"`},
