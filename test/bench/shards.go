@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeproxy/nodeproxy/shard"
@@ -70,11 +71,16 @@ func runShards(ctx context.Context, env *Env, t Target) (*Result, error) {
 	if err := c.create(ctx); err != nil {
 		return interrupted(ctx, r, err)
 	}
-	total := float64(load.Nodes * load.PodsPerNode)
+	// Every bound pod of the cluster, not the scenario's alone: a
+	// replica holds whatever pods fall in its ranges.
+	byNode, bound, err := boundPods(ctx, kube)
+	if err != nil {
+		return interrupted(ctx, r, err)
+	}
 
 	// The unsharded replica: the target's own hub, which holds every pod.
 	env.progressf("shards: the unsharded replica's pods and heap")
-	one, err := replicaFootprint(ctx, t.Local.Hub, total)
+	one, err := replicaFootprint(ctx, t.Local.Hub, bound)
 	if err != nil {
 		return interrupted(ctx, r, fmt.Errorf("the unsharded replica: %w", err))
 	}
@@ -89,26 +95,26 @@ func runShards(ctx context.Context, env *Env, t Target) (*Result, error) {
 	defer shards.stop()
 	table := shard.NewTable(shards.members())
 	owned := map[string]float64{}
-	for i := range load.Nodes {
-		owned[table.OwnerOf(shardNode(i))] += float64(load.PodsPerNode)
+	for node, n := range byNode {
+		owned[table.OwnerOf(node)] += n
 	}
 	var worst float64
 	for i, np := range shards.live {
 		name := shardMember(i)
 		held := 0.0
-		for n := range load.Nodes {
-			if table.Held(name).HasNode(shardNode(n)) {
-				held += float64(load.PodsPerNode)
+		for node, n := range byNode {
+			if table.Held(name).HasNode(node) {
+				held += n
 			}
 		}
 		f, err := replicaFootprint(ctx, np, held)
 		if err != nil {
 			return interrupted(ctx, r, fmt.Errorf("replica %s: %w", name, err))
 		}
-		dev := owned[name]/(total/float64(load.Replicas)) - 1
+		dev := owned[name]/(bound/float64(load.Replicas)) - 1
 		worst = max(worst, dev, -dev)
 		r.Figures = append(r.Figures,
-			Figure{Name: name + ": pods owned (of " + strconv.Itoa(int(total)) + ")", Value: owned[name]},
+			Figure{Name: name + ": pods owned (of " + strconv.Itoa(int(bound)) + " bound)", Value: owned[name]},
 			Figure{Name: name + ": pods held (owned and warm)", Value: f.pods},
 			Figure{Name: name + ": pods held, by the table", Value: held},
 			Figure{Name: name + ": live heap", Value: f.heap / (1 << 20), Unit: "MiB"},
@@ -134,4 +140,26 @@ func (s *shardReplicas) members() []string {
 		out[i] = shardMember(i)
 	}
 	return slices.Clip(out)
+}
+
+// boundPods counts the cluster's pods bound to each node, and in all.
+func boundPods(ctx context.Context, kube kubernetes.Interface) (map[string]float64, float64, error) {
+	byNode := map[string]float64{}
+	var bound float64
+	opts := metav1.ListOptions{Limit: 5000}
+	for {
+		list, err := kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil {
+			return nil, 0, fmt.Errorf("list the cluster's pods: %w", err)
+		}
+		for _, p := range list.Items {
+			if p.Spec.NodeName != "" {
+				byNode[p.Spec.NodeName]++
+				bound++
+			}
+		}
+		if opts.Continue = list.Continue; opts.Continue == "" {
+			return byNode, bound, nil
+		}
+	}
 }
