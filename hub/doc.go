@@ -18,6 +18,14 @@
 // which only tell the bulk watch whose open channels to authorize again
 // after a change; the answer is still kube-apiserver's.
 //
+// With --shard-service the replica is one of several that each hold a
+// share of the nodes (docs/architecture.md, "Sharding"): Membership
+// follows the replicas and makes the shard table, shardHolder keeps the
+// cache holding the table's ranges, shardRouter sends a node to the
+// replica that serves it (307) and moves its connection when that
+// changes, and shardOwners tells the webhook which replicas hold a node
+// it does not.
+//
 // Nothing here decides anything about nodes: the core (cache, graph,
 // authorizer, watchmux) and the bulk API plug into the Server this package
 // builds. The node endpoint (package endpoint) is the hub's client and
