@@ -82,7 +82,7 @@ func (s *Store) beginAcquire(ranges shard.Set) bool {
 	defer s.mu.Unlock()
 	h := s.holdingLocked()
 	if !s.synced.Load() {
-		s.setHoldLocked(union(h.held, ranges), h.since)
+		s.setHoldLocked(h.held.Union(ranges), h.since)
 		return false
 	}
 	s.pending = &acquisition{ranges: ranges, from: s.current.Load().RV}
@@ -176,7 +176,7 @@ func (s *Store) finishAcquire(list map[*Object]runtime.Object, listRV uint64) (u
 			next[r] = since
 		}
 	}
-	s.setHoldLocked(union(h.held, a.ranges), &next)
+	s.setHoldLocked(h.held.Union(a.ranges), &next)
 	s.publishLocked(nil)
 	return since, nil
 }

@@ -163,18 +163,10 @@ func (s *Store) Held() (shard.Set, bool) {
 func (s *Store) setHoldLocked(held shard.Set, since *[shard.Ranges]uint64) {
 	wanted := held
 	if s.pending != nil {
-		wanted = union(wanted, s.pending.ranges)
+		wanted = wanted.Union(s.pending.ranges)
 	}
 	s.hold.Store(&holding{held: held, wanted: wanted, since: since})
 	// Looked up here, not with the store's other series: an unsharded
 	// replica has no such series at all.
 	shardRangesHeld.WithLabelValues(s.Resource.Resource).Set(float64(held.Len()))
-}
-
-// union is the ranges in a or b.
-func union(a, b shard.Set) shard.Set {
-	for i := range a {
-		a[i] |= b[i]
-	}
-	return a
 }

@@ -275,6 +275,11 @@ func (m *Membership) armExpiryLocked(at time.Time) {
 // table: what its cache keeps.
 func (m *Membership) Held() shard.Set { return m.Table().Held(m.self) }
 
+// Holds reports whether this replica owns node's range or holds it warm
+// by the current table: Held().HasNode(node), asked for every review and
+// request of a node, without making the set of 4,096 ranges.
+func (m *Membership) Holds(node string) bool { return m.Table().Holds(m.self, node) }
+
 // count sets the gauges from t.
 func (m *Membership) count(t *shard.Table) {
 	shardMembers.Set(float64(len(t.Members())))

@@ -85,7 +85,7 @@ func (s *shardRouter) elsewhere(node string) string {
 		return ""
 	case serving != "":
 		return serving
-	case s.members.Held().HasNode(node):
+	case s.members.Holds(node):
 		return ""
 	default:
 		return noReplica

@@ -33,7 +33,7 @@ type shardOwners struct {
 // one first, so that a review about a node whose owner is down goes
 // first to the replica that serves it.
 func (o shardOwners) Holders(node string) (held bool, owner, secondary string) {
-	if o.members.Held().HasNode(node) && o.pods.HeldSince(node) != math.MaxUint64 {
+	if o.members.Holds(node) && o.pods.HeldSince(node) != math.MaxUint64 {
 		return true, "", ""
 	}
 	t := o.members.Table()

@@ -59,7 +59,7 @@ func TestANotReadyOwnersNodesAreServedByTheirSecondary(t *testing.T) {
 			t.Fatalf("%s: served by %q, not its ready owner %q", node, got, tab.Owner(r))
 		case tab.Owner(r) == down && got != tab.Secondary(r):
 			t.Fatalf("%s: owner down, served by %q, not its secondary %q", node, got, tab.Secondary(r))
-		case !tab.Held(got).HasNode(node):
+		case !tab.Held(got).HasNode(node) || !tab.Holds(got, node):
 			t.Fatalf("%s: served by %q, which does not hold it", node, got)
 		}
 	}

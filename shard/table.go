@@ -97,6 +97,13 @@ func (t *Table) name(i int16) string {
 	return t.members[i]
 }
 
+// Holds reports whether member owns node's range or holds it warm:
+// Held(member).HasNode(node), without making the set.
+func (t *Table) Holds(member, node string) bool {
+	r := Range(node)
+	return t.Unsharded() || t.Owner(r) == member || t.Secondary(r) == member
+}
+
 // Held are the ranges member owns or holds warm: what its cache keeps.
 // With fewer than two members every range is held.
 func (t *Table) Held(member string) Set {
