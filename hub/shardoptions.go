@@ -16,7 +16,7 @@ import (
 // share of the nodes (docs/architecture.md, "Sharding"). Service empty,
 // the default: the hub is unsharded and serves every node.
 type ShardOptions struct {
-	// Service is the headless Service whose ready EndpointSlices are the
+	// Service is the headless Service whose EndpointSlices list the
 	// replicas.
 	Service string
 	// Member is this replica's stable name, as the Service's
@@ -42,7 +42,7 @@ const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccou
 // AddFlags adds the sharding flags to fs.
 func (o *ShardOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Service, "shard-service", o.Service,
-		"Headless Service whose ready EndpointSlices are the hub's replicas: each replica then serves a share of the nodes, "+
+		"Headless Service whose EndpointSlices list the hub's replicas: each replica then holds a share of the nodes and serves those of its share whose replica is ready, "+
 			"and sends a node that another replica serves there with 307 (docs/api.md, \"Sharded replicas\"). Empty: unsharded, every replica serves every node.")
 	fs.StringVar(&o.Member, "shard-member", o.Member,
 		"This replica's stable name, as the Service's EndpointSlices name it (the endpoint's hostname: a StatefulSet's pod name). "+

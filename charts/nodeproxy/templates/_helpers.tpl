@@ -21,7 +21,7 @@ nodeproxy.{{ .Release.Namespace }}.svc
 {{- end }}
 
 {{/*
-The headless Service whose ready endpoints are the sharded hub's
+The headless Service whose endpoints, ready or not, are the sharded hub's
 replicas (--shard-service), and the DNS label of their stable names.
 */}}
 {{- define "nodeproxy.shardsService" -}}

@@ -61,7 +61,7 @@ spec:
     - --bulk-uncached-types
     {{- end }}
     {{- if .Values.sharding.enabled }}
-    # The replicas share the nodes among the ready endpoints of the
+    # The replicas share the nodes among the endpoints of the
     # headless Service (sharding/headless-service.yaml); this one is
     # POD_NAME.
     - --shard-service={{ include "nodeproxy.shardsService" . }}
